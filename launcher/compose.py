@@ -1,0 +1,188 @@
+"""One place where Hydra composes `conf/` + recipe + overrides into a typed JobSpec.
+
+Hydra does not say where a value came from, so we replay its defaults list: every config file
+in composition order, then the command-line overrides; the last writer of a key is its source.
+"""
+from __future__ import annotations
+
+import atexit
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from topl.launcher import recipes
+from topl.launcher.errors import ToplError
+from topl.launcher.spec import JobSpec, register_configs
+
+SCHEMA_SOURCE = "topl schema default"
+
+
+def conf_dir() -> Path:
+    return Path(str(files("topl.conf")))
+
+
+@dataclass
+class Composed:
+    """A composed job: the typed config, each key's source, and the overrides that made it."""
+
+    cfg: DictConfig  # typed by JobSpec (structured config)
+    sources: dict[str, str]  # dotted key -> "conf/train/megatron.yaml" | "command line `k=v`" | ...
+    overrides: list[str]  # as given by the user
+    choices: dict[str, str] = field(default_factory=dict)  # group -> chosen option
+    recipe: str | None = None  # recipe file, when one was used
+
+    def source(self, key: str) -> str:
+        """Where a key's value came from (walks up to the nearest recorded parent)."""
+        parts = key.split(".")
+        while parts:
+            k = ".".join(parts)
+            if k in self.sources:
+                return self.sources[k]
+            parts.pop()
+        return SCHEMA_SOURCE
+
+    def value(self, key: str) -> Any:
+        return OmegaConf.select(self.cfg, key, throw_on_missing=False)
+
+    def to_object(self):
+        """The JobSpec dataclass instance (interpolations resolved)."""
+        return OmegaConf.to_object(self.cfg)
+
+
+def _flatten(node: Any, prefix: str) -> list[str]:
+    if isinstance(node, dict):
+        keys = []
+        for k, v in node.items():
+            if k in ("defaults", "hydra") and not prefix:
+                continue
+            keys += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return keys
+    return [prefix] if prefix else []
+
+
+def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
+    """Replace `recipe=NAME|PATH` by a recipe on a temporary search path Hydra can read."""
+    out, root = [], None
+    for o in overrides:
+        key, sep, value = o.lstrip("+").partition("=")
+        if sep and key == "recipe" and value not in ("", "null"):
+            path = recipes.resolve(value)
+            recipes.load_checked(path)
+            root = recipes.RecipeRoot(path)
+            atexit.register(root.cleanup)
+            o = f"recipe={root.name}"
+        out.append(o)
+    if root:
+        out.append(f"hydra.searchpath=[file://{root.dir}]")
+    return out, root
+
+
+def _friendly(e: Exception, overrides: list[str]) -> ToplError:
+    """Turn Hydra / OmegaConf composition errors into one readable message."""
+    msg = str(e).strip()
+    cause = e.__cause__ or e.__context__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in msg:
+        msg = f"{msg}\n  {str(cause).strip()}"
+    msg = "\n".join(l for l in msg.splitlines()
+                    if not l.strip().startswith(("full_key:", "reference_type=", "object_type=")))
+    fix = "check the key and value names: `topl launch --cfg job` prints the composed config"
+    if "not in" in msg or "Could not override" in msg or "Key '" in msg:
+        fix = "check the key's spelling (`topl launch --cfg job` lists every key); new keys are not accepted"
+    elif "Could not find" in msg or "not found" in msg:
+        fix = "use an existing option: `topl launch --info defaults` lists groups; `ls conf/<group>`"
+    elif "Value '" in msg or "could not be converted" in msg or "Invalid value" in msg:
+        fix = "give a value of the field's type (see launcher/spec.py)"
+    elif "mismatched input" in msg or "no viable alternative" in msg or "Error parsing override" in msg:
+        fix = "write overrides as key=value (Hydra override grammar); quote values with spaces"
+    return ToplError(msg.replace("\n", "\n  "), where=f"overrides: {' '.join(overrides) or '(none)'}", fix=fix)
+
+
+def _check_no_targets(cfg: DictConfig, overrides: list[str]) -> None:
+    hits = recipes.find_targets(OmegaConf.to_container(cfg, resolve=False))
+    if hits:
+        raise ToplError(f"`_target_` at {', '.join(hits)}: topl configs are data and never instantiate code",
+                        where=" ".join(overrides), fix="remove the `_target_` keys")
+
+
+def compose_job(overrides: list[str] | None = None) -> Composed:
+    """Compose the job spec; every input problem becomes a ToplError."""
+    overrides = list(overrides or [])
+    register_configs()
+    hydra_overrides, root = split_recipe(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
+            cfg = compose("config", overrides=hydra_overrides, return_hydra_config=True)
+            loader = GlobalHydra.instance().config_loader()
+            sources = _sources(loader, hydra_overrides, root)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise _friendly(e, overrides) from None
+    finally:
+        GlobalHydra.instance().clear()
+    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra/" not in k}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    _check_no_targets(cfg, overrides)
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)  # `+new.key=...` is refused here
+        OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
+    except OmegaConfBaseException as e:
+        raise _friendly(e, overrides) from None
+    return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
+
+
+def open_dict(cfg: DictConfig):
+    from omegaconf import open_dict as _od
+
+    return _od(cfg)
+
+
+def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
+    defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    repo = loader.repository if hasattr(loader, "repository") else None
+    sources: dict[str, str] = {}
+    conf = conf_dir()
+    for d in defaults.defaults:
+        if d.config_path is None or d.config_path.startswith("hydra/") or d.config_path == "topl_schema":
+            continue
+        result = (repo or _repo(loader, hydra_overrides)).load_config(d.config_path)
+        if result is None or result.provider == "structured config" or not result.path.startswith("file://"):
+            continue
+        file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
+        if root is not None and str(file).startswith(str(root.dir)):
+            label = str(root.source)
+        else:
+            label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
+        package = d.package or ""
+        data = OmegaConf.to_container(result.config, resolve=False)
+        for key in _flatten(data, package if package not in ("_global_",) else ""):
+            sources[key] = label
+    parser = OverridesParser.create()
+    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
+        key = ov.key_or_group
+        if "@" in key or "/" in key or key in _GROUPS:
+            continue  # a group choice: its file is the source of the values
+        text = ov.input_line or f"{key}={ov.value()}"
+        sources[key] = f"command line `{text}`"
+        for k in list(sources):
+            if k.startswith(key + "."):
+                sources[k] = f"command line `{text}`"
+    return sources
+
+
+_GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
+
+
+def _repo(loader, overrides):
+    from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
+
+    return CachingConfigRepository(ConfigRepository(config_search_path=loader.get_search_path()))

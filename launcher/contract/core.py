@@ -1,0 +1,70 @@
+"""The consistency contract: small pure rules over the job spec, each with a stable id."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+ERROR, WARNING = "error", "warning"
+
+
+@dataclass
+class Rule:
+    id: str  # stable id, e.g. TOP-ATTN-001
+    severity: str  # error | warning
+    title: str  # one line: what must hold
+    keys: tuple[str, ...]  # the spec keys the rule reads
+    fix: str  # how to make the rule pass
+    check: Callable[[Any], Optional[str]]  # spec -> message when violated, else None
+    why: str = ""  # the numerics behind it (the function's docstring)
+
+
+@dataclass
+class Violation:
+    rule: str
+    severity: str
+    message: str
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> {value, source}
+    fix: str = ""
+
+    def render(self) -> str:
+        lines = [f"{self.severity.upper()} {self.rule}: {self.message}"]
+        for k, v in self.keys.items():
+            lines.append(f"    {k} = {v['value']!r}  ({v['source']})")
+        lines.append(f"  fix: {self.fix}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "severity": self.severity, "message": self.message,
+                "keys": self.keys, "fix": self.fix}
+
+
+RULES: list[Rule] = []
+
+
+def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str):
+    """Register `check(spec) -> message | None` as a contract rule."""
+
+    def deco(fn):
+        if any(r.id == id for r in RULES):
+            raise ValueError(f"duplicate rule id {id}")
+        RULES.append(Rule(id, severity, title, keys, fix, fn, inspect.getdoc(fn) or ""))
+        return fn
+
+    return deco
+
+
+def world_size(s) -> int:
+    return s.cluster.nodes * s.cluster.devices_per_node
+
+
+def is_moe(s) -> bool:
+    return s.model.num_experts > 0
+
+
+def is_strict(s) -> bool:
+    return s.alignment.mode == "strict"
+
+
+def on_npu(s) -> bool:
+    return s.cluster.device == "npu"

@@ -1,0 +1,110 @@
+"""Resource arithmetic: layouts that cannot be placed on the declared cluster."""
+from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
+
+
+@rule("TOP-RES-001", ERROR, "training model-parallel size tp*pp*cp divides the world size",
+      ("train.tp", "train.pp", "train.cp", "cluster.nodes", "cluster.devices_per_node"),
+      "choose tp*pp*cp that divides nodes*devices_per_node, or change the cluster")
+def train_world(s):
+    """Megatron builds dp = world / (tp*pp*cp) replicas; a remainder leaves ranks without a group."""
+    mp = s.train.tp * s.train.pp * s.train.cp
+    if s.train.engine == "megatron" and (mp > world_size(s) or world_size(s) % mp):
+        return f"tp*pp*cp = {mp} does not divide the world size {world_size(s)}"
+
+
+@rule("TOP-RES-002", ERROR, "expert parallel size divides the number of experts (MoE only)",
+      ("train.ep", "train.etp", "model.num_experts"),
+      "set train.ep to a divisor of model.num_experts (1 for dense models)")
+def expert_split(s):
+    """Each EP rank owns num_experts/ep experts; EP on a dense model has nothing to split."""
+    if not is_moe(s) and s.train.ep > 1:
+        return f"train.ep={s.train.ep} on a dense model"
+    if is_moe(s) and s.model.num_experts % s.train.ep:
+        return f"{s.model.num_experts} experts cannot be split over ep={s.train.ep}"
+    if s.train.ep * s.train.etp > world_size(s):
+        return f"ep*etp = {s.train.ep * s.train.etp} exceeds the world size {world_size(s)}"
+
+
+@rule("TOP-RES-003", ERROR, "attention heads and KV heads split evenly over tensor parallel ranks",
+      ("model.num_heads", "model.num_kv_heads", "train.tp", "rollout.tp"),
+      "use a tp that divides num_heads and divides (or is a multiple of) num_kv_heads")
+def heads_vs_tp(s):
+    """Megatron needs query groups % tp == 0; vLLM replicates KV heads when tp > kv heads."""
+    h, kv = s.model.num_heads, s.model.num_kv_heads
+    if s.train.engine == "megatron" and (h % s.train.tp or kv % s.train.tp):
+        return f"train.tp={s.train.tp} does not divide heads={h} and kv_heads={kv}"
+    t = s.rollout.tp
+    if h % t or (kv % t and t % kv):
+        return f"rollout.tp={t} does not split heads={h} / kv_heads={kv}"
+
+
+@rule("TOP-RES-004", ERROR, "rollout replicas (tp*pp*dp) fit the world size",
+      ("rollout.tp", "rollout.pp", "rollout.dp", "cluster.nodes", "cluster.devices_per_node"),
+      "pick rollout tp*pp*dp that divides nodes*devices_per_node")
+def rollout_world(s):
+    """verl colocates rollout replicas on the training devices: whole replicas must tile the world."""
+    per = s.rollout.tp * s.rollout.pp * s.rollout.dp
+    if per > world_size(s) or world_size(s) % per:
+        return f"rollout tp*pp*dp = {per} does not divide the world size {world_size(s)}"
+
+
+@rule("TOP-RES-005", ERROR, "verl batch sizes divide evenly over data-parallel ranks",
+      ("train.train_batch_size", "train.ppo_mini_batch_size", "train.ppo_micro_batch_size_per_gpu", "rollout.n"),
+      "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch")
+def batch_divisibility(s):
+    """Mirrors verl's validate_config: real batch = train_batch_size*n must split into dp*micro."""
+    if s.train.ppo_mini_batch_size > s.train.train_batch_size:
+        return f"ppo_mini_batch_size={s.train.ppo_mini_batch_size} > train_batch_size={s.train.train_batch_size}"
+    if s.train.train_batch_size % s.train.ppo_mini_batch_size:
+        return "train_batch_size is not a multiple of ppo_mini_batch_size"
+    mp = s.train.tp * s.train.pp * s.train.cp if s.train.engine == "megatron" else s.train.ulysses_sp
+    dp = max(world_size(s) // max(mp, 1), 1)
+    real = s.train.train_batch_size * s.rollout.n
+    need = dp * s.train.ppo_micro_batch_size_per_gpu
+    if real % need:
+        return f"train_batch_size*n = {real} is not divisible by dp*micro = {dp}*{s.train.ppo_micro_batch_size_per_gpu}"
+    mini = s.train.ppo_mini_batch_size * s.rollout.n
+    if mini % dp or (mini // dp) % s.train.ppo_micro_batch_size_per_gpu:
+        return f"mini batch {mini} sequences does not split into dp={dp} x micro={s.train.ppo_micro_batch_size_per_gpu}"
+
+
+@rule("TOP-RES-006", ERROR, "rollout expert parallel equals tp*dp (verl asserts it)",
+      ("rollout.ep", "rollout.tp", "rollout.dp"), "set rollout.ep to 1 or to rollout.tp*rollout.dp")
+def rollout_ep(s):
+    """verl's vLLM rollout asserts expert_parallel_size == tp * dp when EP is used."""
+    if s.rollout.ep > 1 and s.rollout.ep != s.rollout.tp * s.rollout.dp:
+        return f"rollout.ep={s.rollout.ep} but tp*dp={s.rollout.tp * s.rollout.dp}"
+    if s.rollout.ep > 1 and not is_moe(s):
+        return "rollout.ep > 1 on a dense model"
+
+
+@rule("TOP-RES-007", WARNING, "layers split evenly over pipeline stages",
+      ("model.num_layers", "train.pp", "rollout.pp"), "choose pp dividing num_layers (or set an uneven split)")
+def layers_vs_pp(s):
+    """Uneven stages are allowed but the slowest stage sets the pace."""
+    for side, pp in (("train", s.train.pp), ("rollout", s.rollout.pp)):
+        if s.model.num_layers % pp:
+            return f"{s.model.num_layers} layers over {side}.pp={pp} stages is uneven"
+
+
+@rule("TOP-RES-008", WARNING, "sequence parallel only with tensor parallel",
+      ("train.sequence_parallel", "train.tp"), "set train.sequence_parallel=false when train.tp=1")
+def sp_needs_tp(s):
+    """Megatron ignores sequence parallel at tp=1 (verl's default turns it on)."""
+    if s.train.sequence_parallel and s.train.tp == 1:
+        return "sequence_parallel is on with train.tp=1"
+
+
+@rule("TOP-RES-009", ERROR, "the local backend runs only models the reference engines can hold",
+      ("cluster.backend", "model.name", "cluster.name"),
+      "use model=tiny_dense or model=tiny_moe locally, or a cluster with backend subprocess/ray_job")
+def local_model_size(s):
+    """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
+    from topl.launcher.memory import param_counts
+
+    if s.cluster.backend == "local":
+        total = param_counts(s.model)["total"]
+        if total > 50e6:
+            return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"
+        if s.cluster.device == "npu":
+            return f"cluster {s.cluster.name} is an NPU cluster but backend=local runs on this machine"

@@ -1,0 +1,120 @@
+"""`topl launch`: a Hydra app. Validate, write the run directory, start the backend."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from topl.launcher.errors import ToplError
+
+TOPL_FLAGS = ("--dry-run", "--follow")
+HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
+                          "--config-dir", "-cd", "--experimental-rerun")
+_state: dict = {}
+
+
+def _split(args: list[str]) -> tuple[set[str], list[str], list[str]]:
+    """topl flags, Hydra flags (with their values), and overrides."""
+    topl, hydra_flags, overrides = set(), [], []
+    it = iter(range(len(args)))
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in TOPL_FLAGS:
+            topl.add(a)
+        elif a.startswith("-"):
+            hydra_flags.append(a)
+            if a in HYDRA_FLAGS_WITH_VALUE and i + 1 < len(args) and not args[i + 1].startswith("-") and "=" not in args[i + 1]:
+                hydra_flags.append(args[i + 1])
+                i += 1
+        else:
+            overrides.append(a)
+        i += 1
+    del it
+    return topl, hydra_flags, overrides
+
+
+def _task(cfg: DictConfig) -> None:
+    """Runs once per job (once per sweep point under -m)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from topl.launcher import backends, rundir
+    from topl.launcher.compose import Composed, _sources
+    from topl.launcher.contract import check, errors
+    from topl.launcher.render import render
+    from topl.launcher.spec import JobSpec
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    task_overrides = list(hc.overrides.task)
+    searchpath = [o for o in hc.overrides.hydra if o.startswith("hydra.searchpath")]
+    root = _state.get("root")
+    sources = _sources(GlobalHydra.instance().config_loader(), task_overrides + searchpath, root)
+    cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
+    choices = {k: v for k, v in hc.runtime.choices.items() if v is not None and "hydra/" not in k}
+    composed = Composed(cfg, sources, _state.get("user_overrides", task_overrides), choices,
+                        str(root.source) if root else None)
+    violations = check(composed)
+    for v in violations:
+        print(v.render(), file=sys.stderr)
+    spec = composed.to_object()
+    if errors(violations):
+        _state["rc"] = 2
+        print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
+        return
+    inv = render(spec)
+    rundir.write(run_dir, composed, inv, violations)
+    print(f"topl: run directory {run_dir}")
+    if "--dry-run" in _state.get("flags", ()):
+        print(inv.command(spec.cluster.python))
+        _state["rc"] = 0
+        return
+    backend = spec.cluster.backend
+    if backend == "local":
+        from topl.kernels.local_job import run_local
+
+        rc = run_local(spec, run_dir)
+    elif backend == "subprocess":
+        rc = backends.run_subprocess(inv, run_dir, spec.cluster.python)
+    else:
+        rc = backends.run_ray_job(inv, run_dir, spec.cluster.ray_address, "--follow" in _state["flags"],
+                                  python=spec.cluster.python)
+    _state["rc"] = max(_state.get("rc", 0), rc)
+
+
+def main(args: list[str]) -> int:
+    import hydra
+
+    from topl.launcher.compose import compose_job, conf_dir, split_recipe
+    from topl.launcher.contract import check, errors
+    from topl.launcher.spec import register_configs
+
+    flags, hydra_flags, overrides = _split(args)
+    informational = any(f in ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help") for f in hydra_flags)
+    multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
+    if not informational and not multirun:
+        # compose once up front: bad input is a readable error and exit 2, before Hydra makes a run dir
+        vs = check(compose_job(overrides))
+        if errors(vs):
+            for v in vs:
+                print(v.render(), file=sys.stderr)
+            print("topl: rejected before launch; nothing started", file=sys.stderr)
+            return 2
+    hydra_overrides, root = split_recipe(overrides)
+    _state.update(root=root, user_overrides=overrides, flags=flags, rc=0)
+    register_configs()
+    app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(_task)
+    saved = sys.argv
+    sys.argv = ["topl", *hydra_flags, *hydra_overrides]
+    try:
+        app()
+    except SystemExit as e:
+        if e.code not in (0, None):
+            return 2 if informational or multirun else int(e.code) if isinstance(e.code, int) else 1
+    except ToplError:
+        raise
+    finally:
+        sys.argv = saved
+    return _state.get("rc", 0)

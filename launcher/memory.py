@@ -1,0 +1,93 @@
+"""Memory-fit estimates per device, from the model's architecture facts."""
+from __future__ import annotations
+
+GB = 1e9
+
+
+def param_counts(m) -> dict[str, int]:
+    """Parameter counts: total, non-expert ("dense"), expert, and the largest single layer."""
+    attn = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads) + 2 * m.head_dim
+    if m.num_experts:
+        expert = m.num_experts * 3 * m.hidden_size * m.moe_intermediate_size
+        mlp_dense = m.hidden_size * m.num_experts  # router
+    else:
+        expert, mlp_dense = 0, 3 * m.hidden_size * m.intermediate_size
+    layer_dense = attn + mlp_dense + 2 * m.hidden_size
+    embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+    dense = m.num_layers * layer_dense + embed + m.hidden_size
+    experts = m.num_layers * expert
+    return {"total": dense + experts, "dense": dense, "expert": experts,
+            "largest_layer": max(layer_dense + expert, m.vocab_size * m.hidden_size)}
+
+
+def megatron_train_bytes(s) -> float:
+    """Per device: bf16 weights (2 B) + fp32 grads (4 B) on the shard, fp32 master+Adam (12 B) over dp.
+
+    shard = dense / (tp*pp) + expert / (ep*etp*pp); dense dp = world/(tp*pp*cp), expert dp =
+    world/(ep*etp*pp). Offload flags move the matching term to host memory.
+    """
+    t, world = s.train, s.cluster.nodes * s.cluster.devices_per_node
+    pc = param_counts(s.model)
+    shards = [(pc["dense"] / (t.tp * t.pp), max(world // (t.tp * t.pp * t.cp), 1)),
+              (pc["expert"] / (t.ep * t.etp * t.pp), max(world // (t.ep * t.etp * t.pp), 1))]
+    total = 0.0
+    for p, dp in shards:
+        total += 0 if t.param_offload else 2 * p
+        total += 4 * p
+        total += 0 if t.optimizer_offload else 12 * p / dp
+    return total
+
+
+def fsdp_train_bytes(s) -> float:
+    """ZeRO-3 model states per device, from DeepSpeed's own estimator."""
+    estimate_zero3_model_states_mem_needs = _zero3_estimator()
+    pc = param_counts(s.model)
+    offload = s.train.param_offload or s.train.optimizer_offload
+    _, gpu, _ = estimate_zero3_model_states_mem_needs(
+        total_params=pc["total"], largest_layer_params=pc["largest_layer"],
+        num_gpus_per_node=s.cluster.devices_per_node, num_nodes=s.cluster.nodes,
+        cpu_offload=offload, cpu_offload_params=s.train.param_offload)
+    return float(gpu)
+
+
+def _zero3_estimator():
+    """DeepSpeed's estimator; its import-time accelerator notice is kept off our output."""
+    import contextlib
+    import io
+    import logging
+    import sys
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    for h in logging.getLogger("DeepSpeed").handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            h.setStream(sys.stdout)
+    return estimate_zero3_model_states_mem_needs
+
+
+def train_bytes(s) -> float:
+    return megatron_train_bytes(s) if s.train.engine == "megatron" else fsdp_train_bytes(s)
+
+
+def rollout_weight_bytes(s) -> float:
+    """bf16 weights of one rollout rank: dense over tp*pp, experts over max(ep, tp)*pp."""
+    r, pc = s.rollout, param_counts(s.model)
+    return 2 * (pc["dense"] / (r.tp * r.pp) + pc["expert"] / (max(r.ep, r.tp) * r.pp))
+
+
+def kv_bytes_per_token(s) -> float:
+    """K and V, bf16, for the layers and KV heads one rollout rank holds."""
+    m, r = s.model, s.rollout
+    layers = -(-m.num_layers // r.pp)
+    heads = max(m.num_kv_heads // r.tp, 1)
+    return 2 * layers * heads * m.head_dim * 2
+
+
+def estimate(s) -> dict[str, float]:
+    """Per-device GB: training states, rollout weights, KV room, and the device budget."""
+    budget = s.cluster.device_memory_gb * GB
+    kv_room = s.rollout.gpu_memory_utilization * budget - rollout_weight_bytes(s)
+    seq = s.train.max_prompt_length + s.train.max_response_length
+    return {"train_gb": train_bytes(s) / GB, "rollout_weights_gb": rollout_weight_bytes(s) / GB,
+            "kv_room_gb": kv_room / GB, "device_gb": s.cluster.device_memory_gb,
+            "kv_seqs": kv_room / (kv_bytes_per_token(s) * seq)}
