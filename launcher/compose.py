@@ -6,6 +6,7 @@ in composition order, then the command-line overrides; the last writer of a key 
 from __future__ import annotations
 
 import atexit
+import copy
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -113,6 +114,20 @@ def _check_no_targets(cfg: DictConfig, overrides: list[str]) -> None:
                         where=" ".join(overrides), fix="remove the `_target_` keys")
 
 
+def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
+    """`+new.key=...` is accepted by Hydra; the spec has no such field, so refuse it."""
+    import dataclasses
+
+    names = {f.name: f for f in dataclasses.fields(schema)}
+    for key in cfg.keys():
+        if key not in names:
+            raise ToplError(f"unknown key {prefix}{key}: the job spec has no such field",
+                            where=f"`{prefix}{key}`", fix="check the spelling (`topl launch --cfg job` lists every key)")
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and dataclasses.is_dataclass(node._metadata.object_type):
+            _refuse_unknown(node, node._metadata.object_type, f"{prefix}{key}.")
+
+
 def compose_job(overrides: list[str] | None = None) -> Composed:
     """Compose the job spec; every input problem becomes a ToplError."""
     overrides = list(overrides or [])
@@ -133,7 +148,7 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
         del cfg["hydra"]
     _check_no_targets(cfg, overrides)
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)  # `+new.key=...` is refused here
+        _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
     except OmegaConfBaseException as e:
         raise _friendly(e, overrides) from None
@@ -148,18 +163,18 @@ def open_dict(cfg: DictConfig):
 
 def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
-    repo = loader.repository if hasattr(loader, "repository") else None
+    repo = _repo(loader, root)
     sources: dict[str, str] = {}
     conf = conf_dir()
     for d in defaults.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.config_path == "topl_schema":
             continue
-        result = (repo or _repo(loader, hydra_overrides)).load_config(d.config_path)
+        result = repo.load_config(d.config_path)
         if result is None or result.provider == "structured config" or not result.path.startswith("file://"):
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):
-            label = str(root.source)
+            label = _label(root.source)
         else:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""
@@ -182,7 +197,17 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
 _GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
 
 
-def _repo(loader, overrides):
-    from hydra._internal.config_repository import CachingConfigRepository, ConfigRepository
+def _label(path: Path) -> str:
+    """A shipped recipe as `recipes/NAME.yaml`, anything else by its full path."""
+    shipped = recipes.recipes_dir()
+    return f"recipes/{path.name}" if path.parent == shipped else str(path)
 
-    return CachingConfigRepository(ConfigRepository(config_search_path=loader.get_search_path()))
+
+def _repo(loader, root):
+    """A config repository over Hydra's search path plus the recipe root (a searchpath override)."""
+    from hydra._internal.config_repository import ConfigRepository
+
+    path = copy.deepcopy(loader.get_search_path())
+    if root is not None:
+        path.append("topl-recipe", f"file://{root.dir}")
+    return ConfigRepository(config_search_path=path)

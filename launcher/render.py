@@ -113,6 +113,7 @@ class Invocation:
 
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@\-]+$")
+_LOOKS_TYPED = re.compile(r"^([-+]?[0-9_.]+([eE][-+]?[0-9]+)?|true|false|null|none|inf|nan)$", re.I)
 
 
 def fmt(v: Any) -> str:
@@ -124,6 +125,8 @@ def fmt(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(fmt(x) for x in v) + "]"
     s = str(v)
+    if isinstance(v, str) and _LOOKS_TYPED.match(s):
+        return f'"{s}"'  # Hydra would read 1 / true / null as non-strings (Ray needs str env values)
     return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

@@ -1,0 +1,82 @@
+"""Every rule: one config that violates it (rejected with that id), one that does not."""
+import pytest
+
+from topl.launcher.contract import RULES, check
+from tests.conftest import STRICT_A3
+
+B = STRICT_A3
+CASES = {
+    "TOP-RES-001": (B + ["train.pp=3"], B),
+    "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
+    "TOP-RES-003": (B + ["rollout.tp=3"], B + ["rollout.tp=2", "train.tp=2"]),
+    "TOP-RES-004": (B + ["rollout.dp=3"], B + ["rollout.dp=2"]),
+    "TOP-RES-005": (B + ["train.ppo_mini_batch_size=64"], B),
+    "TOP-RES-006": (B + ["rollout.ep=2"], B + ["rollout.ep=2", "rollout.dp=2"]),
+    "TOP-RES-007": (B + ["model=qwen3_235b_a22b"], B),
+    "TOP-RES-008": (B + ["train.sequence_parallel=true"], B + ["train.sequence_parallel=true", "train.tp=2", "rollout.tp=2"]),
+    "TOP-RES-009": (["model=qwen3_8b"], ["model=tiny_moe"]),
+    "TOP-MEM-001": (B + ["train.pp=2"], B + ["train.pp=2", "train.ep=8"]),
+    "TOP-MEM-002": (B + ["rollout.pp=1"], B + ["rollout.pp=1", "rollout.tp=2", "train.tp=2"]),
+    "TOP-MEM-003": (B + ["rollout.max_num_seqs=1024"], B),
+    "TOP-ALN-001": (B + ["alignment.batch_invariant=false"], B),
+    "TOP-ALN-002": (B + ["alignment=off"], B),
+    "TOP-ALN-003": (B + ["alignment=mitigated", "alignment.rollout_correction.rollout_is=null",
+                         "alignment.rollout_correction.rollout_rs=null"], B + ["alignment=mitigated"]),
+    "TOP-ATTN-001": (B + ["rollout.attention_backend=ASCEND"], B),
+    "TOP-ATTN-002": (["model=deepseek_v3"], ["model=deepseek_v3", "alignment=mitigated"]),
+    "TOP-ATTN-003": (B + ["model.sliding_window=4096"], B),
+    "TOP-ATTN-004": (["alignment.kv_tile=12"], ["alignment.kv_tile=16"]),
+    "TOP-GRAPH-001": (B + ["rollout.graph_mode=full"], B + ["rollout.graph_mode=piecewise"]),
+    "TOP-CACHE-001": (B + ["rollout.prefix_caching=true"], B),
+    "TOP-COLL-001": (B + ["collective=default", "train.tp=2", "rollout.tp=2"], B + ["train.tp=2", "rollout.tp=2"]),
+    "TOP-COLL-002": (B + ["collective.lccl_deterministic=false"], B),
+    "TOP-COLL-003": (B + ["collective.hccl_algo='level0:pipeline'"], B + ["collective.hccl_algo='level0:ring'"]),
+    "TOP-TP-001": (B + ["rollout.tp=2"], B + ["rollout.tp=2", "train.tp=2"]),
+    "TOP-TP-002": (B + ["train.ep=2"], B),
+    "TOP-LOGP-001": (B + ["rollout.calculate_log_probs=false"], B),
+    "TOP-LOGP-002": (B + ["rollout.top_p=0.9"], B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"]),
+    "TOP-LOGP-003": (B + ["rollout.log_prob_micro_batch_size_per_gpu=4"], B),
+    "TOP-LOGP-004": (B + ["train.use_dynamic_bsz=true"], B),
+    "TOP-STACK-001": (B + ["cluster.versions.verl_patches=[]"], B),
+    "TOP-STACK-002": (B + ["cluster.versions.vllm_ascend=0.11.0"], B),
+    "TOP-STACK-003": (B + ["cluster.versions.torch_npu=2.8.0"], B),
+    "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
+    "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
+    "TOP-STACK-006": (B + ["cluster.versions.cann=8.3"], B),
+    "TOP-CLUS-001": (B + ["cluster.ray_address=null"], B),
+}
+
+
+def ids(compose, overrides):
+    return {v.rule for v in check(compose(overrides))}
+
+
+def test_every_rule_has_a_case():
+    assert {r.id for r in RULES} == set(CASES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_rejects_and_accepts(compose, rule_id):
+    bad, good = CASES[rule_id]
+    assert rule_id in ids(compose, bad)
+    assert rule_id not in ids(compose, good)
+
+
+def test_shipped_defaults_pass_clean(compose):
+    assert ids(compose, []) == set()
+    assert ids(compose, B) == set()
+
+
+def test_violation_names_keys_values_and_sources(compose):
+    vs = {v.rule: v for v in check(compose(B + ["rollout.tp=2"]))}
+    v = vs["TOP-TP-001"]
+    assert v.severity == "error"
+    assert v.keys["rollout.tp"] == {"value": 2, "source": "command line `rollout.tp=2`"}
+    assert v.keys["train.tp"] == {"value": 1, "source": "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"}
+    assert "same tp" in v.fix
+
+
+def test_rules_have_docs_and_unique_ids():
+    assert len({r.id for r in RULES}) == len(RULES)
+    for r in RULES:
+        assert r.why and r.title and r.fix and r.keys, r.id

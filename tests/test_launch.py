@@ -1,0 +1,144 @@
+"""`topl launch`: run directory, subprocess backend (a real child), Ray job backend (a real head)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_topl
+
+FAKE_VERL = '''
+import json, os, sys, time
+print("fake verl argv", json.dumps(sys.argv[1:]))
+print("HCCL_DETERMINISTIC=" + os.environ.get("HCCL_DETERMINISTIC", "-"))
+print("secret", os.environ.get("MY_API_KEY", "-"))
+if os.environ.get("FAKE_SLEEP"):
+    open(os.environ["FAKE_PIDFILE"], "w").write(str(os.getpid()))
+    time.sleep(120)
+sys.exit(int(os.environ.get("FAKE_RC", "0")))
+'''
+
+
+@pytest.fixture
+def fake_entry(tmp_path):
+    pkg = tmp_path / "pkgs"
+    pkg.mkdir()
+    (pkg / "fake_verl.py").write_text(FAKE_VERL)
+    return pkg
+
+
+def sub_args(fake_entry, *extra):
+    return ["cluster.backend=subprocess", "algorithm.entrypoint=fake_verl", f"cluster.python={sys.executable}",
+            "collective=hccl_strict", f"+cluster.env.PYTHONPATH={fake_entry}", *extra]
+
+
+def only_run_dir(root: Path) -> Path:
+    dirs = [d for d in (root / "runs").iterdir() if d.is_dir() and d.name != "multirun"]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_dry_run_writes_a_complete_run_dir(tmp_path):
+    r = run_topl("launch", "--dry-run", cwd=tmp_path, env={"MY_API_KEY": "s3cret"})
+    assert r.returncode == 0, r.stderr
+    d = only_run_dir(tmp_path)
+    meta = json.loads((d / "topl.json").read_text())
+    assert meta["topl_version"] and meta["packages"]["torch"] and meta["choices"]["model"] == "tiny_dense"
+    env = json.loads((d / "env.json").read_text())
+    assert env["launching_process"]["MY_API_KEY"] == "<redacted>"
+    assert "verl.trainer.main_ppo" in (d / "command.sh").read_text()
+    assert (d / ".hydra" / "config.yaml").exists() and (d / "spec.yaml").exists()
+    assert json.loads((d / "sources.json").read_text())["model.name"] == "conf/model/tiny_dense.yaml"
+
+
+def test_run_dir_is_never_reused(tmp_path):
+    fixed = f"hydra.run.dir={tmp_path}/fixed"
+    assert run_topl("launch", "--dry-run", fixed, cwd=tmp_path).returncode == 0
+    r = run_topl("launch", "--dry-run", fixed, cwd=tmp_path)
+    assert r.returncode != 0 and "refusing to overwrite" in r.stderr
+
+
+def test_rejected_spec_starts_nothing(tmp_path):
+    r = run_topl("launch", "alignment.batch_invariant=false", cwd=tmp_path)
+    assert r.returncode == 2 and "TOP-ALN-001" in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_subprocess_backend_streams_logs_env_and_exit_code(tmp_path, fake_entry):
+    r = run_topl("launch", *sub_args(fake_entry), cwd=tmp_path, env={"FAKE_RC": "3"})
+    assert r.returncode == 3, r.stderr
+    assert "fake verl argv" in r.stdout and "HCCL_DETERMINISTIC=strict" in r.stdout
+    log = (only_run_dir(tmp_path) / "verl.log").read_text()
+    assert "HCCL_DETERMINISTIC=strict" in log and "--config-name=ppo_trainer" in log
+
+
+def test_ctrl_c_stops_the_child_process_group(tmp_path, fake_entry):
+    pidfile = tmp_path / "child.pid"
+    p = subprocess.Popen([sys.executable, "-m", "topl.launcher.cli", "launch", *sub_args(fake_entry)], cwd=tmp_path,
+                         env={**os.environ, "FAKE_SLEEP": "1", "FAKE_PIDFILE": str(pidfile)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.1)
+    child = int(pidfile.read_text())
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    pytest.importorskip("ray")
+    from ray.job_submission import JobSubmissionClient
+
+    port, gcs = _free_port(), _free_port()
+    tmp = tmp_path_factory.mktemp("ray")
+    head = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+                             f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
+                             "--num-cpus=1", "--include-dashboard=true", f"--temp-dir={tmp}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            JobSubmissionClient(address).list_jobs()
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            time.sleep(1)
+    else:
+        os.killpg(head.pid, signal.SIGTERM)
+        pytest.skip("local Ray head did not come up")
+    yield address
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+
+
+def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
+    r = run_topl("launch", "cluster.backend=ray_job", f"cluster.ray_address={ray_head}", "--follow",
+                 "algorithm.entrypoint=fake_verl", "collective=hccl_strict", f"cluster.python={sys.executable}",
+                 f"+cluster.env.PYTHONPATH={fake_entry}", cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "submitted Ray job" in r.stdout
+    assert "HCCL_DETERMINISTIC=strict" in r.stdout  # the env var reached the job through runtime_env
+    d = only_run_dir(tmp_path)
+    assert (d / "ray_job_id").read_text().strip()

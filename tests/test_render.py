@@ -1,0 +1,113 @@
+"""Rendering: `+` exactly where verl 0.9.1 lacks a key, env reaches Ray workers, verl accepts it."""
+import json
+
+import pytest
+
+from topl.launcher.render import FREE_FORM, NEW_KEYS, fmt, render
+from tests.conftest import STRICT_A3, run_topl
+
+from tests.verl_compose import compose_verl, verl_config_dir  # noqa: E402
+
+needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
+
+LAYOUTS = [
+    STRICT_A3,
+    STRICT_A3 + ["train.tp=2", "rollout.tp=2", "train.pp=4", "rollout.pp=1"],
+    STRICT_A3 + ["train.pp=4", "rollout.pp=2", "cluster.nodes=2", "train.train_batch_size=64"],
+    STRICT_A3 + ["alignment=mitigated"],
+    STRICT_A3 + ["alignment=off", "collective=default", "rollout.tp=4", "train.tp=4", "train.pp=2"],
+    STRICT_A3 + ["algorithm=gspo"],
+    STRICT_A3 + ["algorithm=ppo"],
+    ["model=qwen3_4b", "cluster=atlas_a2", "train=fsdp", "rollout=vllm_ascend", "collective=hccl_strict"],
+    [],
+]
+
+
+def test_strict_rendering_carries_the_seed_switches(compose):
+    inv = render(compose(STRICT_A3).to_object())
+    o = set(inv.overrides)
+    for needed in ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                   "actor_rollout_ref.rollout.enforce_eager=true",
+                   "+actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend=FLASH_ATTN",
+                   "+actor_rollout_ref.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant=true",
+                   "+actor_rollout_ref.actor.megatron.override_transformer_config.batch_invariant_mode=true",
+                   "+actor_rollout_ref.actor.megatron.override_transformer_config.use_batch_invariant_ops=true",
+                   "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=flash",
+                   "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
+                   "+actor_rollout_ref.rollout.engine_kwargs.vllm.pipeline_parallel_size=2"]:
+        assert needed in o, needed
+    for k, v in {"VLLM_BATCH_INVARIANT": "1", "HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": "1",
+                 "HCCL_OP_EXPANSION_MODE": "AIV", "TASK_QUEUE_ENABLE": "2", "CPU_AFFINITY_CONF": "1",
+                 "VLLM_ASCEND_ENABLE_NZ": "0", "CLOSE_MATMUL_K_SHIFT": "1"}.items():
+        assert inv.env[k] == v
+        assert f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={fmt(v)}" in o, k
+    assert inv.env["VERL_USE_EXTERNAL_MODULES"]
+
+
+def test_off_renders_no_determinism(compose):
+    inv = render(compose(["alignment=off"]).to_object())
+    assert "VLLM_BATCH_INVARIANT" not in inv.env
+    assert not any("full_determinism" in o for o in inv.overrides)
+
+
+def test_dapo_has_its_own_entrypoint(compose):
+    inv = render(compose(STRICT_A3 + ["algorithm=dapo"]).to_object())
+    assert inv.argv[:3] == ["-m", "recipe.dapo.main_dapo", "--config-name=dapo_megatron_trainer"]
+
+
+def test_plus_only_on_free_form_or_new_keys(compose):
+    for o in render(compose(STRICT_A3).to_object()).overrides:
+        key = o.split("=", 1)[0]
+        assert key.startswith("+") == (key.lstrip("+") in NEW_KEYS or key.lstrip("+").startswith(FREE_FORM)), o
+
+
+@needs_verl
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: " ".join(l)[-60:] or "default")
+def test_rendering_composes_against_verl_and_passes_validate_config(compose, layout, tmp_path, monkeypatch):
+    from verl.utils.config import validate_config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = compose(layout).to_object()
+    spec.model.hf_path = hf_config_dir(spec.model, tmp_path)  # verl reads config.json; no hub here
+    inv = render(spec)
+    cfg = compose_verl(inv)  # raises if any key without `+` is not in verl's config
+    assert cfg.actor_rollout_ref.rollout.n == spec.rollout.n
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == inv.env or not inv.env
+    validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
+
+
+def hf_config_dir(m, where):
+    """A local HF model folder (config.json only) with the spec's architecture facts."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    common = dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                  num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+                  num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim)
+    cfg = (Qwen3MoeConfig(num_experts=m.num_experts, num_experts_per_tok=m.experts_per_token,
+                          moe_intermediate_size=m.moe_intermediate_size, **common)
+           if m.num_experts else Qwen3Config(**common))
+    cfg.architectures = ["Qwen3MoeForCausalLM" if m.num_experts else "Qwen3ForCausalLM"]
+    cfg.save_pretrained(where)
+    return str(where)
+
+
+@needs_verl
+def test_a_plus_where_verl_has_the_key_would_fail():
+    """The proof has teeth: verl's config rejects `+` on an existing key and a missing key without it."""
+    from hydra.errors import ConfigCompositionException
+
+    from topl.launcher.render import Invocation
+
+    with pytest.raises(ConfigCompositionException):
+        compose_verl(Invocation("m", "ppo_trainer", ["+actor_rollout_ref.rollout.n=2"]))
+    with pytest.raises(ConfigCompositionException):
+        compose_verl(Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.engine_kwargs.vllm.block_size=2"]))
+
+
+def test_render_cli_json():
+    r = run_topl("render", *STRICT_A3, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) >= {"entrypoint", "overrides", "env", "command"}
+    assert out["entrypoint"] == "verl.trainer.main_ppo"
+    assert "HCCL_DETERMINISTIC=strict" in out["command"]
