@@ -2,7 +2,7 @@
 import pytest
 
 from topl.launcher.errors import ToplError
-from tests.conftest import STRICT_A3, run_topl
+from helpers import STRICT_A3, run_topl
 
 
 def test_sources_follow_composition_order(compose):

@@ -2,7 +2,7 @@
 import pytest
 
 from topl.launcher.contract import RULES, check
-from tests.conftest import STRICT_A3
+from helpers import STRICT_A3
 
 B = STRICT_A3
 CASES = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_topl
+from helpers import run_topl
 
 FAKE_VERL = '''
 import json, os, sys, time

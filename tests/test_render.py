@@ -4,9 +4,9 @@ import json
 import pytest
 
 from topl.launcher.render import FREE_FORM, NEW_KEYS, fmt, render
-from tests.conftest import STRICT_A3, run_topl
+from helpers import STRICT_A3, run_topl
 
-from tests.verl_compose import compose_verl, verl_config_dir  # noqa: E402
+from helpers import compose_verl, verl_config_dir  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 

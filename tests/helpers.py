@@ -1,0 +1,40 @@
+"""Helpers shared by the tests (on sys.path through pytest's `pythonpath = tests`)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+STRICT_A3 = ["recipe=qwen3_30b_a3b_grpo_a3_strict"]
+
+
+def run_topl(*args, cwd=None, env=None, timeout=300):
+    """Run the real CLI in a child process (exit codes and stderr as a user sees them).
+
+    PYTHONSAFEPATH keeps the repository root off sys.path: its `kernels/` folder would shadow the
+    PyPI `kernels` package that transformers probes."""
+    e = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
+    e.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run([sys.executable, "-m", "topl.launcher.cli", *args], cwd=cwd, env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def verl_config_dir() -> Path | None:
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+
+
+def compose_verl(invocation):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            return compose(invocation.config_name, overrides=invocation.overrides)
+    finally:
+        GlobalHydra.instance().clear()
