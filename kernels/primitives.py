@@ -1,0 +1,116 @@
+"""Row-wise primitives with an explicit reduction order.
+
+"Invariant" versions give a row the same bits whatever else shares its batch; the "native"
+versions emulate what inference kernels do for speed (split-K for small batches, split
+reductions, fused ops), which is exactly what breaks bitwise agreement.
+"""
+from __future__ import annotations
+
+import torch
+
+M_TILE = 16  # batch-invariant matmul: every row is computed inside a GEMM of exactly this many rows
+SPLIT_BELOW = 64  # native kernels switch to split-K / split reductions below this many rows
+SPLITS = 4
+
+
+class _InvariantLinear(torch.autograd.Function):
+    """Forward in fixed 16-row tiles (row results independent of M); ordinary backward."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        m = x.shape[0]
+        pad = (-m) % M_TILE
+        xp = torch.cat([x, x.new_zeros(pad, x.shape[1])]) if pad else x
+        out = torch.cat([t @ w.t() for t in xp.split(M_TILE)])
+        return out[:m]
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.to(g.dtype), g.t() @ x.to(g.dtype)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
+    """x [M, K] @ w[N, K].T. Native: small M takes split-K with fp32 partials (an M-dependent plan)."""
+    if invariant:
+        return _InvariantLinear.apply(x, w)
+    m, k = x.shape
+    if m < SPLIT_BELOW and k % SPLITS == 0:
+        parts = [xs.float() @ ws.float().t() for xs, ws in zip(x.split(k // SPLITS, 1), w.split(k // SPLITS, 1))]
+        return sum(parts[1:], parts[0]).to(x.dtype)
+    return x @ w.t()
+
+
+def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool) -> torch.Tensor:
+    """A TP=tp row-parallel linear on one device: tp partial products (model dtype), all-reduced
+    in the collective's order. ring: output chunk c sums ranks c+1, c+2, ..., c; tree: pairwise."""
+    if tp == 1:
+        return linear(x, w, invariant)
+    k = x.shape[1]
+    parts = [linear(xs, ws, invariant) for xs, ws in zip(x.split(k // tp, 1), w.split(k // tp, 1))]
+    if order == "tree":
+        while len(parts) > 1:
+            parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        return parts[0]
+    chunks = [p.chunk(tp, dim=1) for p in parts]
+    out = []
+    for c in range(tp):
+        acc = chunks[(c + 1) % tp][c]
+        for step in range(2, tp + 1):
+            acc = acc + chunks[(c + step) % tp][c]
+        out.append(acc)
+    return torch.cat(out, dim=1)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, invariant: bool) -> torch.Tensor:
+    """fp32 RMSNorm. Native: small batches split the mean of squares into partial sums."""
+    xf = x.float()
+    if invariant or x.shape[0] >= SPLIT_BELOW or xf.shape[-1] % SPLITS:
+        var = xf.pow(2).mean(-1, keepdim=True)
+    else:
+        parts = [c.pow(2).sum(-1, keepdim=True) for c in xf.chunk(SPLITS, -1)]
+        var = sum(parts[1:], parts[0]) / xf.shape[-1]
+    return weight * (xf * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def add_rms_norm(x, residual, weight, eps, invariant: bool, fused: bool):
+    """residual + x, then RMSNorm. Fused (npu_add_rms_norm style): the norm reads the fp32 sum
+    before it is rounded to the model dtype; unfused: add, round, then norm."""
+    if fused:
+        s32 = x.float() + residual.float()
+        var = s32.pow(2).mean(-1, keepdim=True)
+        return weight * (s32 * torch.rsqrt(var + eps)).to(x.dtype), s32.to(x.dtype)
+    s = x + residual
+    return rms_norm(s, weight, eps, invariant), s
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[:, None] * inv[None]
+    emb = torch.cat([freqs, freqs], -1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fused: bool) -> torch.Tensor:
+    """x [R, H, D], rotate-half RoPE. Unfused: in fp32; fused (npu_rotary_mul style): in model dtype."""
+    dt = x.dtype
+    if fused:
+        c, s = cos[:, None].to(dt), sin[:, None].to(dt)
+        x1, x2 = x.chunk(2, -1)
+        return x * c + torch.cat([-x2, x1], -1) * s
+    xf = x.float()
+    x1, x2 = xf.chunk(2, -1)
+    return (xf * cos[:, None] + torch.cat([-x2, x1], -1) * sin[:, None]).to(dt)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
+    """silu(gate) * up. Unfused (Megatron native): silu rounded, then multiply; fused: one fp32 pass."""
+    if fused:
+        return (torch.nn.functional.silu(gate.float()) * up.float()).to(gate.dtype)
+    return torch.nn.functional.silu(gate) * up
+
+
+def log_softmax(logits: torch.Tensor, fp32: bool) -> torch.Tensor:
+    """fp32 max-shifted log-softmax, or (mixed precision) in the logits' dtype."""
+    return torch.log_softmax(logits.float(), -1) if fp32 else torch.log_softmax(logits, -1).float()

@@ -1,0 +1,47 @@
+"""Run both engines on generated prompts and compare their log-probs."""
+from __future__ import annotations
+
+import random
+import time
+
+import torch
+
+from topl.kernels.alignment import Alignment
+from topl.kernels.metrics import compare
+from topl.kernels.model import Model, sides
+from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
+from topl.kernels.training import TrainingEngine
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int = 30, max_new: int = 20,
+                  arrival: str = "staggered") -> list[Request]:
+    """Prompts of varied length; arrivals staggered, all at once, or reversed."""
+    rnd = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        prompt = [rnd.randrange(vocab) for _ in range(rnd.randint(min_len, max_len))]
+        at = {"staggered": i // 2, "burst": 0, "reversed": (n - i) // 2}[arrival]
+        reqs.append(Request(i, prompt, rnd.randint(max(1, max_new // 2), max_new), at))
+    return reqs
+
+
+def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_tp: int = 1, rollout_tp: int = 1,
+          order: str = "ring", block_size: int = 16, chunked_prefill: bool = True, max_num_batched_tokens: int = 64,
+          max_num_seqs: int = 256, micro_batch: int = 4, sampling: SamplingParams | None = None) -> dict:
+    """Rollout then training recompute of the same tokens; metrics plus timing."""
+    train_side, rollout_side = sides(alignment, train_tp, rollout_tp, order)
+    sp = sampling or SamplingParams()
+    t0 = time.perf_counter()
+    eng = RolloutEngine(model, rollout_side, block_size, max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+    done = eng.generate(requests, sp)
+    t1 = time.perf_counter()
+    trainer = TrainingEngine(model, train_side, micro_batch)
+    lp = trainer.logprobs([r.tokens for r in done], [len(r.prompt) for r in done], sp.temperature)
+    t2 = time.perf_counter()
+    out = compare([torch.tensor(r.logprobs) for r in done], lp)
+    out.update(rollout_s=t1 - t0, train_s=t2 - t1, engine_steps=len(eng.batch_sizes),
+               distinct_batch_sizes=len(set(eng.batch_sizes)))
+    return out

@@ -1,0 +1,78 @@
+"""`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed]`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _opt(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
+    if name in args:
+        i = args.index(name)
+        if i + 1 >= len(args):
+            from topl.launcher.errors import ToplError
+
+            raise ToplError(f"{name} needs a value")
+        return args[i + 1], args[:i] + args[i + 2:]
+    return default, args
+
+
+def model_for(spec):
+    """Seeded random weights, or real safetensors when model.hf_path is a local folder."""
+    import torch
+
+    from topl.kernels.model import Model
+    from topl.kernels.probe import DTYPES
+
+    dtype = DTYPES[spec.train.dtype]
+    path = Path(spec.model.hf_path).expanduser()
+    if path.is_dir() and any(path.glob("*.safetensors")):
+        return Model.from_safetensors(spec.model, path, dtype)
+    torch.manual_seed(spec.local.seed)
+    return Model.random(spec.model, seed=spec.local.seed, dtype=dtype)
+
+
+def run(spec, prompts: int = 16, arrival: str = "staggered") -> dict:
+    from topl.kernels.probe import make_requests, probe
+    from topl.kernels.rollout import SamplingParams
+
+    r = spec.rollout
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, spec.local.seed,
+                        processed_logprobs=r.logprobs_mode == "processed_logprobs")
+    reqs = make_requests(prompts, spec.model.vocab_size, spec.local.seed, arrival=arrival,
+                         max_len=min(40, spec.train.max_prompt_length * 4), max_new=24)
+    out = probe(model_for(spec), spec.alignment, requests=reqs, train_tp=spec.train.tp, rollout_tp=r.tp,
+                order=spec.collective.order, block_size=r.block_size, chunked_prefill=r.chunked_prefill,
+                max_num_batched_tokens=r.max_num_batched_tokens, max_num_seqs=r.max_num_seqs,
+                micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp)
+    out["alignment"] = spec.alignment.mode
+    out["switches_off"] = [s for s in spec.alignment.SWITCHES if not getattr(spec.alignment, s)]
+    return out
+
+
+def main(args: list[str]) -> int:
+    from topl.launcher.compose import compose_job
+
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    prompts, args = _opt(args, "--prompts", "16")
+    arrival, args = _opt(args, "--arrival", "staggered")
+    spec = compose_job(args).to_object()
+    out = run(spec, int(prompts), arrival)
+    if as_json:
+        print(json.dumps(out, indent=1))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
+                        f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}")
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for k, v in out.items():
+            t.add_row(k, f"{v:.3e}" if isinstance(v, float) and k not in ("rollout_s", "train_s", "bitwise_equal_fraction")
+                      else (f"{v:.3f}" if isinstance(v, float) else str(v)))
+        Console().print(t)
+        verdict = "bitwise equal: on-policy" if out["max_abs_logprob_diff"] == 0 else "log-probs differ: off-policy"
+        print(verdict)
+    return 0 if (out["max_abs_logprob_diff"] == 0 or spec.alignment.mode != "strict") else 1

@@ -1,0 +1,170 @@
+"""Rollout engine: continuous batching over a paged KV cache, chunked prefill, split-KV decode.
+
+Requests arrive at given steps and finish at different times, so the batch every row is computed
+in changes from step to step. Each token's K/V is computed once, written to cache pages, and read
+back by later steps; nothing recomputes attention over a whole sequence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from topl.kernels.attention import attend
+from topl.kernels.model import Model, Side, token_logprobs
+
+
+@dataclass
+class Request:
+    id: int
+    prompt: list[int]
+    max_new_tokens: int
+    arrival: int = 0  # engine step at which the request arrives
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    cached: int = 0  # tokens whose K/V are in the cache
+    blocks: list[int] = field(default_factory=list)  # block table
+    done: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+
+class PagedKVCache:
+    """K/V in fixed-size pages; a request's block table maps positions to pages."""
+
+    def __init__(self, layers: int, blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype):
+        shape = (layers, blocks, block_size, kv_heads, head_dim)
+        self.k, self.v = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        self.block_size, self.free = block_size, list(range(blocks))
+
+    def reserve(self, req: Request, length: int) -> bool:
+        need = -(-length // self.block_size) - len(req.blocks)
+        if need > len(self.free):
+            return False
+        req.blocks += [self.free.pop(0) for _ in range(need)]
+        return True
+
+    def release(self, req: Request) -> None:
+        self.free += req.blocks
+        req.blocks = []
+
+    def _slots(self, req: Request, positions: torch.Tensor):
+        table = torch.tensor(req.blocks)
+        return table[positions // self.block_size], positions % self.block_size
+
+    def write(self, layer: int, req: Request, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        b, o = self._slots(req, positions)
+        self.k[layer, b, o], self.v[layer, b, o] = k, v
+
+    def read(self, layer: int, req: Request, length: int):
+        b, o = self._slots(req, torch.arange(length))
+        return self.k[layer, b, o], self.v[layer, b, o]
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int = 0
+    processed_logprobs: bool = False  # record log p after top-k/top-p renormalisation
+    eos: int | None = None
+
+
+class RolloutEngine:
+    def __init__(self, model: Model, side: Side, block_size: int = 16, num_blocks: int = 4096,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int = 512, chunked_prefill: bool = True):
+        a = model.arch
+        self.model, self.side = model, side
+        self.cache = PagedKVCache(a.num_layers, num_blocks, block_size, a.num_kv_heads, a.head_dim,
+                                  model.w["model.embed_tokens.weight"].dtype)
+        self.max_num_seqs, self.budget, self.chunked = max_num_seqs, max_num_batched_tokens, chunked_prefill
+        self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
+
+    def _schedule(self, active: list[Request]) -> list[tuple[Request, int]]:
+        """(request, tokens to process) for this step: decodes first, then prefill chunks."""
+        budget, items = self.budget, []
+        for r in active:
+            if r.cached == len(r.prompt) + len(r.output) - 1 and r.output and budget > 0:
+                items.append((r, 1))
+                budget -= 1
+        for r in active:
+            todo = len(r.prompt) - r.cached
+            if r.output or todo <= 0 or budget <= 0:
+                continue
+            n = min(todo, budget) if self.chunked else (todo if todo <= budget else 0)
+            if n and self.cache.reserve(r, r.cached + n):
+                items.append((r, n))
+                budget -= n
+        return items
+
+    def _step(self, items: list[tuple[Request, int]]) -> torch.Tensor:
+        """One forward over all scheduled rows; returns logits of each item's last row."""
+        m, side = self.model, self.side
+        ids, pos, spans = [], [], []
+        for r, n in items:
+            spans.append((len(ids), len(ids) + n))
+            ids += r.tokens[r.cached:r.cached + n]
+            pos += list(range(r.cached, r.cached + n))
+        ids, positions = torch.tensor(ids), torch.tensor(pos)
+        self.batch_sizes.append(len(ids))
+        h, pending = m.embed(ids), None
+        for i in range(m.arch.num_layers):
+            x, h = m.input_norm(i, h, pending, side)
+            q, k, v = m.qkv(i, x, positions, side)
+            outs = []
+            for (r, n), (a, b) in zip(items, spans):
+                self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
+                kc, vc = self.cache.read(i, r, r.cached + n)
+                plan = side.decode if (n == 1 and r.output) else side.prefill
+                outs.append(attend(q[a:b], pos[a:b], kc, vc, plan, m.scale))
+            h, pending = m.post_attention(i, h, torch.cat(outs), side)
+        last = torch.tensor([b - 1 for _, b in spans])
+        return m.logits(h[last], pending[last], side)
+
+    def _sample(self, r: Request, logits: torch.Tensor, sp: SamplingParams) -> int:
+        lp = token_logprobs(logits[None], sp.temperature, self.side.fp32_logits)[0]
+        keep = torch.ones_like(lp, dtype=torch.bool)
+        if sp.top_k > 0:
+            keep &= lp >= torch.topk(lp, sp.top_k).values[-1]
+        if sp.top_p < 1.0:
+            order = torch.argsort(lp, descending=True)
+            cum = torch.cumsum(lp[order].exp(), 0)
+            cut = torch.zeros_like(keep)
+            cut[order] = (cum - lp[order].exp()) < sp.top_p
+            keep &= cut
+        filtered = torch.log_softmax(lp.masked_fill(~keep, float("-inf")), -1)
+        g = torch.Generator().manual_seed(sp.seed * 1_000_003 + r.id * 10_007 + len(r.output))
+        tok = int(torch.multinomial(filtered.exp(), 1, generator=g))
+        r.logprobs.append(float(filtered[tok] if sp.processed_logprobs else lp[tok]))
+        return tok
+
+    def generate(self, requests: list[Request], sp: SamplingParams) -> list[Request]:
+        """Run until every request finished; arrivals are honoured step by step."""
+        pending = sorted(requests, key=lambda r: (r.arrival, r.id))
+        active: list[Request] = []
+        step = 0
+        with torch.no_grad():
+            while pending or active:
+                while pending and pending[0].arrival <= step and len(active) < self.max_num_seqs:
+                    active.append(pending.pop(0))
+                items = self._schedule(active)
+                if items:
+                    logits = self._step(items)
+                    for (r, n), row in zip(items, logits):
+                        r.cached += n
+                        if r.cached == len(r.tokens):
+                            tok = self._sample(r, row, sp)
+                            r.output.append(tok)
+                            if len(r.output) >= r.max_new_tokens or tok == sp.eos:
+                                r.done = True
+                    for r in [r for r in active if r.done]:
+                        self.cache.release(r)
+                        active.remove(r)
+                    for r in active:  # reserve room for the next decode token
+                        if r.output and not self.cache.reserve(r, len(r.tokens)):
+                            raise RuntimeError("KV cache exhausted: raise num_blocks")
+                step += 1
+        return requests
