@@ -152,14 +152,13 @@ class ClusterSpec:
 
 @dataclass
 class LocalRunSpec:
-    """The embedded local job (reference engines on this machine)."""
+    """The embedded local job (reference engines on this machine). Steps, prompts per step and
+    samples per prompt come from train.steps, train.train_batch_size and rollout.n."""
 
-    steps: int = 12  # GRPO steps
-    prompts_per_step: int = 8  # prompts per step (each sampled rollout.n times)
     seed: int = 0  # seed of weights, data and sampling
-    lr: float = 3e-3  # AdamW learning rate
-    kl_coef: float = 0.0  # KL-to-reference coefficient (0: no reference model)
-    stop_on_logdiff: bool = True  # strict only: a non-zero logdiff stops the run
+    lr: float = 1e-2  # AdamW learning rate of the tiny model (algorithm.lr is the real model's)
+    task: str = "reverse"  # toy task with a verifiable reward: reverse the prompt's digits
+    plot: bool = True  # write metrics.png at the end
 
 
 @dataclass
