@@ -52,16 +52,13 @@ def fsdp_train_bytes(s) -> float:
 
 def _zero3_estimator():
     """DeepSpeed's estimator; its import-time accelerator notice is kept off our output."""
-    import contextlib
-    import io
     import logging
-    import sys
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    logging.disable(logging.WARNING)
+    try:
         from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
-    for h in logging.getLogger("DeepSpeed").handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            h.setStream(sys.stdout)
+    finally:
+        logging.disable(logging.NOTSET)
     return estimate_zero3_model_states_mem_needs
 
 

@@ -38,3 +38,18 @@ def compose_verl(invocation):
             return compose(invocation.config_name, overrides=invocation.overrides)
     finally:
         GlobalHydra.instance().clear()
+
+
+def hf_config_dir(m, where):
+    """A local HF model folder (config.json only) with the spec's architecture facts."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
+    common = dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                  num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+                  num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim)
+    cfg = (Qwen3MoeConfig(num_experts=m.num_experts, num_experts_per_tok=m.experts_per_token,
+                          moe_intermediate_size=m.moe_intermediate_size, **common)
+           if m.num_experts else Qwen3Config(**common))
+    cfg.architectures = ["Qwen3MoeForCausalLM" if m.num_experts else "Qwen3ForCausalLM"]
+    cfg.save_pretrained(where)
+    return str(where)

@@ -6,7 +6,7 @@ import pytest
 from topl.launcher.render import FREE_FORM, NEW_KEYS, fmt, render
 from helpers import STRICT_A3, run_topl
 
-from helpers import compose_verl, verl_config_dir  # noqa: E402
+from helpers import compose_verl, hf_config_dir, verl_config_dir  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 
@@ -74,21 +74,6 @@ def test_rendering_composes_against_verl_and_passes_validate_config(compose, lay
     assert cfg.actor_rollout_ref.rollout.n == spec.rollout.n
     assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == inv.env or not inv.env
     validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
-
-
-def hf_config_dir(m, where):
-    """A local HF model folder (config.json only) with the spec's architecture facts."""
-    from transformers import Qwen3Config, Qwen3MoeConfig
-
-    common = dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                  num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
-                  num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim)
-    cfg = (Qwen3MoeConfig(num_experts=m.num_experts, num_experts_per_tok=m.experts_per_token,
-                          moe_intermediate_size=m.moe_intermediate_size, **common)
-           if m.num_experts else Qwen3Config(**common))
-    cfg.architectures = ["Qwen3MoeForCausalLM" if m.num_experts else "Qwen3ForCausalLM"]
-    cfg.save_pretrained(where)
-    return str(where)
 
 
 @needs_verl
