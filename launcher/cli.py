@@ -21,6 +21,7 @@ commands:
   render    print the verl command the spec becomes                   (--json)
   rules     print the consistency contract's rule catalog             (--json, --markdown)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
+  plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   probe     run the reference rollout and training engines, compare log-probs (--json)
 
 examples:
@@ -117,6 +118,12 @@ def cmd_probe(args: list[str]) -> int:
     return probe_main(args)
 
 
+def cmd_plan(args: list[str]) -> int:
+    from topl.launcher.plan_cli import main as plan_main
+
+    return plan_main(args)
+
+
 def cmd_launch(args: list[str]) -> int:
     from topl.launcher.launch import main as launch_main
 
@@ -124,7 +131,7 @@ def cmd_launch(args: list[str]) -> int:
 
 
 COMMANDS = {"launch": cmd_launch, "check": cmd_check, "render": cmd_render, "rules": cmd_rules,
-            "recipes": cmd_recipes, "probe": cmd_probe}
+            "recipes": cmd_recipes, "probe": cmd_probe, "plan": cmd_plan}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 from __future__ import annotations
 
 import atexit
-import copy
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -137,8 +136,7 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
             cfg = compose("config", overrides=hydra_overrides, return_hydra_config=True)
-            loader = GlobalHydra.instance().config_loader()
-            sources = _sources(loader, hydra_overrides, root)
+            sources = _sources(loader_for(root), hydra_overrides, root)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _friendly(e, overrides) from None
     finally:
@@ -159,6 +157,18 @@ def open_dict(cfg: DictConfig):
     from omegaconf import open_dict as _od
 
     return _od(cfg)
+
+
+def loader_for(root):
+    """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    path = create_config_search_path(str(conf_dir()))
+    if root is not None:  # before the structured-config ("schema") source, which Hydra expects last
+        path.append("topl-recipe", f"file://{root.dir}", anchor=SearchPathQuery(provider="main"))
+    return ConfigLoaderImpl(config_search_path=path)
 
 
 def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
@@ -182,7 +192,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
         for key in _flatten(data, package if package not in ("_global_",) else ""):
             sources[key] = label
     parser = OverridesParser.create()
-    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
+    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):  # noqa: E501
         key = ov.key_or_group
         if "@" in key or "/" in key or key in _GROUPS:
             continue  # a group choice: its file is the source of the values
@@ -207,7 +217,4 @@ def _repo(loader, root):
     """A config repository over Hydra's search path plus the recipe root (a searchpath override)."""
     from hydra._internal.config_repository import ConfigRepository
 
-    path = copy.deepcopy(loader.get_search_path())
-    if root is not None:
-        path.append("topl-recipe", f"file://{root.dir}")
-    return ConfigRepository(config_search_path=path)
+    return ConfigRepository(config_search_path=loader.get_search_path())

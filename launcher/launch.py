@@ -37,11 +37,10 @@ def _split(args: list[str]) -> tuple[set[str], list[str], list[str]]:
 
 def _task(cfg: DictConfig) -> None:
     """Runs once per job (once per sweep point under -m)."""
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
     from topl.launcher import backends, rundir
-    from topl.launcher.compose import Composed, _sources
+    from topl.launcher.compose import Composed, _sources, loader_for
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
     from topl.launcher.spec import JobSpec
@@ -49,9 +48,8 @@ def _task(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     task_overrides = list(hc.overrides.task)
-    searchpath = [o for o in hc.overrides.hydra if o.startswith("hydra.searchpath")]
     root = _state.get("root")
-    sources = _sources(GlobalHydra.instance().config_loader(), task_overrides + searchpath, root)
+    sources = _sources(loader_for(root), task_overrides, root)
     cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
     choices = {k: v for k, v in hc.runtime.choices.items() if v is not None and "hydra/" not in k}
     composed = Composed(cfg, sources, _state.get("user_overrides", task_overrides), choices,

@@ -182,5 +182,8 @@ class JobSpec:
 
 def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore; every group file is validated against it."""
+    from hydra_plugins.topl_sweeper.topl_sweeper import ToplSweeperConf
+
     cs = ConfigStore.instance()
     cs.store(name="topl_schema", node=JobSpec)
+    cs.store(group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl")

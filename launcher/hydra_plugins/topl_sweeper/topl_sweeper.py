@@ -1,0 +1,90 @@
+"""A Hydra sweeper that validates every point with topl's contract and drops invalid ones.
+
+Expansion is Hydra's own (BasicSweeper's cartesian product); valid points go to whatever launcher
+is configured (basic, joblib, ray, submitit); invalid points never start.
+"""
+# no `from __future__ import annotations`: Hydra imports plugins outside sys.modules (dataclass needs it)
+
+import csv
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.errors import HydraException
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ToplSweeperConf:
+    _target_: str = "hydra_plugins.topl_sweeper.topl_sweeper.ToplSweeper"
+    max_batch_size: Optional[int] = None  # jobs handed to the launcher at once (None: all)
+    params: Optional[Dict[str, str]] = None  # sweep parameters from config, as in BasicSweeper
+    on_invalid: str = "skip"  # skip: drop invalid points and run the rest | fail: run nothing
+
+
+def write_reports(sweep_dir: Path, verdicts) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    rows = [v.to_dict() for v in verdicts]
+    (sweep_dir / "sweep_report.json").write_text(json.dumps(
+        {"points": len(rows), "valid": sum(r["valid"] for r in rows), "verdicts": rows}, indent=1))
+    with (sweep_dir / "sweep_report.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["point", "overrides", "valid", "rules", "warnings", "train_gb", "rollout_gb", "devices"])
+        for i, r in enumerate(rows):
+            w.writerow([i, " ".join(r["overrides"]), r["valid"], " ".join(r["rules"]), " ".join(r["warnings"]),
+                        r["train_gb"], r["rollout_gb"], r["devices"]])
+
+
+class ToplSweeper(BasicSweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
+                 on_invalid: str = "skip"):
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        if on_invalid not in ("skip", "fail"):
+            raise HydraException(f"hydra.sweeper.on_invalid={on_invalid!r}: use skip or fail")
+        self.on_invalid = on_invalid
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from topl.launcher import launch
+        from topl.launcher.errors import ToplError
+        from topl.launcher.plan import Planner, expand, expand_items
+
+        params = self._parse_config()
+        to_launch = expand(params + list(arguments))
+        user = launch._state.get("user_overrides")  # recipe paths as the user gave them
+        items = expand_items(params + list(user if user is not None else arguments))
+        if len(items) != len(to_launch):
+            raise HydraException("topl sweeper: sweep expansion mismatch")
+        planner = Planner()
+        try:
+            verdicts = [planner.verdict(p) for p in items]
+        except ToplError as e:
+            log.error(e.render())
+            raise SystemExit(2) from None  # a readable message, not a traceback
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        write_reports(sweep_dir, verdicts)
+        valid = [launch_ov for launch_ov, v in zip(to_launch, verdicts) if v.valid]
+        for i, v in enumerate(verdicts):
+            if not v.valid:
+                log.warning("topl sweeper: dropped point %d (%s): %s", i, " ".join(v.overrides), ", ".join(v.rules))
+        log.info("topl sweeper: %d points, %d valid; report in %s", len(verdicts), len(valid), sweep_dir)
+        if len(valid) < len(verdicts) and self.on_invalid == "fail":
+            log.error("topl sweeper: %d invalid point(s) and on_invalid=fail; nothing started (see %s)",
+                      len(verdicts) - len(valid), sweep_dir / "sweep_report.csv")
+            raise SystemExit(2)
+        if not valid:
+            log.warning("topl sweeper: no valid point; nothing started")
+            return []
+        size = self.max_batch_size or len(valid)
+        batches = [valid[i:i + size] for i in range(0, len(valid), size)]
+        returns, idx = [], 0
+        for batch in batches:
+            results = self.launcher.launch(batch, initial_job_idx=idx)
+            for r in results:
+                _ = r.return_value
+            idx += len(batch)
+            returns.append(results)
+        return returns
