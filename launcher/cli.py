@@ -16,12 +16,14 @@ USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
 
 commands:
   launch    validate, write a run directory, start the backend (Hydra app: -m, --cfg job, --info)
-            flags: --dry-run (write the run dir, start nothing), --follow (ray_job: stream logs)
+            flags: --dry-run (write the run dir, start nothing), --follow (ray_job: stream logs),
+                   --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
   rules     print the consistency contract's rule catalog             (--json, --markdown)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
+  doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
   probe     run the reference rollout and training engines, compare log-probs (--json)
 
 examples:
@@ -124,6 +126,12 @@ def cmd_plan(args: list[str]) -> int:
     return plan_main(args)
 
 
+def cmd_doctor(args: list[str]) -> int:
+    from topl.launcher.doctor_cli import main as doctor_main
+
+    return doctor_main(args)
+
+
 def cmd_launch(args: list[str]) -> int:
     from topl.launcher.launch import main as launch_main
 
@@ -131,7 +139,8 @@ def cmd_launch(args: list[str]) -> int:
 
 
 COMMANDS = {"launch": cmd_launch, "check": cmd_check, "render": cmd_render, "rules": cmd_rules,
-            "recipes": cmd_recipes, "probe": cmd_probe, "plan": cmd_plan}
+            "recipes": cmd_recipes, "probe": cmd_probe, "plan": cmd_plan,
+            "doctor": cmd_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from topl.launcher.errors import ToplError
 
-TOPL_FLAGS = ("--dry-run", "--follow")
+TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor")
 HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
                           "--config-dir", "-cd", "--experimental-rerun")
 _state: dict = {}
@@ -70,6 +70,10 @@ def _task(cfg: DictConfig) -> None:
         _state["rc"] = 0
         return
     backend = spec.cluster.backend
+    if backend != "local":
+        if not _doctor_ok(spec, run_dir):
+            _state["rc"] = 2
+            return
     if backend == "local":
         from topl.kernels.local_job import run_local
 
@@ -80,6 +84,27 @@ def _task(cfg: DictConfig) -> None:
         rc = backends.run_ray_job(inv, run_dir, spec.cluster.ray_address, "--follow" in _state["flags"],
                                   python=spec.cluster.python)
     _state["rc"] = max(_state.get("rc", 0), rc)
+
+
+def _doctor_ok(spec, run_dir: Path) -> bool:
+    """Remote backends: check the stack where the job will run before starting it."""
+    import json
+
+    from topl.launcher import doctor_cli
+
+    if "--skip-doctor" in _state.get("flags", ()):
+        print("topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing batch_invariant_ops or "
+              "an unpatched verl will only show up as logdiff != 0 or a crash hours in", file=sys.stderr)
+        return True
+    nodes = doctor_cli.run(spec, spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None)
+    (run_dir / "doctor.json").write_text(json.dumps(nodes, indent=1))
+    bad = [(n["node"], f) for n in nodes for f in n["findings"] if f["severity"] == "error"]
+    for node, f in bad:
+        print(f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n  fix: {f['fix']}",
+              file=sys.stderr)
+    if bad:
+        print("topl: the doctor found errors; nothing started (--skip-doctor to override, loudly)", file=sys.stderr)
+    return not bad
 
 
 def main(args: list[str]) -> int:

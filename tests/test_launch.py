@@ -95,44 +95,6 @@ def test_ctrl_c_stops_the_child_process_group(tmp_path, fake_entry):
         os.kill(child, 0)
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    pytest.importorskip("ray")
-    from ray.job_submission import JobSubmissionClient
-
-    port, gcs = _free_port(), _free_port()
-    tmp = tmp_path_factory.mktemp("ray")
-    head = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-                             f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
-                             "--num-cpus=1", "--include-dashboard=true", f"--temp-dir={tmp}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    address = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            JobSubmissionClient(address).list_jobs()
-            break
-        except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(1)
-    else:
-        os.killpg(head.pid, signal.SIGTERM)
-        pytest.skip("local Ray head did not come up")
-    yield address
-    os.killpg(head.pid, signal.SIGTERM)
-    try:
-        head.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(head.pid, signal.SIGKILL)
-
-
 def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
     r = run_topl("launch", "cluster.backend=ray_job", f"cluster.ray_address={ray_head}", "--follow",
                  "algorithm.entrypoint=fake_verl", "collective=hccl_strict", f"cluster.python={sys.executable}",

@@ -1,0 +1,213 @@
+"""`topl doctor`: check the target stack where the job will run, before launch.
+
+Declared versions are not enough: a missing `batch_invariant_ops` only logs a warning and the run
+goes silently off-policy; a verl without the PP patch accepts the key and then raises. Each check
+here looks at what is really installed (package metadata, importable modules, source markers,
+CANN's version file, environment as the job's processes see it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+ERROR, WARNING, OK = "error", "warning", "ok"
+
+
+@dataclass
+class Finding:
+    id: str  # stable id, e.g. TOP-DOC-NPU-001
+    severity: str  # error | warning | ok
+    what: str  # what was checked
+    found: str  # what is there
+    needed: str  # what the spec needs
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _v(text: str | None) -> Version | None:
+    try:
+        return Version(text) if text else None
+    except InvalidVersion:
+        return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _source(module: str) -> str:
+    """Text of a module's file, without importing it (NPU packages import CANN at import time)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return ""
+    return Path(spec.origin).read_text(errors="replace")
+
+
+def _package_text(module: str, needle: str) -> bool:
+    """Whether any .py file of a package contains `needle`."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    for root in roots:
+        for f in Path(root).rglob("*.py"):
+            if needle in f.read_text(errors="replace"):
+                return True
+    return False
+
+
+def cann_version() -> str | None:
+    """CANN toolkit version from its install info (ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME)."""
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        root = os.environ.get(var)
+        if not root:
+            continue
+        for name in ("ascend_toolkit_install.info", "version.cfg", "version.info"):
+            for f in [Path(root) / name, *Path(root).glob(f"*/{name}")]:
+                if f.is_file():
+                    for line in f.read_text(errors="replace").splitlines():
+                        key, _, val = line.partition("=")
+                        if key.strip().lower() in ("version", "toolkit_version", "runtime_running_version"):
+                            return val.strip().strip('"[]').split(":")[0]
+    return None
+
+
+def accelerator() -> str:
+    """npu | cuda | cpu, as DeepSpeed's accelerator abstraction detects it."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    try:
+        from deepspeed.accelerator import get_accelerator
+
+        return get_accelerator().device_name()
+    except Exception:  # noqa: BLE001 - a broken stack must not crash the doctor
+        return "cpu"
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def worker_env(spec) -> dict[str, str]:
+    """The environment a Ray worker of this job sees: the node's, plus what the rendered
+    invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
+    from topl.launcher.render import render
+
+    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    fwd = {}
+    for o in render(spec).overrides:
+        if o.startswith(prefix):
+            k, _, val = o[len(prefix):].partition("=")
+            fwd[k] = val.strip('"')
+    return {**os.environ, **fwd}
+
+
+def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
+    """Every check for this spec; `env` is the environment the job's processes get (default: a
+    Ray worker's, see `worker_env`)."""
+    from topl.launcher.render import env_vars
+
+    env = worker_env(spec) if env is None else dict(env)
+    npu, strict = spec.cluster.device == "npu", spec.alignment.mode == "strict"
+    v = spec.cluster.versions
+    out: list[Finding] = []
+
+    def add(id_, ok, what, found, needed, fix, sev=ERROR):
+        out.append(Finding(id_, OK if ok else sev, what, found, needed, "" if ok else fix))
+
+    py = platform.python_version()
+    add("TOP-DOC-PY-001", sys.version_info >= (3, 10), "Python", py, ">= 3.10", "use Python 3.10 or newer")
+    torch_v = _version("torch")
+    add("TOP-DOC-TORCH-001", torch_v is not None, "torch installed", torch_v or "missing", "torch",
+        "pip install torch (the build your accelerator needs)")
+    acc = accelerator()
+    add("TOP-DOC-ACC-001", acc == spec.cluster.device or (spec.cluster.device == "cpu"), "accelerator visible",
+        acc, spec.cluster.device, f"run on a host with {spec.cluster.device} devices (CANN/driver installed)")
+    if spec.cluster.backend != "local":
+        verl_v = _version("verl")
+        add("TOP-DOC-VERL-001", verl_v is not None, "verl installed", verl_v or "missing", v.verl,
+            f"pip install verl=={v.verl}")
+        if verl_v and _v(verl_v) != _v(v.verl):
+            add("TOP-DOC-VERL-002", False, "verl version", verl_v, v.verl,
+                "install the declared verl or update cluster.versions.verl", WARNING)
+        if spec.rollout.pp > 1:
+            stock = "not implemented pipeline_model_parallel_size > 1" in _source("verl.workers.config.rollout")
+            add("TOP-DOC-VERL-003", verl_v is not None and not stock, "verl supports vLLM pipeline parallel",
+                "stock verl (raises NotImplementedError)" if stock else ("missing" if not verl_v else "patched"),
+                "the vLLM PP patch", "apply the PP patch to verl, or set rollout.pp=1")
+    if npu:
+        npu_v = _version("torch_npu")
+        add("TOP-DOC-NPU-001", npu_v is not None, "torch_npu installed", npu_v or "missing", v.torch_npu,
+            "install torch_npu matching your torch and CANN")
+        if npu_v and torch_v:
+            t, n = _v(torch_v.split("+")[0]), _v(npu_v.split("+")[0].split(".post")[0])
+            add("TOP-DOC-NPU-002", bool(t and n and (t.major, t.minor) == (n.major, n.minor)),
+                "torch and torch_npu match", f"torch {torch_v}, torch_npu {npu_v}", "same major.minor",
+                f"install torch_npu {t.major}.{t.minor}.x or torch {n.major}.{n.minor}.x" if t and n else "")
+        cann = cann_version()
+        add("TOP-DOC-CANN-001", cann is not None, "CANN toolkit", cann or "not found (ASCEND_HOME_PATH unset?)",
+            v.cann, "source CANN's set_env.sh (sets ASCEND_HOME_PATH)")
+        va = _version("vllm-ascend") or _version("vllm_ascend")
+        add("TOP-DOC-VLLMA-001", bool(va and _v(va) and _v(va) >= Version("0.18.0")), "vllm-ascend version",
+            va or "missing", ">= 0.18.0", "pip install 'vllm-ascend>=0.18.0' (and the matching vllm)")
+        if strict:
+            rl = _package_text("vllm_ascend", "enable_training_consistency")
+            add("TOP-DOC-VLLMA-002", rl, "vllm-ascend rl_config.enable_training_consistency (FA3 backend)",
+                "present" if rl else "absent", "present", "use a vllm-ascend with the FA3 training-consistency backend")
+            add("TOP-DOC-BIO-001", _importable("batch_invariant_ops"), "batch_invariant_ops importable",
+                "yes" if _importable("batch_invariant_ops") else "no", "yes",
+                "install CANN's batch_invariant_ops (without it the patch only warns and the run is off-policy)")
+            add("TOP-DOC-FA3-001", _importable("flash_attn_npu_v3"), "flash_attn_npu_v3 importable",
+                "yes" if _importable("flash_attn_npu_v3") else "no", "yes", "install flash-attention-npu")
+            if spec.cluster.external_modules:
+                mod = spec.cluster.external_modules
+                add("TOP-DOC-PATCH-001", _importable(mod), f"patch module {mod} importable",
+                    "yes" if _importable(mod) else "no", "yes", "install the true on-policy patch package")
+        soc = _soc()
+        if soc and spec.cluster.soc:
+            add("TOP-DOC-SOC-001", soc == spec.cluster.soc, "SoC type", soc, spec.cluster.soc,
+                "pick the cluster config that matches the hardware (cluster=atlas_a2 / atlas_a3)")
+    for k, want in env_vars(spec).items():
+        seen = env.get(k)
+        add("TOP-DOC-ENV-001", seen == want, f"env {k} as the job's processes see it", seen or "unset", want,
+            f"forward {k}={want} to every worker (runtime_env env_vars)")
+    return out
+
+
+def _soc() -> str | None:
+    """A2 / A3 from the NPU's name, when torch_npu and a device are visible."""
+    if not _importable("torch_npu"):
+        return None
+    try:
+        import torch_npu  # noqa: F401
+
+        name = __import__("torch").npu.get_device_name(0)
+    except Exception:  # noqa: BLE001 - no device or driver: not visible
+        return None
+    return "A3" if "93" in name else "A2" if "910B" in name else name
+
+
+def errors(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == ERROR]
