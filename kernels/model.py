@@ -51,6 +51,14 @@ class Model:
     def __init__(self, arch, weights: dict[str, torch.Tensor]):
         self.arch, self.w = arch, weights
         self.scale = 1.0 / math.sqrt(arch.head_dim)
+        self.recorder = None  # a kernels.dump.Recorder: boundary tensors for `topl diagnose`
+        self.row_keys: list[tuple[int, int]] = []  # (sequence, position) of each row being computed
+
+    def tap(self, boundary: str, t: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Record a canonical boundary (only when a recorder is attached)."""
+        if self.recorder is not None:
+            keys = self.row_keys if rows is None else [self.row_keys[i] for i in rows.tolist()]
+            self.recorder.record(boundary, t, keys)
 
     # --- weights ---------------------------------------------------------------------------
     @classmethod
@@ -117,8 +125,11 @@ class Model:
         """RMSNorm before attention; `pending` is the previous MLP output not yet added to h."""
         w, eps = self.w[f"model.layers.{i}.input_layernorm.weight"], self.arch.rms_norm_eps
         if pending is None:
-            return P.rms_norm(h, w, eps, side.invariant), h
-        return P.add_rms_norm(pending, h, w, eps, side.invariant, side.fused)
+            x = P.rms_norm(h, w, eps, side.invariant)
+        else:
+            x, h = P.add_rms_norm(pending, h, w, eps, side.invariant, side.fused)
+        self.tap(f"layers.{i}.input_norm", x)
+        return x, h
 
     def qkv(self, i: int, x: torch.Tensor, positions: torch.Tensor, side: Side):
         """q [R, H, D], k and v [R, KVH, D]: projections, per-head q/k RMSNorm, RoPE."""
@@ -132,16 +143,23 @@ class Model:
         cos, sin = P.rope_tables(positions, a.head_dim, a.rope_theta)
         q = P.apply_rope(q.view(r, a.num_heads, a.head_dim), cos, sin, side.fused)
         k = P.apply_rope(k.view(r, a.num_kv_heads, a.head_dim), cos, sin, side.fused)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            self.tap(f"layers.{i}.{name}", t)
         return q, k, v
 
     def post_attention(self, i: int, h: torch.Tensor, attn: torch.Tensor, side: Side):
         """o_proj (row-parallel), residual add + post-attention norm, MLP. Returns (h, pending)."""
         p = f"model.layers.{i}."
+        self.tap(f"layers.{i}.attn", attn.reshape(attn.shape[0], -1))
         o = P.row_parallel(attn.reshape(attn.shape[0], -1), self.w[p + "self_attn.o_proj.weight"], side.tp,
                            side.order, side.invariant)
+        self.tap(f"layers.{i}.o_proj", o)
         x, h = P.add_rms_norm(o, h, self.w[p + "post_attention_layernorm.weight"], self.arch.rms_norm_eps,
                               side.invariant, side.fused)
-        return h, (self.moe(i, x, side) if self.arch.num_experts else self.mlp(f"{p}mlp.", x, side, side.tp))
+        self.tap(f"layers.{i}.post_attn_residual", h)
+        out = self.moe(i, x, side) if self.arch.num_experts else self.mlp(f"{p}mlp.", x, side, side.tp)
+        self.tap(f"layers.{i}.mlp", out)
+        return h, out
 
     def mlp(self, p: str, x: torch.Tensor, side: Side, tp: int) -> torch.Tensor:
         gate = P.linear(x, self.w[p + "gate_proj.weight"], side.invariant)
@@ -157,12 +175,15 @@ class Model:
         return logits, top_w / top_w.sum(-1, keepdim=True), top_i
 
     def moe(self, i: int, x: torch.Tensor, side: Side) -> torch.Tensor:
-        _, top_w, top_i = self.route(i, x, side)
+        logits, top_w, top_i = self.route(i, x, side)
+        self.tap(f"layers.{i}.router_logits", logits)
+        self.tap(f"layers.{i}.experts", top_i)
         r, k = top_i.shape
         ys = x.new_zeros(r, k, x.shape[1])
         for e in torch.unique(top_i).tolist():  # each expert sees only its tokens: batch invariance matters
             rows, slot = torch.nonzero(top_i == e, as_tuple=True)
             ys = ys.index_put((rows, slot), self.mlp(f"model.layers.{i}.mlp.experts.{e}.", x[rows], side, 1))
+        self.tap(f"layers.{i}.expert_out", ys)
         if side.moe_order == "rank":  # fixed combine: top-1 + top-2 + ... in fp32
             out = ys[:, 0].float() * top_w[:, :1]
             for j in range(1, k):
@@ -177,7 +198,10 @@ class Model:
     def logits(self, h: torch.Tensor, pending: torch.Tensor, side: Side) -> torch.Tensor:
         x, _ = P.add_rms_norm(pending, h, self.w["model.norm.weight"], self.arch.rms_norm_eps, side.invariant,
                               side.fused)
-        return P.linear(x, self.lm_head(), side.invariant)
+        self.tap("final_norm", x)
+        out = P.linear(x, self.lm_head(), side.invariant)
+        self.tap("logits", out)
+        return out
 
 
 def token_logprobs(logits: torch.Tensor, temperature: float, fp32: bool) -> torch.Tensor:

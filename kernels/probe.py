@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
 from topl.kernels.alignment import Alignment
+from topl.kernels.dump import Recorder, manifest_for, save
 from topl.kernels.metrics import compare
 from topl.kernels.model import Model, sides
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
@@ -29,18 +32,33 @@ def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int 
 
 def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_tp: int = 1, rollout_tp: int = 1,
           order: str = "ring", block_size: int = 16, chunked_prefill: bool = True, max_num_batched_tokens: int = 64,
-          max_num_seqs: int = 256, micro_batch: int = 4, sampling: SamplingParams | None = None) -> dict:
-    """Rollout then training recompute of the same tokens; metrics plus timing."""
+          max_num_seqs: int = 256, micro_batch: int = 4, sampling: SamplingParams | None = None,
+          dump_dir: str | Path | None = None, train_model: Model | None = None) -> dict:
+    """Rollout then training recompute of the same tokens; metrics plus timing.
+
+    `dump_dir`: write boundary dumps of both engines (`rollout/`, `training/`) for `topl diagnose`.
+    `train_model`: a different model object for the training side (to plant framework differences)."""
     train_side, rollout_side = sides(alignment, train_tp, rollout_tp, order)
+    train_model = train_model or model
     sp = sampling or SamplingParams()
+    recs = (Recorder(), Recorder()) if dump_dir else (None, None)
     t0 = time.perf_counter()
     eng = RolloutEngine(model, rollout_side, block_size, max_num_seqs=max_num_seqs,
                         max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+    model.recorder = recs[0]
     done = eng.generate(requests, sp)
+    model.recorder = None
     t1 = time.perf_counter()
-    trainer = TrainingEngine(model, train_side, micro_batch)
+    trainer = TrainingEngine(train_model, train_side, micro_batch)
+    train_model.recorder = recs[1]
     lp = trainer.logprobs([r.tokens for r in done], [len(r.prompt) for r in done], sp.temperature)
+    train_model.recorder = None
     t2 = time.perf_counter()
+    if dump_dir:
+        layout = {"train_tp": train_tp, "rollout_tp": rollout_tp, "order": order, "block_size": block_size,
+                  "alignment": asdict(alignment)}
+        save(Path(dump_dir) / "rollout", recs[0], manifest_for("topl-rollout", model, layout=layout))
+        save(Path(dump_dir) / "training", recs[1], manifest_for("topl-training", train_model, layout=layout))
     out = compare([torch.tensor(r.logprobs) for r in done], lp)
     out.update(rollout_s=t1 - t0, train_s=t2 - t1, engine_steps=len(eng.batch_sizes),
                distinct_batch_sizes=len(set(eng.batch_sizes)))

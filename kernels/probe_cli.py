@@ -1,4 +1,4 @@
-"""`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed]`."""
+"""`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] [--dump DIR]`."""
 from __future__ import annotations
 
 import json
@@ -32,7 +32,7 @@ def model_for(spec):
     return Model.random(spec.model, seed=spec.local.seed, dtype=dtype)
 
 
-def run(spec, prompts: int = 16, arrival: str = "staggered") -> dict:
+def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | None = None) -> dict:
     from topl.kernels.probe import make_requests, probe
     from topl.kernels.rollout import SamplingParams
 
@@ -44,7 +44,7 @@ def run(spec, prompts: int = 16, arrival: str = "staggered") -> dict:
     out = probe(model_for(spec), spec.alignment, requests=reqs, train_tp=spec.train.tp, rollout_tp=r.tp,
                 order=spec.collective.order, block_size=r.block_size, chunked_prefill=r.chunked_prefill,
                 max_num_batched_tokens=r.max_num_batched_tokens, max_num_seqs=r.max_num_seqs,
-                micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp)
+                micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp, dump_dir=dump_dir)
     out["alignment"] = spec.alignment.mode
     out["switches_off"] = [s for s in spec.alignment.SWITCHES if not getattr(spec.alignment, s)]
     return out
@@ -57,8 +57,11 @@ def main(args: list[str]) -> int:
     args = [a for a in args if a != "--json"]
     prompts, args = _opt(args, "--prompts", "16")
     arrival, args = _opt(args, "--arrival", "staggered")
+    dump_dir, args = _opt(args, "--dump", "")
     spec = compose_job(args).to_object()
-    out = run(spec, int(prompts), arrival)
+    out = run(spec, int(prompts), arrival, dump_dir or None)
+    if dump_dir:
+        out["dumps"] = [f"{dump_dir}/rollout", f"{dump_dir}/training"]
     if as_json:
         print(json.dumps(out, indent=1))
     else:

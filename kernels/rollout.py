@@ -110,7 +110,9 @@ class RolloutEngine:
             pos += list(range(r.cached, r.cached + n))
         ids, positions = torch.tensor(ids), torch.tensor(pos)
         self.batch_sizes.append(len(ids))
+        m.row_keys = [(r.id, p) for (r, n) in items for p in range(r.cached, r.cached + n)]
         h, pending = m.embed(ids), None
+        m.tap("embed", h)
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
@@ -122,6 +124,8 @@ class RolloutEngine:
                 outs.append(attend(q[a:b], pos[a:b], kc, vc, plan, m.scale))
             h, pending = m.post_attention(i, h, torch.cat(outs), side)
         last = torch.tensor([b - 1 for _, b in spans])
+        keys = m.row_keys
+        m.row_keys = [keys[i] for i in last.tolist()]
         return m.logits(h[last], pending[last], side)
 
     def _sample(self, r: Request, logits: torch.Tensor, sp: SamplingParams) -> int:
@@ -139,6 +143,8 @@ class RolloutEngine:
         g = torch.Generator().manual_seed(sp.seed * 1_000_003 + r.id * 10_007 + len(r.output))
         tok = int(torch.multinomial(filtered.exp(), 1, generator=g))
         r.logprobs.append(float(filtered[tok] if sp.processed_logprobs else lp[tok]))
+        if self.model.recorder is not None:
+            self.model.recorder.record("logprobs", torch.tensor([r.logprobs[-1]]), [(r.id, len(r.tokens) - 1)])
         return tok
 
     def generate(self, requests: list[Request], sp: SamplingParams) -> list[Request]:

@@ -21,13 +21,15 @@ class TrainingEngine:
             flat = self._forward_packed(seqs)
         return list(flat.split([len(s) for s in seqs]))
 
-    def _forward_packed(self, seqs: list[list[int]]) -> torch.Tensor:
-        """Logits for every token of the packed micro-batch [sum(len), vocab]."""
+    def _forward_packed(self, seqs: list[list[int]], first: int = 0) -> torch.Tensor:
+        """Logits for every token of the packed micro-batch [sum(len), vocab]; sequence ids start at `first`."""
         m, side = self.model, self.side
+        m.row_keys = [(first + n, p) for n, s in enumerate(seqs) for p in range(len(s))]
         ids = torch.tensor([t for s in seqs for t in s])
         positions = torch.cat([torch.arange(len(s)) for s in seqs])
         bounds = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0).tolist()  # cu_seqlens
         h, pending = m.embed(ids), None
+        m.tap("embed", h)
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
@@ -45,11 +47,13 @@ class TrainingEngine:
         with ctx:
             for lo in range(0, len(seqs), self.micro_batch):
                 batch, st = seqs[lo:lo + self.micro_batch], starts[lo:lo + self.micro_batch]
-                logits = self._forward_packed(batch)
+                logits = self._forward_packed(batch, lo)
                 offset = 0
-                for s, start in zip(batch, st):
+                for n, (s, start) in enumerate(zip(batch, st)):
                     rows = logits[offset + start - 1: offset + len(s) - 1]
                     lp = token_logprobs(rows, temperature, self.side.fp32_logits)
                     out.append(lp.gather(1, torch.tensor(s[start:])[:, None])[:, 0])
+                    if self.model.recorder is not None:
+                        self.model.recorder.record("logprobs", out[-1], [(lo + n, p) for p in range(start - 1, len(s) - 1)])
                     offset += len(s)
         return out

@@ -24,7 +24,8 @@ commands:
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
-  probe     run the reference rollout and training engines, compare log-probs (--json)
+  probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
+  diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
 examples:
   topl launch                                   # the embedded default: true on-policy GRPO here
@@ -132,6 +133,12 @@ def cmd_doctor(args: list[str]) -> int:
     return doctor_main(args)
 
 
+def cmd_diagnose(args: list[str]) -> int:
+    from topl.kernels.diagnose_cli import main as diagnose_main
+
+    return diagnose_main(args)
+
+
 def cmd_launch(args: list[str]) -> int:
     from topl.launcher.launch import main as launch_main
 
@@ -140,7 +147,7 @@ def cmd_launch(args: list[str]) -> int:
 
 COMMANDS = {"launch": cmd_launch, "check": cmd_check, "render": cmd_render, "rules": cmd_rules,
             "recipes": cmd_recipes, "probe": cmd_probe, "plan": cmd_plan,
-            "doctor": cmd_doctor}
+            "doctor": cmd_doctor, "diagnose": cmd_diagnose}
 
 
 def main(argv: list[str] | None = None) -> int:

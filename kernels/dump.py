@@ -1,0 +1,174 @@
+"""Boundary dumps: canonical per-layer tensors for chosen tokens, as safetensors + a JSON manifest.
+
+Canonical boundaries, in dataflow order: `embed`; per layer `layers.{i}.` + input_norm, q, k, v
+(after norm and RoPE), attn (before o_proj), o_proj, post_attn_residual, router_logits, experts,
+expert_out, mlp; then final_norm, logits, logprobs. Rows are keyed by (sequence, position).
+
+Two ways to fill a dump: the reference engines call `Recorder.record` directly; any torch
+`nn.Module` model (Hugging Face, Megatron, vLLM) gets forward hooks from `HookDumper` with a
+name map from module names to boundaries.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+LAYER_BOUNDARIES = ("input_norm", "q", "k", "v", "attn", "o_proj", "post_attn_residual", "router_logits", "experts",
+                    "expert_out", "mlp")
+
+
+def canonical_order(num_layers: int) -> list[str]:
+    return ["embed", *[f"layers.{i}.{b}" for i in range(num_layers) for b in LAYER_BOUNDARIES],
+            "final_norm", "logits", "logprobs"]
+
+
+class Recorder:
+    """Collects boundary rows keyed by (sequence, position); `positions` filters what is kept."""
+
+    def __init__(self, keep: Callable[[int, int], bool] | None = None):
+        self.rows: dict[str, dict[tuple[int, int], torch.Tensor]] = defaultdict(dict)
+        self.keep = keep
+
+    def record(self, boundary: str, t: torch.Tensor, keys: list[tuple[int, int]]) -> None:
+        t = t.detach()
+        for i, key in enumerate(keys):
+            if self.keep is None or self.keep(*key):
+                self.rows[boundary][tuple(key)] = t[i].clone()
+
+
+def layer_hashes(weights: dict[str, torch.Tensor]) -> dict[str, str]:
+    """sha256 per layer (and for embed / final norm / lm_head) over names, dtypes and bytes."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(weights):
+        m = re.search(r"layers\.(\d+)\.", name)
+        groups[f"layers.{m.group(1)}" if m else name.rsplit(".", 1)[0]].append(name)
+    out = {}
+    for group, names in groups.items():
+        h = hashlib.sha256()
+        for n in names:
+            t = weights[n].detach().contiguous().cpu()
+            h.update(n.encode() + str(t.dtype).encode() + t.view(torch.uint8).numpy().tobytes())
+        out[group] = h.hexdigest()
+    return out
+
+
+def save(path: str | Path, recorder: Recorder, manifest: dict) -> Path:
+    """`path/dump.safetensors` (one tensor per boundary, rows in key order) + `path/manifest.json`."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tensors, keys = {}, {}
+    for boundary, rows in recorder.rows.items():
+        order = sorted(rows)
+        tensors[boundary] = torch.stack([rows[k] for k in order]).contiguous()
+        keys[boundary] = [list(k) for k in order]
+    save_file(tensors, str(path / "dump.safetensors"))
+    (path / "manifest.json").write_text(json.dumps({**manifest, "keys": keys}, indent=1, default=str))
+    return path
+
+
+def load(path: str | Path) -> tuple[dict, dict[str, dict[tuple[int, int], torch.Tensor]]]:
+    path = Path(path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    tensors = load_file(str(path / "dump.safetensors"))
+    rows = {b: {tuple(k): tensors[b][i] for i, k in enumerate(manifest["keys"][b])} for b in tensors}
+    return manifest, rows
+
+
+def manifest_for(engine: str, model, *, layout: dict | None = None, dims: dict | None = None) -> dict:
+    """What a dump says about itself; `dims` names the sharded dim of TP-split boundaries."""
+    import platform
+    from dataclasses import asdict, is_dataclass
+
+    arch = asdict(model.arch) if is_dataclass(model.arch) else dict(vars(model.arch))
+    dtype = str(next(iter(model.w.values())).dtype) if hasattr(model, "w") else "unknown"
+    return {"engine": engine, "model": arch, "dtype": dtype, "layout": layout or {}, "dims": dims or {},
+            "versions": {"torch": torch.__version__, "python": platform.python_version()},
+            "weights": layer_hashes(model.w) if hasattr(model, "w") else {}}
+
+
+# --- hooks for nn.Module models -----------------------------------------------------------------
+# (module-name regex, "out" | "in", boundary template with {0} = layer index)
+HF_MAP = [
+    (r"model\.embed_tokens$", "out", "embed"),
+    (r"model\.layers\.(\d+)\.input_layernorm$", "out", "layers.{0}.input_norm"),
+    (r"model\.layers\.(\d+)\.self_attn\.v_proj$", "out", "layers.{0}.v"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj$", "in", "layers.{0}.attn"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj$", "out", "layers.{0}.o_proj"),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm$", "in", "layers.{0}.post_attn_residual"),
+    (r"model\.layers\.(\d+)\.mlp\.gate$", "out", "layers.{0}.router_logits"),
+    (r"model\.layers\.(\d+)\.mlp$", "out", "layers.{0}.mlp"),
+    (r"model\.norm$", "out", "final_norm"),
+    (r"lm_head$", "out", "logits"),
+]
+MEGATRON_MAP = [  # Megatron-core GPTModel (what verl's Megatron actor runs)
+    (r"embedding\.word_embeddings$", "out", "embed"),
+    (r"decoder\.layers\.(\d+)\.input_layernorm$", "out", "layers.{0}.input_norm"),
+    (r"decoder\.layers\.(\d+)\.self_attention\.linear_proj$", "in", "layers.{0}.attn"),
+    (r"decoder\.layers\.(\d+)\.self_attention\.linear_proj$", "out", "layers.{0}.o_proj"),
+    (r"decoder\.layers\.(\d+)\.pre_mlp_layernorm$", "in", "layers.{0}.post_attn_residual"),
+    (r"decoder\.layers\.(\d+)\.mlp\.router$", "out", "layers.{0}.router_logits"),
+    (r"decoder\.layers\.(\d+)\.mlp$", "out", "layers.{0}.mlp"),
+    (r"decoder\.final_layernorm$", "out", "final_norm"),
+    (r"output_layer$", "out", "logits"),
+]
+VLLM_MAP = [  # vLLM's Qwen3 / Qwen3-MoE (fused qkv_proj; attention output is attn's output)
+    (r"model\.embed_tokens$", "out", "embed"),
+    (r"model\.layers\.(\d+)\.input_layernorm$", "out", "layers.{0}.input_norm"),
+    (r"model\.layers\.(\d+)\.self_attn\.attn$", "out", "layers.{0}.attn"),
+    (r"model\.layers\.(\d+)\.self_attn\.o_proj$", "out", "layers.{0}.o_proj"),
+    (r"model\.layers\.(\d+)\.mlp\.gate$", "out", "layers.{0}.router_logits"),
+    (r"model\.layers\.(\d+)\.mlp$", "out", "layers.{0}.mlp"),
+    (r"model\.norm$", "out", "final_norm"),
+    (r"lm_head$", "out", "logits"),
+]
+NAME_MAPS = {"hf": HF_MAP, "megatron": MEGATRON_MAP, "vllm": VLLM_MAP}
+
+
+class HookDumper:
+    """Forward hooks on an nn.Module by name pattern. Use from inside a verl / vLLM worker:
+
+        d = HookDumper(model, "hf", keys=[(seq, pos) ...])    # keys of the rows this forward computes
+        model(input_ids)                                       # hooks record
+        d.remove(); dump.save(out_dir, d.recorder, manifest)
+
+    `gather(tensor, dim)` reassembles TP-sharded outputs (e.g. an all_gather over the TP group)
+    for boundaries listed in `dims` {boundary_suffix: dim}.
+    """
+
+    def __init__(self, module: torch.nn.Module, name_map: str | list, keys: list[tuple[int, int]],
+                 recorder: Recorder | None = None, gather: Callable | None = None, dims: dict | None = None):
+        self.recorder, self.keys = recorder or Recorder(), keys
+        self.gather, self.dims, self.handles = gather, dims or {}, []
+        table = NAME_MAPS[name_map] if isinstance(name_map, str) else name_map
+        for name, mod in module.named_modules():
+            for pattern, where, template in table:
+                m = re.search(pattern, name)
+                if m:
+                    self._attach(mod, where, template.format(*m.groups()))
+
+    def _attach(self, mod, where: str, boundary: str) -> None:
+        def grab(t):
+            t = t[0] if isinstance(t, (tuple, list)) else t
+            if isinstance(t, tuple):
+                t = t[0]
+            t = t.reshape(-1, t.shape[-1]) if t.dim() > 2 else t
+            suffix = boundary.rsplit(".", 1)[-1]
+            if self.gather is not None and suffix in self.dims:
+                t = self.gather(t, self.dims[suffix])
+            self.recorder.record(boundary, t, self.keys)
+
+        if where == "in":
+            self.handles.append(mod.register_forward_pre_hook(lambda _m, args: grab(args)))
+        else:
+            self.handles.append(mod.register_forward_hook(lambda _m, _args, out: grab(out)))
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()

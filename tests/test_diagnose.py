@@ -1,0 +1,142 @@
+"""`topl diagnose`: the first diverging boundary and operator path vs framework difference."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from topl.kernels import dump
+from topl.kernels import primitives as P
+from topl.kernels.alignment import Alignment
+from topl.kernels.diagnose import diagnose, ulp_distance
+from topl.kernels.model import Model, sides
+from topl.kernels.probe import make_requests, probe
+from topl.kernels.training import TrainingEngine
+from helpers import run_topl
+
+STRICT = Alignment(kv_tile=8)
+
+
+@pytest.fixture(scope="module")
+def models():
+    from topl.launcher.compose import compose_job
+
+    return {n: Model.random(compose_job([f"model={n}"]).to_object().model, seed=0) for n in ("tiny_dense", "tiny_moe")}
+
+
+def run(tmp_path, model, alignment=STRICT, train_model=None, **kw):
+    reqs = make_requests(10, model.arch.vocab_size, 1, max_len=28, max_new=14)
+    probe(model, alignment, requests=reqs, block_size=8, dump_dir=tmp_path, train_model=train_model, **kw)
+    return diagnose(dump.load(tmp_path / "rollout"), dump.load(tmp_path / "training"))
+
+
+@pytest.mark.parametrize("switch, model, boundary", [
+    ("attention_semantics", "tiny_dense", "layers.0.attn"), ("reduction_order", "tiny_dense", "layers.0.attn"),
+    ("softmax_tiling", "tiny_dense", "layers.0.attn"), ("fp32_critical_path", "tiny_dense", "layers.0.attn"),
+    ("batch_invariant", "tiny_dense", "input_norm"), ("fused_ops_matched", "tiny_dense", "layers.0.q"),
+    ("moe_fixed_combine", "tiny_moe", "layers.0.mlp"), ("tp_aligned_reduction", "tiny_dense", "layers.0.o_proj"),
+])
+def test_single_switch_off_is_an_operator_path_at_the_right_boundary(tmp_path, models, switch, model, boundary):
+    kw = {"rollout_tp": 4} if switch == "tp_aligned_reduction" else {}
+    r = run(tmp_path, models[model], STRICT.without(switch), **kw)
+    assert r["verdict"] == "operator path", r["reason"]
+    assert r["first_divergence"].endswith(boundary)
+    assert r["remedy"]
+
+
+def test_aligned_engines_are_equal_everywhere(tmp_path, models):
+    r = run(tmp_path, models["tiny_moe"])
+    assert r["verdict"] == "equal" and r["first_divergence"] is None
+    assert {"layers.0.router_logits", "layers.0.experts", "layers.0.expert_out", "logprobs"} <= {
+        b["boundary"] for b in r["boundaries"] if b.get("equal")}
+
+
+def test_planted_rms_norm_eps(tmp_path, models):
+    m = models["tiny_dense"]
+    r = run(tmp_path, m, train_model=Model(dataclasses.replace(m.arch, rms_norm_eps=1e-5), m.w))
+    assert r["verdict"] == "framework difference" and "rms_norm_eps" in r["reason"]
+    assert r["first_divergence"] == "layers.0.input_norm"
+
+
+def test_planted_one_ulp_weight(tmp_path, models):
+    m = models["tiny_dense"]
+    w = dict(m.w)
+    t = w["model.layers.1.mlp.up_proj.weight"].clone()
+    t.view(torch.int16)[0, 0] += 1
+    w["model.layers.1.mlp.up_proj.weight"] = t
+    r = run(tmp_path, m, train_model=Model(m.arch, w))
+    assert r["verdict"] == "framework difference" and r["weights_differ"] == ["layers.1"]
+
+
+class RopeBeforeKNorm(Model):
+    """Planted framework difference: RoPE applied to k before its RMSNorm instead of after."""
+
+    def qkv(self, i, x, positions, side):
+        a, p, r = self.arch, f"model.layers.{i}.self_attn.", x.shape[0]
+        q = P.linear(x, self.w[p + "q_proj.weight"], side.invariant).view(r, a.num_heads, a.head_dim)
+        k = P.linear(x, self.w[p + "k_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
+        v = P.linear(x, self.w[p + "v_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
+        cos, sin = P.rope_tables(positions, a.head_dim, a.rope_theta)
+        k = P.apply_rope(k, cos, sin, side.fused)
+        q = P.rms_norm(q.reshape(-1, a.head_dim), self.w[p + "q_norm.weight"], a.rms_norm_eps, side.invariant)
+        k = P.rms_norm(k.reshape(-1, a.head_dim), self.w[p + "k_norm.weight"], a.rms_norm_eps, side.invariant)
+        q = P.apply_rope(q.view(r, a.num_heads, a.head_dim), cos, sin, side.fused)
+        k = k.view(r, a.num_kv_heads, a.head_dim)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            self.tap(f"layers.{i}.{name}", t)
+        return q, k, v
+
+
+def test_planted_rope_at_a_different_point(tmp_path, models):
+    m = models["tiny_dense"]
+    r = run(tmp_path, m, train_model=RopeBeforeKNorm(m.arch, m.w))
+    assert r["verdict"] == "framework difference" and r["first_divergence"] == "layers.0.k"
+    assert "logic-level" in r["reason"]
+
+
+def test_ulp_distance():
+    a = torch.tensor([1.0, -2.0, 0.0], dtype=torch.bfloat16)
+    b = torch.tensor([1.0078125, -1.9921875, 0.0], dtype=torch.bfloat16)  # one bf16 step each (0: none)
+    assert ulp_distance(a, b).tolist() == [1, 1, 0]
+
+
+def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
+    """A model implementation no one here wrote, dumped through the HF name map."""
+    transformers = pytest.importorskip("transformers")
+    from test_hf_parity import hf_model
+
+    arch = models["tiny_dense"].arch
+    m = Model.random(arch, seed=0, dtype=torch.float32, std=0.2)
+    seq = torch.randint(0, arch.vocab_size, (19,), generator=torch.Generator().manual_seed(0)).tolist()
+    rec = dump.Recorder()
+    m.recorder = rec
+    TrainingEngine(m, sides(STRICT)[0], 1).forward_logits([seq])
+    m.recorder = None
+    dump.save(tmp_path / "ours", rec, dump.manifest_for("topl-training", m))
+    hf = hf_model(m, torch.float32)
+    d = dump.HookDumper(hf, "hf", keys=[(0, p) for p in range(len(seq))])
+    with torch.no_grad():
+        hf(torch.tensor([seq]))
+    d.remove()
+    manifest = {**dump.manifest_for("topl-training", m), "engine": "hf-transformers",
+                "weights": dump.layer_hashes(hf.state_dict())}
+    dump.save(tmp_path / "hf", d.recorder, manifest)
+    r = diagnose(dump.load(tmp_path / "hf"), dump.load(tmp_path / "ours"))
+    compared = {b["boundary"]: b for b in r["boundaries"] if "max_abs" in b}
+    assert not r["weights_differ"] and compared["embed"]["equal"]
+    for b in ("layers.0.input_norm", "layers.0.v", "layers.0.attn", "layers.0.o_proj", "layers.1.post_attn_residual",
+              "layers.1.mlp", "final_norm", "logits"):
+        assert compared[b]["max_abs"] < 1e-4, (b, compared[b])
+    assert r["verdict"] in ("operator path", "equal")
+
+
+def test_cli_probe_dump_then_diagnose(tmp_path):
+    d = tmp_path / "dumps"
+    r = run_topl("probe", "alignment.softmax_tiling=false", "alignment.mode=off", "--dump", str(d), "--json")
+    assert r.returncode == 0, r.stderr
+    r = run_topl("diagnose", str(d / "rollout"), str(d / "training"), "--json", "--plots", str(tmp_path / "p"))
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "operator path" and out["first_divergence"].endswith(".attn")
+    assert all((tmp_path / "p" / f).stat().st_size > 1000 for f in ("boundaries.png", "logprob_diff_hist.png"))
+    bad = run_topl("diagnose", str(tmp_path), str(d / "training"))
+    assert bad.returncode == 2 and "not a dump folder" in bad.stderr
