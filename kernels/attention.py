@@ -65,6 +65,8 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
     Rows that share a KV range are reduced together; every reduction is per row and per element,
     so a row's result does not depend on which other rows are present.
     """
+    if q.is_cuda:
+        return _attend_cuda(q, positions, k, v, plan, scale)
     r, h, d = q.shape
     group = h // k.shape[1]
     kf = k.float().repeat_interleave(group, dim=1)
@@ -108,3 +110,22 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
             state_l = state_l + w
             state_o = state_o + part * w[..., None]
     return (state_o / state_l[..., None]).to(q.dtype)
+
+
+def _attend_cuda(q, positions, k, v, plan: Plan, scale: float) -> torch.Tensor:
+    """GPU: the aligned plan runs the Triton kernel family (kernels/gpu/attention.py); any other
+    plan is the native path, torch SDPA."""
+    aligned = plan.tiles == "left" and plan.visible and plan.merge == "online" and plan.fp32
+    d = q.shape[-1]
+    if aligned and plan.tile >= 16 and d >= 16 and (plan.tile & (plan.tile - 1)) == 0:
+        from topl.kernels.gpu.attention import attention
+
+        pos = torch.as_tensor(positions, dtype=torch.int32, device=q.device)
+        return attention(q.contiguous(), k.contiguous(), v.contiguous(), [0] * q.shape[0], pos,
+                         kv_start=torch.zeros(1, dtype=torch.int32, device=q.device), tile=plan.tile)
+    pos = torch.as_tensor(positions, device=q.device)
+    mask = torch.arange(k.shape[0], device=q.device)[None, :] <= pos[:, None]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask,
+        scale=scale, enable_gqa=True)
+    return out[0].transpose(0, 1)

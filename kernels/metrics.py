@@ -6,8 +6,8 @@ import torch
 
 def compare(rollout: list[torch.Tensor], train: list[torch.Tensor]) -> dict[str, float]:
     """Per-token comparison of the same sampled tokens' log-probs."""
-    a = torch.cat([torch.as_tensor(x, dtype=torch.float32) for x in rollout])
-    b = torch.cat([torch.as_tensor(x, dtype=torch.float32).detach() for x in train])
+    a = torch.cat([torch.as_tensor(x, dtype=torch.float32).detach().cpu() for x in rollout])
+    b = torch.cat([torch.as_tensor(x, dtype=torch.float32).detach().cpu() for x in train])
     if a.shape != b.shape:
         raise ValueError(f"token counts differ: rollout {a.numel()} vs training {b.numel()}")
     d = (a - b).abs()

@@ -111,6 +111,14 @@ class Model:
             w.update({k: v.to(dtype) for k, v in load_file(str(f)).items()})
         return cls(arch, w)
 
+    @property
+    def device(self) -> torch.device:
+        return self.w["model.embed_tokens.weight"].device
+
+    def to(self, device) -> "Model":
+        """The same model with its weights on `device` (e.g. "cuda")."""
+        return type(self)(self.arch, {k: v.to(device) for k, v in self.w.items()})
+
     def lm_head(self) -> torch.Tensor:
         return self.w.get("lm_head.weight", self.w["model.embed_tokens.weight"])
 

@@ -19,6 +19,10 @@ class _InvariantLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
+        if x.is_cuda:  # Triton: fixed 128x128x64 tiles for every M, no split-K
+            from topl.kernels.gpu.ops import bi_matmul
+
+            return bi_matmul(x.contiguous(), w)
         m = x.shape[0]
         pad = (-m) % M_TILE
         xp = torch.cat([x, x.new_zeros(pad, x.shape[1])]) if pad else x
@@ -35,6 +39,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
     """x [M, K] @ w[N, K].T. Native: small M takes split-K with fp32 partials (an M-dependent plan)."""
     if invariant:
         return _InvariantLinear.apply(x, w)
+    if x.is_cuda:
+        return x @ w.t()  # cuBLAS: its own (M-dependent) plan
     m, k = x.shape
     if m < SPLIT_BELOW and k % SPLITS == 0:
         parts = [xs.float() @ ws.float().t() for xs, ws in zip(x.split(k // SPLITS, 1), w.split(k // SPLITS, 1))]
@@ -65,7 +71,13 @@ def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invarian
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, invariant: bool) -> torch.Tensor:
     """fp32 RMSNorm. Native: small batches split the mean of squares into partial sums."""
+    if x.is_cuda and invariant:
+        from topl.kernels.gpu.ops import rms_norm as gpu_rms_norm
+
+        return gpu_rms_norm(x, weight, eps)
     xf = x.float()
+    if x.is_cuda:
+        return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     if invariant or x.shape[0] >= SPLIT_BELOW or xf.shape[-1] % SPLITS:
         var = xf.pow(2).mean(-1, keepdim=True)
     else:
@@ -86,7 +98,7 @@ def add_rms_norm(x, residual, weight, eps, invariant: bool, fused: bool):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
     freqs = positions.float()[:, None] * inv[None]
     emb = torch.cat([freqs, freqs], -1)
     return emb.cos(), emb.sin()
@@ -113,4 +125,8 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
 
 def log_softmax(logits: torch.Tensor, fp32: bool) -> torch.Tensor:
     """fp32 max-shifted log-softmax, or (mixed precision) in the logits' dtype."""
+    if fp32 and logits.is_cuda:
+        from topl.kernels.gpu.ops import log_softmax as gpu_log_softmax
+
+        return gpu_log_softmax(logits.float())
     return torch.log_softmax(logits.float(), -1) if fp32 else torch.log_softmax(logits, -1).float()

@@ -34,9 +34,11 @@ class Request:
 class PagedKVCache:
     """K/V in fixed-size pages; a request's block table maps positions to pages."""
 
-    def __init__(self, layers: int, blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype):
+    def __init__(self, layers: int, blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype,
+                 device="cpu"):
         shape = (layers, blocks, block_size, kv_heads, head_dim)
-        self.k, self.v = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.block_size, self.free = block_size, list(range(blocks))
 
     def reserve(self, req: Request, length: int) -> bool:
@@ -51,7 +53,7 @@ class PagedKVCache:
         req.blocks = []
 
     def _slots(self, req: Request, positions: torch.Tensor):
-        table = torch.tensor(req.blocks)
+        table = torch.tensor(req.blocks, device=positions.device)
         return table[positions // self.block_size], positions % self.block_size
 
     def write(self, layer: int, req: Request, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -59,7 +61,7 @@ class PagedKVCache:
         self.k[layer, b, o], self.v[layer, b, o] = k, v
 
     def read(self, layer: int, req: Request, length: int):
-        b, o = self._slots(req, torch.arange(length))
+        b, o = self._slots(req, torch.arange(length, device=self.k.device))
         return self.k[layer, b, o], self.v[layer, b, o]
 
 
@@ -79,7 +81,7 @@ class RolloutEngine:
         a = model.arch
         self.model, self.side = model, side
         self.cache = PagedKVCache(a.num_layers, num_blocks, block_size, a.num_kv_heads, a.head_dim,
-                                  model.w["model.embed_tokens.weight"].dtype)
+                                  model.w["model.embed_tokens.weight"].dtype, model.device)
         self.max_num_seqs, self.budget, self.chunked = max_num_seqs, max_num_batched_tokens, chunked_prefill
         self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
 
@@ -108,7 +110,7 @@ class RolloutEngine:
             spans.append((len(ids), len(ids) + n))
             ids += r.tokens[r.cached:r.cached + n]
             pos += list(range(r.cached, r.cached + n))
-        ids, positions = torch.tensor(ids), torch.tensor(pos)
+        ids, positions = torch.tensor(ids, device=m.device), torch.tensor(pos, device=m.device)
         self.batch_sizes.append(len(ids))
         m.row_keys = [(r.id, p) for (r, n) in items for p in range(r.cached, r.cached + n)]
         h, pending = m.embed(ids), None
@@ -123,13 +125,13 @@ class RolloutEngine:
                 plan = side.decode if (n == 1 and r.output) else side.prefill
                 outs.append(attend(q[a:b], pos[a:b], kc, vc, plan, m.scale))
             h, pending = m.post_attention(i, h, torch.cat(outs), side)
-        last = torch.tensor([b - 1 for _, b in spans])
+        last = torch.tensor([b - 1 for _, b in spans], device=m.device)
         keys = m.row_keys
         m.row_keys = [keys[i] for i in last.tolist()]
         return m.logits(h[last], pending[last], side)
 
     def _sample(self, r: Request, logits: torch.Tensor, sp: SamplingParams) -> int:
-        lp = token_logprobs(logits[None], sp.temperature, self.side.fp32_logits)[0]
+        lp = token_logprobs(logits[None], sp.temperature, self.side.fp32_logits)[0].cpu()
         keep = torch.ones_like(lp, dtype=torch.bool)
         if sp.top_k > 0:
             keep &= lp >= torch.topk(lp, sp.top_k).values[-1]

@@ -25,8 +25,9 @@ class TrainingEngine:
         """Logits for every token of the packed micro-batch [sum(len), vocab]; sequence ids start at `first`."""
         m, side = self.model, self.side
         m.row_keys = [(first + n, p) for n, s in enumerate(seqs) for p in range(len(s))]
-        ids = torch.tensor([t for s in seqs for t in s])
-        positions = torch.cat([torch.arange(len(s)) for s in seqs])
+        dev = m.device
+        ids = torch.tensor([t for s in seqs for t in s], device=dev)
+        positions = torch.cat([torch.arange(len(s), device=dev) for s in seqs])
         bounds = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0).tolist()  # cu_seqlens
         h, pending = m.embed(ids), None
         m.tap("embed", h)
@@ -52,7 +53,7 @@ class TrainingEngine:
                 for n, (s, start) in enumerate(zip(batch, st)):
                     rows = logits[offset + start - 1: offset + len(s) - 1]
                     lp = token_logprobs(rows, temperature, self.side.fp32_logits)
-                    out.append(lp.gather(1, torch.tensor(s[start:])[:, None])[:, 0])
+                    out.append(lp.gather(1, torch.tensor(s[start:], device=lp.device)[:, None])[:, 0])
                     if self.model.recorder is not None:
                         self.model.recorder.record("logprobs", out[-1], [(lo + n, p) for p in range(start - 1, len(s) - 1)])
                     offset += len(s)
