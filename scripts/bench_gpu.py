@@ -45,9 +45,9 @@ def prefill(batches, seqs):
             k = torch.randn(b * s, KVH, D, device="cuda", dtype=torch.bfloat16)
             v = torch.randn_like(k)
             q_seq = [i for i in range(b) for _ in range(s)]
-            q_pos = torch.arange(s, device="cuda").repeat(b)
+            q_pos = torch.arange(s, device="cuda").repeat(b).to(torch.int32)
             starts = (torch.arange(b, device="cuda") * s).to(torch.int32)
-            desc = blocks_for(q_seq)
+            desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq)]
             qs, ks, vs = (x.view(b, s, -1, D).transpose(1, 2) for x in (q, k, v))
             ta = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc))
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
@@ -69,7 +69,7 @@ def decode(batches, ctxs):
             q = torch.randn(b, H, D, device="cuda", dtype=torch.bfloat16)
             pos = torch.full((b,), c - 1, device="cuda", dtype=torch.int32)
             seqs = list(range(b))
-            desc = blocks_for(seqs, 2)
+            desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(seqs, 2)]
             ta = bench(lambda: attention(q, cache_k, cache_v, seqs, pos, block_table=table, tile=TILE, q_tokens=2,
                                          descriptors=desc))
             kc = cache_k.view(b, c, KVH, D).transpose(1, 2).contiguous()
@@ -126,13 +126,18 @@ def rollout(n_req: int):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["prefill", "decode", "matmul", "rollout"], default=None)
     a = ap.parse_args()
     torch.manual_seed(0)
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
-    prefill([1, 4], [1024, 4096] if a.quick else [1024, 4096, 8192])
-    decode([1, 16, 64], [1024, 4096])
-    matmul([1, 16, 128, 1024, 8192])
-    rollout(16 if a.quick else 32)
+    if a.only in (None, "prefill"):
+        prefill([1, 4], [1024, 4096] if a.quick else [1024, 4096, 8192])
+    if a.only in (None, "decode"):
+        decode([1, 16, 64], [1024, 4096])
+    if a.only in (None, "matmul"):
+        matmul([1, 16, 128, 1024, 8192])
+    if a.only in (None, "rollout"):
+        rollout(16 if a.quick else 32)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
+import os
+
 Q_TOKENS = 16  # queries per program on every path (rows = Q_TOKENS x G)
+NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "2"))  # K/V tile prefetch depth (no effect on numerics)
 
 
 @triton.jit
@@ -81,13 +84,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq: list[int
     paged = block_table is not None
     kf, vf = (k.reshape(-1, kvh, dim), v.reshape(-1, kvh, dim)) if paged else (k, v)
     dev = q.device
-    bseq, bq0, bnq = descriptors or blocks_for(q_seq, q_tokens)
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.int32, device=dev)  # noqa: E731
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.int32, device=dev)  # noqa: E731  (no copy if already so)
+    bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, q_tokens)))
     o = torch.empty_like(q)
     bt = block_table if paged else torch.zeros(1, 1, dtype=torch.int32, device=dev)
     k0 = kv_start if kv_start is not None else torch.zeros(1, dtype=torch.int32, device=dev)
-    _attn[(len(bseq), kvh)](q, kf, vf, o, as_t(q_pos), as_t(bseq), as_t(bq0), as_t(bnq), as_t(k0), as_t(bt),
+    _attn[(len(bseq), kvh)](q, kf, vf, o, as_t(q_pos), bseq, bq0, bnq, as_t(k0), as_t(bt),
                             q.stride(0), q.stride(1), kf.stride(0), kf.stride(1), o.stride(0), o.stride(1),
                             bt.stride(0), (1.0 / math.sqrt(dim)) * 1.4426950408889634,
-                            G=h // kvh, QT=q_tokens, BLOCK_N=tile, D=dim, PAGED=paged, num_warps=8 if q_tokens * h // kvh >= 128 else 4)
+                            G=h // kvh, QT=q_tokens, BLOCK_N=tile, D=dim, PAGED=paged,
+                            num_warps=8 if q_tokens * h // kvh >= 128 else 4, num_stages=NUM_STAGES)
     return o

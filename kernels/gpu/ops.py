@@ -9,7 +9,11 @@ import torch
 import triton
 import triton.language as tl
 
-MM_BM, MM_BN, MM_BK = 128, 128, 64  # fixed for every M: a row's K loop never changes
+import os
+
+# Tile plan: fixed for every M (a row's K loop and MMA shape never change with the batch).
+# TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).
+MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8,3").split(","))
 
 
 @triton.jit
@@ -34,9 +38,10 @@ def bi_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    grid = (triton.cdiv(m, MM_BM), triton.cdiv(n, MM_BN))
+    bm, bn, bk, warps, stages = MM_CONFIG
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _bi_matmul[grid](x, w, y, m, n, k, x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
-                     BM=MM_BM, BN=MM_BN, BK=MM_BK, num_warps=8, num_stages=3)
+                     BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
     return y
 
 
