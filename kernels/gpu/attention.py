@@ -17,7 +17,7 @@ import triton.language as tl
 import os
 
 Q_TOKENS = 16  # queries per program on every path (rows = Q_TOKENS x G)
-NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "2"))  # K/V tile prefetch depth (no effect on numerics)
+NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V tile prefetch depth (no effect on numerics)
 
 
 @triton.jit
