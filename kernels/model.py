@@ -187,21 +187,26 @@ class Model:
         self.tap(f"layers.{i}.router_logits", logits)
         self.tap(f"layers.{i}.experts", top_i)
         r, k = top_i.shape
+        ep = P.EXPERT_PARALLEL  # real expert parallelism: this rank computes only its experts
+        local = [e for e in torch.unique(top_i).tolist() if ep is None or e % ep.size == ep.rank]
         ys = x.new_zeros(r, k, x.shape[1])
-        for e in torch.unique(top_i).tolist():  # each expert sees only its tokens: batch invariance matters
+        for e in local:  # each expert sees only its tokens: batch invariance matters
             rows, slot = torch.nonzero(top_i == e, as_tuple=True)
             ys = ys.index_put((rows, slot), self.mlp(f"model.layers.{i}.mlp.experts.{e}.", x[rows], side, 1))
-        self.tap(f"layers.{i}.expert_out", ys)
-        if side.moe_order == "rank":  # fixed combine: top-1 + top-2 + ... in fp32
+        if side.moe_order == "rank":  # fixed combine: gather every expert's output, then top-1 + top-2 + ... (fp32)
+            if ep is not None:
+                ys = ep(ys.contiguous())  # zeros elsewhere: the sum is an exact gather
+            self.tap(f"layers.{i}.expert_out", ys)
             out = ys[:, 0].float() * top_w[:, :1]
             for j in range(1, k):
                 out = out + ys[:, j].float() * top_w[:, j:j + 1]
             return out.to(x.dtype)
+        self.tap(f"layers.{i}.expert_out", ys)
         out = x.new_zeros(x.shape)  # vLLM-style: accumulate per expert, in expert-id order, in bf16
-        for e in torch.unique(top_i).tolist():
+        for e in local:
             rows, slot = torch.nonzero(top_i == e, as_tuple=True)
             out = out.index_add(0, rows, (ys[rows, slot] * top_w[rows, slot, None].to(x.dtype)))
-        return out
+        return out if ep is None else ep(out.contiguous())  # rank partials summed by the collective
 
     def logits(self, h: torch.Tensor, pending: torch.Tensor, side: Side) -> torch.Tensor:
         x, _ = P.add_rms_norm(pending, h, self.w["model.norm.weight"], self.arch.rms_norm_eps, side.invariant,

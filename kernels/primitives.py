@@ -48,25 +48,41 @@ def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
     return x @ w.t()
 
 
+# Real collectives, set inside a torch.distributed job (tests/test_collectives.py); None: emulate.
+# Each is a callable with `.rank` and `.size` that sum-all-reduces a tensor and returns it.
+ALLREDUCE = None  # tensor-parallel group: row-parallel partials
+EXPERT_PARALLEL = None  # expert-parallel group: experts e with e % size == rank live on this rank
+
+
 def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool) -> torch.Tensor:
     """A TP=tp row-parallel linear on one device: tp partial products (model dtype), all-reduced
-    in the collective's order. ring: output chunk c sums ranks c+1, c+2, ..., c; tree: pairwise."""
+    in the collective's order.
+
+    ring: gloo's ring all-reduce (checked against torch.distributed gloo bit for bit): the flattened
+    output is cut into tp chunks and chunk c sums ranks c-1, c-2, ..., c (each add rounded).
+    tree: pairwise ((p0 + p1) + (p2 + p3)).
+    """
     if tp == 1:
         return linear(x, w, invariant)
     k = x.shape[1]
+    if ALLREDUCE is not None:
+        rank = ALLREDUCE.rank
+        part = linear(x[:, rank * k // tp:(rank + 1) * k // tp], w[:, rank * k // tp:(rank + 1) * k // tp], invariant)
+        return ALLREDUCE(part.contiguous())
     parts = [linear(xs, ws, invariant) for xs, ws in zip(x.split(k // tp, 1), w.split(k // tp, 1))]
     if order == "tree":
         while len(parts) > 1:
             parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
         return parts[0]
-    chunks = [p.chunk(tp, dim=1) for p in parts]
+    chunks = [p.reshape(-1).tensor_split(tp) for p in parts]
     out = []
     for c in range(tp):
-        acc = chunks[(c + 1) % tp][c]
-        for step in range(2, tp + 1):
-            acc = acc + chunks[(c + step) % tp][c]
+        ranks = [(c - 1 - i) % tp for i in range(tp)]
+        acc = chunks[ranks[0]][c]
+        for r in ranks[1:]:
+            acc = acc + chunks[r][c]
         out.append(acc)
-    return torch.cat(out, dim=1)
+    return torch.cat(out).view(parts[0].shape)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, invariant: bool) -> torch.Tensor:

@@ -1,0 +1,100 @@
+"""The one-device TP/EP reduction-order emulation against real collectives (gloo, CPU processes).
+
+Multi-GPU machines are withheld in this workplace, so the real all-reduce here is gloo's ring on
+CPU processes; the same test body runs over NCCL when a multi-GPU host is available (see
+docs/performance.md for what was and was not run).
+"""
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from topl.kernels import primitives as P
+from topl.kernels.alignment import Alignment
+from topl.kernels.model import Model, sides
+from topl.kernels.training import TrainingEngine
+
+SEQS = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8, 2, 8], [1, 6, 1, 8, 0, 3, 3, 9, 8, 8, 7, 4, 9]]
+
+
+def tiny(moe: bool):
+    from types import SimpleNamespace
+
+    # top-4: with only two terms a sum is the same in any order
+    experts = dict(num_experts=8, experts_per_token=4, moe_intermediate_size=32) if moe else \
+        dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    arch = SimpleNamespace(num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2,
+                           head_dim=16, vocab_size=32, rms_norm_eps=1e-6, rope_theta=1e4, tie_word_embeddings=False,
+                           **experts)
+    return Model.random(arch, seed=0)
+
+
+class Collective:
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = rank, size
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t)
+        return t
+
+
+def forward(model, tp: int, alignment: Alignment):
+    """Training-engine logits; with moe_fixed_combine off, the rollout side's expert-order combine."""
+    side = sides(alignment, train_tp=tp)[0 if alignment.moe_fixed_combine else 1]
+    return torch.cat(TrainingEngine(model, side, micro_batch=3).forward_logits(SEQS))
+
+
+def _worker(rank, world, init, out, kind, moe_order):
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    if kind == "row":
+        g = torch.Generator().manual_seed(0)
+        x, w = torch.randn(37, 256, generator=g).to(torch.bfloat16), torch.randn(192, 256, generator=g).to(torch.bfloat16)
+        P.ALLREDUCE = Collective(rank, world)
+        result = P.row_parallel(x, w, world, "ring", True)
+    elif kind == "tp":
+        P.ALLREDUCE = Collective(rank, world)
+        result = forward(tiny(moe=False), world, Alignment())
+    else:  # ep
+        P.EXPERT_PARALLEL = Collective(rank, world)
+        a = Alignment() if moe_order == "rank" else Alignment(moe_fixed_combine=False)
+        result = forward(tiny(moe=True), 1, a)
+    if rank == 0:
+        torch.save(result, out)
+    dist.destroy_process_group()
+
+
+def real(kind: str, world: int, moe_order: str = "rank") -> torch.Tensor:
+    init, out = tempfile.mktemp(), tempfile.mktemp()
+    mp.spawn(_worker, args=(world, init, out, kind, moe_order), nprocs=world, join=True)
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_row_parallel_layer_matches_emulated_ring(world):
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(37, 256, generator=g).to(torch.bfloat16), torch.randn(192, 256, generator=g).to(torch.bfloat16)
+    got = real("row", world)
+    assert torch.equal(got, P.row_parallel(x, w, world, "ring", True))
+    if world == 4:  # the reduction order is real: unsharded and tree orders give other bits
+        assert not torch.equal(got, P.linear(x, w, True))
+        assert not torch.equal(got, P.row_parallel(x, w, world, "tree", True))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tiny_model_forward_at_tp_matches_emulation(world):
+    got = real("tp", world)
+    model = tiny(moe=False)
+    assert torch.equal(got, forward(model, world, Alignment()))
+    if world == 4:
+        assert not torch.equal(got, forward(model, 1, Alignment()))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_expert_parallel_with_fixed_combine_matches_one_device(world):
+    model = tiny(moe=True)
+    assert torch.equal(real("ep", world, "rank"), forward(model, 1, Alignment()))
+    unfixed = real("ep", world, "expert")
+    assert not torch.equal(unfixed, forward(model, 1, Alignment(moe_fixed_combine=False)))
