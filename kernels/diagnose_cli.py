@@ -10,13 +10,10 @@ def main(args: list[str]) -> int:
     from topl.kernels.diagnose import diagnose, plot
     from topl.launcher.errors import ToplError
 
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
-    plots = None
-    if "--plots" in args:
-        i = args.index("--plots")
-        plots = args[i + 1] if i + 1 < len(args) else None
-        args = args[:i] + args[i + 2:]
+    from topl.launcher.argv import flag, option
+
+    as_json, args = flag(args, "--json")
+    plots, args = option(args, "--plots")
     if len(args) != 2:
         raise ToplError("topl diagnose needs two dump folders", fix="topl diagnose DUMP_A DUMP_B [--json] [--plots DIR]")
     loaded = []

@@ -35,13 +35,17 @@ def sides(a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ri
     """(training side, rollout side). A switch that is on makes the rollout do what training does."""
     t = a.kv_tile
     train_plan = Plan(t, "left", visible=a.attention_semantics, merge="online", fp32=True)
-    train = Side(a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order)
     merge = "online" if a.softmax_tiling else "oneshot"
     prefill = Plan(t, "left", True, merge, a.fp32_critical_path)
     decode = Plan(t, "left" if a.reduction_order else "right", True, merge, a.fp32_critical_path)
+    if a.tp_aligned_reduction:
+        # A ring all-reduce chunks the flattened output, so an element's order depends on the batch
+        # shape (vllm-ascend #17169); the aligned reduction is a pairwise tree over training's TP
+        # partials, the same for every shape, on both sides.
+        rollout_tp, order = train_tp, "tree"
+    train = Side(a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order)
     rollout = Side(a.batch_invariant, not a.fused_ops_matched, a.fp32_critical_path, prefill, decode,
-                   "rank" if a.moe_fixed_combine else "expert", train_tp if a.tp_aligned_reduction else rollout_tp,
-                   order)
+                   "rank" if a.moe_fixed_combine else "expert", rollout_tp, order)
     return train, rollout
 
 

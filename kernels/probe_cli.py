@@ -2,19 +2,7 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-
-
-def _opt(args: list[str], name: str, default: str) -> tuple[str, list[str]]:
-    if name in args:
-        i = args.index(name)
-        if i + 1 >= len(args):
-            from topl.launcher.errors import ToplError
-
-            raise ToplError(f"{name} needs a value")
-        return args[i + 1], args[:i] + args[i + 2:]
-    return default, args
 
 
 def model_for(spec):
@@ -53,11 +41,12 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
 def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
 
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
-    prompts, args = _opt(args, "--prompts", "16")
-    arrival, args = _opt(args, "--arrival", "staggered")
-    dump_dir, args = _opt(args, "--dump", "")
+    from topl.launcher.argv import flag, option
+
+    as_json, args = flag(args, "--json")
+    prompts, args = option(args, "--prompts", "16")
+    arrival, args = option(args, "--arrival", "staggered")
+    dump_dir, args = option(args, "--dump", "")
     spec = compose_job(args).to_object()
     out = run(spec, int(prompts), arrival, dump_dir or None)
     if dump_dir:

@@ -108,17 +108,13 @@ def report(nodes: list[dict], as_json: bool) -> int:
 
 
 def main(args: list[str]) -> int:
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
+    from topl.launcher.argv import flag, option
     from topl.launcher.compose import compose_job
 
-    address = None
-    if "--ray" in args:
-        i = args.index("--ray")
-        if i + 1 < len(args) and "=" not in args[i + 1]:
-            address = args.pop(i + 1)
-        args.pop(i)
-        address = address or compose_job(args).cfg.cluster.ray_address or "http://127.0.0.1:8265"
+    as_json, args = flag(args, "--json")
+    address, args = option(args, "--ray", optional_value=True)
+    if address == "":  # --ray alone: the spec's cluster.ray_address
+        address = compose_job(args).cfg.cluster.ray_address or "http://127.0.0.1:8265"
     return report(run(compose_job(args).to_object(), address), as_json)
 
 

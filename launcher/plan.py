@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 from topl.launcher.compose import Composed, compose_job, loader_for
 from topl.launcher.contract import RULES, ERROR
 from topl.launcher.errors import ToplError
-from topl.launcher.spec import JobSpec
 
 GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")

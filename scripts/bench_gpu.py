@@ -10,7 +10,6 @@ Shapes: Qwen3-30B-A3B attention (32 query heads, 4 KV heads, head dim 128) and p
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import torch

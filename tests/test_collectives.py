@@ -32,17 +32,35 @@ def tiny(moe: bool):
 
 
 class Collective:
-    def __init__(self, rank: int, size: int):
-        self.rank, self.size = rank, size
+    """gloo's ring all-reduce (tree=False), or a pairwise tree over send/recv then a broadcast."""
+
+    def __init__(self, rank: int, size: int, tree: bool = False):
+        self.rank, self.size, self.tree = rank, size, tree
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(t)
+        if not self.tree:
+            dist.all_reduce(t)
+            return t
+        step = 1
+        while step < self.size:  # ((p0 + p1) + (p2 + p3)): the order the aligned emulation uses
+            if self.rank % (2 * step) == 0:
+                other = torch.empty_like(t)
+                dist.recv(other, self.rank + step)
+                t = t + other
+            elif self.rank % (2 * step) == step:
+                dist.send(t, self.rank - step)
+                break
+            step *= 2
+        dist.broadcast(t, 0)
         return t
 
 
-def forward(model, tp: int, alignment: Alignment):
-    """Training-engine logits; with moe_fixed_combine off, the rollout side's expert-order combine."""
-    side = sides(alignment, train_tp=tp)[0 if alignment.moe_fixed_combine else 1]
+def forward(model, tp: int, alignment: Alignment, order: str = "tree"):
+    """Training-engine logits; with moe_fixed_combine off, the rollout side's expert-order combine.
+    order="ring" (with tp_aligned_reduction off) reduces TP partials as gloo's ring does."""
+    if order == "ring":
+        alignment = Alignment(tp_aligned_reduction=False)
+    side = sides(alignment, train_tp=tp, rollout_tp=tp, order=order)[0 if alignment.moe_fixed_combine else 1]
     return torch.cat(TrainingEngine(model, side, micro_batch=3).forward_logits(SEQS))
 
 
@@ -54,9 +72,9 @@ def _worker(rank, world, init, out, kind, moe_order):
         x, w = torch.randn(37, 256, generator=g).to(torch.bfloat16), torch.randn(192, 256, generator=g).to(torch.bfloat16)
         P.ALLREDUCE = Collective(rank, world)
         result = P.row_parallel(x, w, world, "ring", True)
-    elif kind == "tp":
-        P.ALLREDUCE = Collective(rank, world)
-        result = forward(tiny(moe=False), world, Alignment())
+    elif kind in ("tp", "tp_tree"):
+        P.ALLREDUCE = Collective(rank, world, tree=kind == "tp_tree")
+        result = forward(tiny(moe=False), world, Alignment(), "tree" if kind == "tp_tree" else "ring")
     else:  # ep
         P.EXPERT_PARALLEL = Collective(rank, world)
         a = Alignment() if moe_order == "rank" else Alignment(moe_fixed_combine=False)
@@ -84,10 +102,11 @@ def test_row_parallel_layer_matches_emulated_ring(world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_tiny_model_forward_at_tp_matches_emulation(world):
-    got = real("tp", world)
+@pytest.mark.parametrize("kind, order", [("tp", "ring"), ("tp_tree", "tree")])
+def test_tiny_model_forward_at_tp_matches_emulation(world, kind, order):
+    got = real(kind, world)
     model = tiny(moe=False)
-    assert torch.equal(got, forward(model, world, Alignment()))
+    assert torch.equal(got, forward(model, world, Alignment(), order))
     if world == 4:
         assert not torch.equal(got, forward(model, 1, Alignment()))
 

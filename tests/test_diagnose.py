@@ -102,7 +102,7 @@ def test_ulp_distance():
 
 def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
     """A model implementation no one here wrote, dumped through the HF name map."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from test_hf_parity import hf_model
 
     arch = models["tiny_dense"].arch

@@ -1,6 +1,5 @@
 """`topl doctor` on this machine, on simulated installed stacks, and on a real local Ray head."""
 import json
-import os
 import sys
 
 import pytest
