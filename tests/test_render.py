@@ -34,11 +34,16 @@ def test_strict_rendering_carries_the_seed_switches(compose):
                    "+actor_rollout_ref.actor.megatron.override_transformer_config.use_batch_invariant_ops=true",
                    "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=flash",
                    "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
+                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
+                   "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
+                   "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
+                   "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
                    "+actor_rollout_ref.rollout.engine_kwargs.vllm.pipeline_parallel_size=2"]:
         assert needed in o, needed
     for k, v in {"VLLM_BATCH_INVARIANT": "1", "HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": "1",
                  "HCCL_OP_EXPANSION_MODE": "AIV", "TASK_QUEUE_ENABLE": "2", "CPU_AFFINITY_CONF": "1",
-                 "VLLM_ASCEND_ENABLE_NZ": "0", "CLOSE_MATMUL_K_SHIFT": "1"}.items():
+                 "VLLM_ASCEND_ENABLE_NZ": "0", "CLOSE_MATMUL_K_SHIFT": "1", "HCCL_CONNECT_TIMEOUT": "1800",
+                 "HCCL_EXEC_TIMEOUT": "3600"}.items():
         assert inv.env[k] == v
         assert f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={fmt(v)}" in o, k
     assert inv.env["VERL_USE_EXTERNAL_MODULES"]
