@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
-        return 0 if argv else 0
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(f"error: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from topl.launcher import recipes
@@ -153,12 +153,6 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
 
 
-def open_dict(cfg: DictConfig):
-    from omegaconf import open_dict as _od
-
-    return _od(cfg)
-
-
 def loader_for(root):
     """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -194,7 +188,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     parser = OverridesParser.create()
     for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):  # noqa: E501
         key = ov.key_or_group
-        if "@" in key or "/" in key or key in _GROUPS:
+        if "@" in key or "/" in key or key in GROUPS:
             continue  # a group choice: its file is the source of the values
         text = ov.input_line or f"{key}={ov.value()}"
         sources[key] = f"command line `{text}`"
@@ -204,7 +198,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     return sources
 
 
-_GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
+GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
 
 
 def _label(path: Path) -> str:

@@ -17,7 +17,6 @@ _state: dict = {}
 def _split(args: list[str]) -> tuple[set[str], list[str], list[str]]:
     """topl flags, Hydra flags (with their values), and overrides."""
     topl, hydra_flags, overrides = set(), [], []
-    it = iter(range(len(args)))
     i = 0
     while i < len(args):
         a = args[i]
@@ -31,7 +30,6 @@ def _split(args: list[str]) -> tuple[set[str], list[str], list[str]]:
         else:
             overrides.append(a)
         i += 1
-    del it
     return topl, hydra_flags, overrides
 
 

@@ -19,11 +19,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from topl.launcher.compose import Composed, compose_job, loader_for
+from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import RULES, ERROR
 from topl.launcher.errors import ToplError
 
-GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
 
