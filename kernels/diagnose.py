@@ -10,7 +10,6 @@ Verdicts
 """
 from __future__ import annotations
 
-import math
 import re
 
 import torch
@@ -198,10 +197,6 @@ def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
         plt.close(fig)
         paths.append(p2)
     return paths
-
-
-def finite(x):
-    return x if not isinstance(x, float) or math.isfinite(x) else str(x)
 
 
 __all__ = ["diagnose", "plot", "ulp_distance", "LAYER_BOUNDARIES"]

@@ -186,7 +186,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
         for key in _flatten(data, package if package not in ("_global_",) else ""):
             sources[key] = label
     parser = OverridesParser.create()
-    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):  # noqa: E501
+    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
         key = ov.key_or_group
         if "@" in key or "/" in key or key in GROUPS:
             continue  # a group choice: its file is the source of the values

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import RULES, ERROR
 from topl.launcher.errors import ToplError
+from topl.launcher.render import get_path
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
@@ -177,19 +178,13 @@ def _raw(cfg, key: str) -> str:
     return node._get_node(leaf)._value()
 
 
-def _get(obj, dotted: str):
-    for p in dotted.split("."):
-        obj = getattr(obj, p)
-    return obj
-
-
 def _resolve(raw: str, spec):
     whole = _REF.fullmatch(raw.strip())
     if whole:
-        return _get(spec, whole.group(1))
+        return get_path(spec, whole.group(1))
     if ":" in raw.replace("${", "").split("}")[0]:
         raise ToplError(f"interpolation {raw!r} uses a resolver the planner cannot replay")
-    return _REF.sub(lambda m: str(_get(spec, m.group(1))), raw)
+    return _REF.sub(lambda m: str(get_path(spec, m.group(1))), raw)
 
 
 def plan(overrides: list[str]) -> list[Verdict]:

@@ -135,7 +135,8 @@ def plus(key: str) -> str:
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
 
 
-def _get(spec, dotted: str):
+def get_path(spec, dotted: str):
+    """spec.a.b for "a.b"."""
     for part in dotted.split("."):
         spec = getattr(spec, part)
     return spec
@@ -172,7 +173,7 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, _get(s, field_)) for field_, verl in table.items()]
+    out += [(verl, get_path(s, field_)) for field_, verl in table.items()]
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
             (f"{ARR}.rollout.enforce_eager", s.rollout.graph_mode == "eager"),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
