@@ -5,7 +5,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 """
 from __future__ import annotations
 
-import atexit
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -19,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from topl.launcher import recipes
+from topl.launcher import recipes, redact, untrusted
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec, register_configs
 
@@ -70,15 +69,15 @@ def _flatten(node: Any, prefix: str) -> list[str]:
 
 
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
-    """Replace `recipe=NAME|PATH` by a recipe on a temporary search path Hydra can read."""
+    """Refuse unsafe Hydra overrides (untrusted.guard_overrides), then replace `recipe=NAME|PATH`
+    by the validated recipe on a private temporary search path. The caller owns root.cleanup()."""
     out, root = [], None
-    for o in overrides:
+    for o in untrusted.guard_overrides(overrides):
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
-            path = recipes.resolve(value)
-            recipes.load_checked(path)
-            root = recipes.RecipeRoot(path)
-            atexit.register(root.cleanup)
+            if root is not None:
+                root.cleanup()
+            root = recipes.RecipeRoot(recipes.resolve(value))
             o = f"recipe={root.name}"
         out.append(o)
     if root:
@@ -106,11 +105,11 @@ def _friendly(e: Exception, overrides: list[str]) -> ToplError:
     return ToplError(msg.replace("\n", "\n  "), where=f"overrides: {' '.join(overrides) or '(none)'}", fix=fix)
 
 
-def _check_no_targets(cfg: DictConfig, overrides: list[str]) -> None:
-    hits = recipes.find_targets(OmegaConf.to_container(cfg, resolve=False))
-    if hits:
-        raise ToplError(f"`_target_` at {', '.join(hits)}: topl configs are data and never instantiate code",
-                        where=" ".join(overrides), fix="remove the `_target_` keys")
+def _check_no_code(cfg: DictConfig, overrides: list[str]) -> None:
+    """Nothing composed names code: `_target_` / `()` anywhere, dotted keys of free-form maps
+    (algorithm.extra_overrides, rendered into verl, whose workers would instantiate it) included."""
+    untrusted.check_values(OmegaConf.to_container(cfg, resolve=False),
+                           f"overrides: {' '.join(overrides) or '(none)'}", resolvers=True)
 
 
 def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
@@ -127,11 +126,20 @@ def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
             _refuse_unknown(node, node._metadata.object_type, f"{prefix}{key}.")
 
 
-def compose_job(overrides: list[str] | None = None) -> Composed:
-    """Compose the job spec; every input problem becomes a ToplError."""
-    overrides = list(overrides or [])
+def compose_job(overrides: list[str] | None = None, prepared=None) -> Composed:
+    """Compose the job spec; every input problem becomes a ToplError. `prepared` is a
+    `split_recipe` result the caller keeps (launch composes again through Hydra from it)."""
     register_configs()
-    hydra_overrides, root = split_recipe(overrides)
+    hydra_overrides, root = prepared or split_recipe(list(overrides or []))
+    overrides = [o for o in overrides or [] if o != untrusted.UNSAFE_FLAG]
+    try:
+        return _compose(overrides, hydra_overrides, root)
+    finally:
+        if prepared is None and root is not None:
+            root.cleanup()
+
+
+def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
@@ -144,7 +152,8 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra/" not in k}
     with open_dict(cfg):
         del cfg["hydra"]
-    _check_no_targets(cfg, overrides)
+    _check_no_code(cfg, overrides)
+    redact.remember(OmegaConf.to_container(cfg.cluster.env) if "cluster" in cfg else {})
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
@@ -178,7 +187,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):
-            label = _label(root.source)
+            label = _label(root.files.get(file.stem, root.source))
         else:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""

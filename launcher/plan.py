@@ -189,8 +189,10 @@ def _resolve(raw: str, spec):
 
 def plan(overrides: list[str]) -> list[Verdict]:
     """Every point of the sweep with its verdict."""
+    from topl.launcher.untrusted import guard_overrides
+
     planner = Planner()
-    return [planner.verdict(p) for p in expand_items(overrides)]
+    return [planner.verdict(p) for p in expand_items(guard_overrides(overrides))]
 
 
 def swept_keys(overrides: list[str]) -> list[str]:
