@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from topl.launcher import redact
 from topl.launcher.errors import ToplError
 
 USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
@@ -151,6 +152,7 @@ COMMANDS = {"launch": cmd_launch, "check": cmd_check, "render": cmd_render, "rul
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    redact.install()  # everything printed from here on has secrets removed
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0

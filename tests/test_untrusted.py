@@ -8,7 +8,6 @@ every command that reads a recipe or overrides.
 import time
 
 import pytest
-
 from helpers import run_topl
 from topl.launcher import untrusted
 from topl.launcher.errors import ToplError
@@ -57,13 +56,17 @@ ATTACKS = {
     "output_subdir": ("# @package _global_\nhydra:\n  output_subdir: /tmp\n", []),
     "env_set": ("# @package _global_\nhydra:\n  job:\n    env_set: {LD_PRELOAD: /x.so}\n", []),
     "target_in_extra_overrides": (
-        "# @package _global_\nalgorithm:\n  extra_overrides:\n"
-        "    actor_rollout_ref.model._target_: canary.make\n",
+        (
+            "# @package _global_\nalgorithm:\n  extra_overrides:\n"
+            "    actor_rollout_ref.model._target_: canary.make\n"
+        ),
         [],
     ),
     "nested_target": (
-        "# @package _global_\nalgorithm:\n  extra_overrides:\n"
-        "    actor_rollout_ref.model: {_target_: canary.make}\n",
+        (
+            "# @package _global_\nalgorithm:\n  extra_overrides:\n"
+            "    actor_rollout_ref.model: {_target_: canary.make}\n"
+        ),
         [],
     ),
     "secret_copy_resolver": ("# @package _global_\nproject: ${oc.env:MY_API_KEY}\n", []),
@@ -162,7 +165,8 @@ def test_recipes_include_recipes_by_name_and_allowed_hydra_keys(tmp_path, compos
 
 def test_the_validated_bytes_are_what_hydra_loads(tmp_path, compose, monkeypatch):
     """Swapping the file after it was read changes nothing: Hydra reads topl's private copy."""
-    from topl.launcher import compose as compose_mod, recipes
+    from topl.launcher import compose as compose_mod
+    from topl.launcher import recipes
 
     path = tmp_path / "r.yaml"
     path.write_text("# @package _global_\nseed: 5\n")
@@ -176,7 +180,7 @@ def test_the_validated_bytes_are_what_hydra_loads(tmp_path, compose, monkeypatch
     assert compose([f"recipe={path}"]).value("seed") == 5
     monkeypatch.undo()
     path.write_text("# @package _global_\nseed: 5\n")
-    hydra_overrides, root = compose_mod.split_recipe([f"recipe={path}"])
+    _, root = compose_mod.split_recipe([f"recipe={path}"])
     try:
         assert (root.dir / "recipe" / "r.yaml").read_text() == "# @package _global_\nseed: 5\n"
         assert (root.dir.stat().st_mode & 0o777) == 0o700
