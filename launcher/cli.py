@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
-from topl.launcher import redact
+from topl.launcher import lifecycle, redact
 from topl.launcher.errors import ToplError
 
 USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
@@ -169,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return 0
+    except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -162,6 +162,27 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
 
 
+def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
+    """(hydra.run.dir, hydra.sweep.dir) as Hydra would resolve them now, absolute; sweep overrides
+    are left out (Hydra resolves the sweep dir from the config without them)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(hydra_overrides)
+        plain = [o for o, p in zip(hydra_overrides, parsed) if not p.is_sweep_override()]
+    except HydraException:
+        plain = hydra_overrides
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
+            cfg = compose("config", overrides=plain, return_hydra_config=True)
+            dirs = str(cfg.hydra.run.dir), str(cfg.hydra.sweep.dir)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise _friendly(e, plain) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
+
+
 def loader_for(root):
     """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl

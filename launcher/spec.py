@@ -143,6 +143,7 @@ class ClusterSpec:
     devices_per_node: int = 1  # accelerators per node
     device_memory_gb: float = 24.0  # memory of one device (GB)
     ray_address: Optional[str] = None  # Ray dashboard address for ray_job (http://host:8265)
+    ray_timeout_s: float = 30.0  # longest wait for one answer from the Ray head (connect, submit, status)
     backend: str = "local"  # local | subprocess | ray_job
     python: str = "python3"  # interpreter the subprocess backend runs
     external_modules: Optional[str] = None  # VERL_USE_EXTERNAL_MODULES (the alignment patch module)
