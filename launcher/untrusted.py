@@ -91,10 +91,10 @@ def load_yaml(text: bytes, where: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
         problem = getattr(e, "problem", None) or str(e)
+        if "alias" in problem:
+            raise ToplError(f"YAML limit: {problem}", where=at, fix=fix) from None
         raise ToplError(
-            f"YAML error: {problem}",
-            where=at,
-            fix=fix if "alias" in problem else "fix the YAML syntax at that line",
+            f"YAML syntax error: {problem}", where=at, fix="fix the YAML syntax at that line"
         ) from None
     try:
         _count(data, [MAX_NODES])

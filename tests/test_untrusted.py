@@ -199,7 +199,7 @@ def test_the_validated_bytes_are_what_hydra_loads(tmp_path, compose, monkeypatch
         ("x: " + "y" * (untrusted.MAX_BYTES + 1), "limit"),
         (LAUGHS, "aliases"),
         (laughs(6), "expands"),  # few enough aliases, too many values
-        ("a: [1\n", "YAML error"),
+        ("a: [1\n", "YAML syntax error"),
     ],
 )
 def test_yaml_limits(text, match):
