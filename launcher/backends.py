@@ -35,7 +35,7 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
         try:
             proc = subprocess.Popen(cmd, env=child_env(invocation, run_dir), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
-                                    preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, stop))
+                                    preexec_fn=lambda: _child_setup(stop))
         except BaseException:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
             raise
@@ -49,6 +49,15 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
         except BaseException:  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
             _stop_group(proc)
             raise
+
+
+def _child_setup(stop: set) -> None:
+    """In the child before exec: signals unblocked; on Linux, SIGTERM when topl dies (even SIGKILL)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h) = 1
 
 
 def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:

@@ -8,6 +8,7 @@ shell reports it). `with_deadline` bounds a call that may never answer (a silent
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -65,7 +66,7 @@ def run_recorded(run_dir: Path, start: Callable[[], int], **details) -> int:
     state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
     try:
         with signals_interrupt():
-            rundir.set_status(run_dir, "running", **details)
+            rundir.set_status(run_dir, "running", pid=os.getpid(), **details)  # a dead pid: topl was killed
             rc = start()
         state = {**status_of(rc), **details}
         return exit_code(rc)

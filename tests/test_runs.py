@@ -111,6 +111,23 @@ def test_signal_to_topl_stops_the_job_group_and_marks_the_run(tmp_path, fake, si
     assert not list((tmp_path / "tmp").glob("topl-recipe-*"))  # temp recipe dirs cleaned up
 
 
+def test_sigkill_to_topl_takes_the_job_down_too(tmp_path, fake):
+    """SIGKILL cannot be handled: the job gets SIGTERM from the kernel when topl dies (Linux), and
+    status.json keeps topl's pid, so a `running` run whose pid is gone reads as killed."""
+    env, args = fake
+    pidfile = tmp_path / "child.pid"
+    p = start(tmp_path, {**env, "FAKE_SLEEP": "1"}, *args)
+    d = wait_running(p, tmp_path, pidfile)
+    child = int(pidfile.read_text())
+    p.kill()
+    p.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while not gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(child) or open(f"/proc/{child}/stat").read().split()[2] == "Z"
+    assert status(d)["state"] == "running" and gone(status(d)["pid"])
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_local_backend_interrupt_is_marked_without_traceback(tmp_path, sig):
     env = {**os.environ, "PYTHONSAFEPATH": "1", "OMP_NUM_THREADS": "1"}
