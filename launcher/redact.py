@@ -128,9 +128,11 @@ class Redactor:
 
 
 def _assign(m: re.Match) -> str:
-    if not secret_name(m["name"]) or m["value"].strip("\"'") in ("", REDACTED):
+    value = m["value"]
+    if not secret_name(m["name"]) or value.strip("\"'") in ("", REDACTED):
         return m[0]
-    return f"{m['name']}{m['sep']}{REDACTED}"
+    quote = value[0] if value[0] in "\"'" else ""  # keep JSON / shell quoting valid
+    return f"{m['name']}{m['sep']}{quote}{REDACTED}{quote}"
 
 
 _current: Redactor | None = None

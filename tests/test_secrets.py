@@ -30,11 +30,17 @@ def test_secret_names(name, secret):
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "MIIE"),
     ("+ray_kwargs.ray_init.runtime_env.env_vars.MYSQL_PWD=abc12", "abc12"),
     ('{"GITHUB_PAT": "short1"}', "short1"),
+    ("export MY_API_KEY='a b c'", "a b c"),
     ("MY_API_KEY: 'q w e'", "q w e"),
 ])
 def test_credential_shapes_are_redacted_without_knowing_the_value(text, gone):
     out = Redactor().text(text)
     assert gone not in out and REDACTED in out
+
+
+def test_redacted_json_stays_json():
+    text = json.dumps({"env": {"GITHUB_PAT": "short1", "X": "postgres://u:pw-123456@h/db"}})
+    assert json.loads(Redactor().text(text)) == {"env": {"GITHUB_PAT": REDACTED, "X": f"postgres://u:{REDACTED}@h/db"}}
 
 
 def test_known_values_are_redacted_everywhere_and_plain_keys_are_kept():
@@ -59,6 +65,7 @@ def test_no_secret_in_run_dir_stdout_or_render(tmp_path):
     for rr in (r, run_topl("render", *forwarded, cwd=tmp_path, env=env),
                run_topl("render", "--json", *forwarded, cwd=tmp_path, env=env)):
         assert rr.returncode == 0 and not [s for s in secrets if s in rr.stdout + rr.stderr], rr.stdout
+    assert json.loads(rr.stdout)["env"]["EXTRA_TOKEN"] == REDACTED  # --json stays JSON
     (run_dir,) = [d for d in (tmp_path / "runs").iterdir()]
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     files = [p for p in run_dir.rglob("*") if p.is_file()]
