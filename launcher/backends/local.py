@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from topl.launcher.errors import ToplError
+from topl.launcher.spec import is_strict
 
 
 def loop_config(spec):
@@ -37,7 +38,7 @@ def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
                         where="algorithm", fix="use algorithm=grpo locally, or cluster.backend=subprocess/ray_job")
     console = Console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
-    strict = spec.alignment.mode == "strict"
+    strict = is_strict(spec)
     rc = 0
     with Progress(TextColumn("[bold]GRPO[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeRemainingColumn(), console=console) as bar:
