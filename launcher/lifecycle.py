@@ -5,6 +5,7 @@ SIGTERM turned into `Interrupted`, and then marks it `succeeded`, `failed` (exit
 `interrupted`; the exit code it returns is non-zero for every failure (128 + N for signal N, as a
 shell reports it). `with_deadline` bounds a call that may never answer (a silent Ray head).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +55,11 @@ def status_of(returncode: int) -> dict:
     if returncode == 0:
         return {"state": "succeeded", "exit_code": 0}
     if returncode < 0:
-        return {"state": "failed", "signal": signal.Signals(-returncode).name, "exit_code": exit_code(returncode)}
+        return {
+            "state": "failed",
+            "signal": signal.Signals(-returncode).name,
+            "exit_code": exit_code(returncode),
+        }
     return {"state": "failed", "exit_code": returncode}
 
 
@@ -66,15 +71,24 @@ def run_recorded(run_dir: Path, start: Callable[[], int], **details) -> int:
     state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
     try:
         with signals_interrupt():
-            rundir.set_status(run_dir, "running", pid=os.getpid(), **details)  # a dead pid: topl was killed
+            rundir.set_status(
+                run_dir, "running", pid=os.getpid(), **details
+            )  # a dead pid: topl was killed
             rc = start()
         state = {**status_of(rc), **details}
         return exit_code(rc)
     except (Interrupted, KeyboardInterrupt) as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        state = {"state": "interrupted", "signal": signal.Signals(signum).name, "exit_code": 128 + signum,
-                 **details}
-        print(f"\ntopl: {signal.Signals(signum).name}: the job was stopped (run dir {run_dir})", file=sys.stderr)
+        state = {
+            "state": "interrupted",
+            "signal": signal.Signals(signum).name,
+            "exit_code": 128 + signum,
+            **details,
+        }
+        print(
+            f"\ntopl: {signal.Signals(signum).name}: the job was stopped (run dir {run_dir})",
+            file=sys.stderr,
+        )
         return 128 + signum
     except ToplError as e:
         state = {"state": "failed", "error": e.message, **details}

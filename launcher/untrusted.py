@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 from omegaconf._utils import get_yaml_loader
+
 from topl.launcher.errors import ToplError
 
 MAX_BYTES = 256 * 1024  # a recipe is a page of YAML; the shipped ones are < 1 KiB

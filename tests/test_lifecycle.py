@@ -1,4 +1,5 @@
 """Run lifecycle: status file on every exit path, signal deaths non-zero, bounded waits."""
+
 import json
 import os
 import signal
@@ -15,11 +16,16 @@ def status(d):
     return json.loads((d / "status.json").read_text())
 
 
-@pytest.mark.parametrize("rc,state,code", [(0, "succeeded", 0), (3, "failed", 3), (-9, "failed", 137),
-                                           (-15, "failed", 143)])
+@pytest.mark.parametrize(
+    "rc,state,code",
+    [(0, "succeeded", 0), (3, "failed", 3), (-9, "failed", 137), (-15, "failed", 143)],
+)
 def test_status_and_exit_code_follow_the_job(tmp_path, rc, state, code):
     seen = []
-    assert lifecycle.run_recorded(tmp_path, lambda: seen.append(status(tmp_path)["state"]) or rc) == code
+    assert (
+        lifecycle.run_recorded(tmp_path, lambda: seen.append(status(tmp_path)["state"]) or rc)
+        == code
+    )
     assert seen == ["running"]
     s = status(tmp_path)
     assert (s["state"], s["exit_code"]) == (state, code)
@@ -48,7 +54,9 @@ def test_a_signal_to_topl_interrupts_the_backend_and_marks_the_run(tmp_path, sig
 def test_a_crash_is_marked_failed_and_propagates(tmp_path):
     with pytest.raises(ZeroDivisionError):
         lifecycle.run_recorded(tmp_path, lambda: 1 / 0)
-    assert status(tmp_path)["state"] == "failed" and "ZeroDivisionError" in status(tmp_path)["error"]
+    assert (
+        status(tmp_path)["state"] == "failed" and "ZeroDivisionError" in status(tmp_path)["error"]
+    )
 
 
 def test_with_deadline_gives_one_clear_error_for_a_silent_endpoint():

@@ -4,6 +4,7 @@ Every test drives the real CLI in a child process and kills jobs or topl with re
 for topl's own `status.json` to say `running` (written once topl's signal handlers are in place and
 the job has started) before signalling, so no test depends on timing.
 """
+
 import json
 import os
 import signal
@@ -15,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import run_topl
 
-FAKE_VERL = '''
+FAKE_VERL = """
 import os, signal, sys, time
 print("fake verl running", flush=True)
 open(os.environ["FAKE_PIDFILE"], "w").write(str(os.getpid()))
@@ -27,7 +27,7 @@ if os.environ.get("FAKE_KILL_SELF"):
 if os.environ.get("FAKE_SLEEP"):
     time.sleep(120)
 sys.exit(int(os.environ.get("FAKE_RC", "0")))
-'''
+"""
 
 
 @pytest.fixture
@@ -36,11 +36,21 @@ def fake(tmp_path):
     pkg.mkdir()
     (pkg / "fake_verl.py").write_text(FAKE_VERL)
     (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "PYTHONSAFEPATH": "1", "FAKE_PIDFILE": str(tmp_path / "child.pid"),
-           "TMPDIR": str(tmp_path / "tmp")}
+    env = {
+        **os.environ,
+        "PYTHONSAFEPATH": "1",
+        "FAKE_PIDFILE": str(tmp_path / "child.pid"),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
     env.pop("HYDRA_FULL_ERROR", None)
-    args = ["cluster.backend=subprocess", "algorithm.entrypoint=fake_verl", f"cluster.python={sys.executable}",
-            "collective=hccl_strict", f"+cluster.env.PYTHONPATH={pkg}", "--skip-doctor"]
+    args = [
+        "cluster.backend=subprocess",
+        "algorithm.entrypoint=fake_verl",
+        f"cluster.python={sys.executable}",
+        "collective=hccl_strict",
+        f"+cluster.env.PYTHONPATH={pkg}",
+        "--skip-doctor",
+    ]
     return env, args
 
 
@@ -53,18 +63,30 @@ def status(d: Path) -> dict:
 
 
 def start(tmp_path, env, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "topl.launcher.cli", "launch", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "topl.launcher.cli", "launch", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def wait_running(p: subprocess.Popen, tmp_path: Path, pidfile: Path | None = None, limit: float = 300) -> Path:
+def wait_running(
+    p: subprocess.Popen, tmp_path: Path, pidfile: Path | None = None, limit: float = 300
+) -> Path:
     """The run dir once topl marked it running (and the fake job wrote its pid, when given)."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         assert p.poll() is None, p.communicate()
         dirs = run_dirs(tmp_path) if (tmp_path / "runs").exists() else []
-        if dirs and (dirs[0] / "status.json").exists() and status(dirs[0])["state"] == "running" and (
-                pidfile is None or (pidfile.exists() and pidfile.read_text())):
+        if (
+            dirs
+            and (dirs[0] / "status.json").exists()
+            and status(dirs[0])["state"] == "running"
+            and (pidfile is None or (pidfile.exists() and pidfile.read_text()))
+        ):
             return dirs[0]
         time.sleep(0.05)
     raise AssertionError("the run never started")
@@ -78,13 +100,27 @@ def gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("extra,rc,state", [({}, 0, "succeeded"), ({"FAKE_RC": "3"}, 3, "failed"),
-                                            ({"FAKE_KILL_SELF": "9"}, 137, "failed")])
+@pytest.mark.parametrize(
+    "extra,rc,state",
+    [
+        ({}, 0, "succeeded"),
+        ({"FAKE_RC": "3"}, 3, "failed"),
+        ({"FAKE_KILL_SELF": "9"}, 137, "failed"),
+    ],
+)
 def test_subprocess_exit_codes_and_status(tmp_path, fake, extra, rc, state):
     env, args = fake
-    r = subprocess.run([sys.executable, "-m", "topl.launcher.cli", "launch", *args], cwd=tmp_path,
-                       env={**env, **extra}, capture_output=True, text=True, timeout=300)
-    assert r.returncode == rc, r.stderr  # a job killed by SIGKILL (OOM killer) is a failure: 128 + 9
+    r = subprocess.run(
+        [sys.executable, "-m", "topl.launcher.cli", "launch", *args],
+        cwd=tmp_path,
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == rc, (
+        r.stderr
+    )  # a job killed by SIGKILL (OOM killer) is a failure: 128 + 9
     s = status(run_dirs(tmp_path)[0])
     assert (s["state"], s["exit_code"]) == (state, rc)
     if extra.get("FAKE_KILL_SELF"):
@@ -145,7 +181,9 @@ def test_run_dir_is_created_exclusively(tmp_path):
     before = (fixed / ".hydra" / "config.yaml").read_text()
     r = run_topl("launch", "--dry-run", f"hydra.run.dir={fixed}", "seed=9", cwd=tmp_path)
     assert r.returncode == 2 and "refusing to overwrite" in r.stderr and "Traceback" not in r.stderr
-    assert (fixed / ".hydra" / "config.yaml").read_text() == before  # the first run's record is intact
+    assert (
+        fixed / ".hydra" / "config.yaml"
+    ).read_text() == before  # the first run's record is intact
 
 
 def test_parallel_launches_into_one_dir_one_wins(tmp_path):
@@ -153,7 +191,9 @@ def test_parallel_launches_into_one_dir_one_wins(tmp_path):
     results = [None] * 3
 
     def go(i):
-        results[i] = run_topl("launch", "--dry-run", f"hydra.run.dir={fixed}", f"seed={i}", cwd=tmp_path)
+        results[i] = run_topl(
+            "launch", "--dry-run", f"hydra.run.dir={fixed}", f"seed={i}", cwd=tmp_path
+        )
 
     threads = [threading.Thread(target=go, args=(i,)) for i in range(3)]
     for t in threads:
@@ -180,8 +220,15 @@ def test_silent_ray_endpoint_gives_one_clear_error_within_the_timeout(tmp_path):
     port = server.getsockname()[1]
     try:
         start_t = time.monotonic()
-        r = run_topl("launch", "cluster.backend=ray_job", f"cluster.ray_address=http://127.0.0.1:{port}",
-                     "cluster.ray_timeout_s=3", "--skip-doctor", cwd=tmp_path, timeout=120)
+        r = run_topl(
+            "launch",
+            "cluster.backend=ray_job",
+            f"cluster.ray_address=http://127.0.0.1:{port}",
+            "cluster.ray_timeout_s=3",
+            "--skip-doctor",
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert r.returncode == 2, r.stderr
         assert "no answer within 3 s" in r.stderr and "Traceback" not in r.stderr
         assert time.monotonic() - start_t < 60

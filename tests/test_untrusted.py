@@ -9,6 +9,7 @@ import time
 
 import pytest
 from helpers import run_topl
+
 from topl.launcher import untrusted
 from topl.launcher.errors import ToplError
 
