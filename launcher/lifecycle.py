@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from topl.launcher import rundir
 from topl.launcher.errors import ToplError
 
 
@@ -68,6 +67,9 @@ def run_recorded(run_dir: Path, start: Callable[[], int], **details) -> int:
 
     `start` returns the job's return code (negative: killed by that signal); it stops its job
     itself when Interrupted passes through it."""
+    # imported here: `topl rules` imports this module and must not pay for omegaconf
+    from topl.launcher import rundir
+
     state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
     try:
         with signals_interrupt():
