@@ -27,7 +27,7 @@ PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this pr
 DIFF_MAX, DIFF_MEAN = "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean"
 REWARD = "critic/rewards/mean"
 RATIO_KEYS = ("actor/ratio_max_abs_dev", "rollout_corr/rollout_is_mean", "actor/ppo_kl")
-_CONSOLE = re.compile(r"^(?:\S+ )?step:(\d+) - (.*)$")
+_CONSOLE = re.compile(r"^(?:\([^)]*\) )?step:(\d+) - (.*)$")  # Ray prefixes "(Actor pid=N) "
 
 
 def verdict(data: dict) -> str | None:
