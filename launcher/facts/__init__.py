@@ -17,7 +17,6 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-
 from topl.launcher.facts.table import FACTS, Evidence, Fact
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
@@ -96,5 +95,16 @@ def why(fid: str, versions: Any = None) -> str:
     return f"{head} — {'; '.join(cites(fid))}"
 
 
-__all__ = ["FACTS", "BY_ID", "Evidence", "Fact", "cites", "fact", "holds", "supports", "value",
-           "version", "why"]
+__all__ = [
+    "BY_ID",
+    "FACTS",
+    "Evidence",
+    "Fact",
+    "cites",
+    "fact",
+    "holds",
+    "supports",
+    "value",
+    "version",
+    "why",
+]
