@@ -62,7 +62,7 @@ def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str,
         if facts:
             from topl.launcher.facts import why as fact_why
 
-            why += "\nSources: " + " | ".join(fact_why(f) for f in facts)
+            why += "\nSources: " + " · ".join(fact_why(f) for f in facts)
         RULES.append(Rule(id, severity, title, keys, fix, fn, why))
         return fn
 
