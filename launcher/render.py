@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topl.launcher import facts
+from topl.launcher.spec import is_strict, on_npu
+from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
 
 ARR = "actor_rollout_ref"
 
@@ -142,13 +144,6 @@ def plus(key: str) -> str:
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
 
 
-def get_path(spec, dotted: str):
-    """spec.a.b for "a.b"."""
-    for part in dotted.split("."):
-        spec = getattr(spec, part)
-    return spec
-
-
 # spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
 GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
 # rollout.graph_mode -> vLLM cudagraph_mode, rendered explicitly: verl's default otherwise is
@@ -161,7 +156,7 @@ VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
 def renders(s, field_: str) -> bool:
     """Whether a table row is rendered on this stack."""
     fact = GATED_ON_NPU.get(field_)
-    return not (fact and s.cluster.device == "npu" and not facts.supports(fact, s.cluster.versions))
+    return not (fact and on_npu(s) and not facts.supports(fact, s.cluster.versions))
 
 
 def logprobs_mode(s) -> str:
@@ -192,13 +187,13 @@ def sampling_seed(s) -> str:
     replica the same seed (facts: full_determinism_fixes_replica_seed)."""
     want = s.rollout.per_request_seed
     if want is None:
-        want = s.alignment.mode == "strict" and facts.supports("per_request_seed", s.cluster.versions)
+        want = is_strict(s) and facts.supports("per_request_seed", s.cluster.versions)
     return "per_request" if want else "none"
 
 
 def stack_overrides(s) -> list[tuple[str, Any]]:
     """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
-    v, npu, strict = s.cluster.versions, s.cluster.device == "npu", s.alignment.mode == "strict"
+    v, npu, strict = s.cluster.versions, on_npu(s), is_strict(s)
     out: list[tuple[str, Any]] = []
     if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
         rl = f"{VLLM}.additional_config.rl_config"
@@ -213,7 +208,7 @@ def stack_overrides(s) -> list[tuple[str, Any]]:
 
 def env_vars(s) -> dict[str, str]:
     """Environment every process (driver and each Ray worker) must see."""
-    c, strict, npu = s.collective, s.alignment.mode == "strict", s.cluster.device == "npu"
+    c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
         env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1", HCCL_CONNECT_TIMEOUT="1800",
@@ -254,7 +249,7 @@ def overrides(s) -> list[tuple[str, Any]]:
         out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
                 ("critic.model.path", s.model.hf_path)]
     out += stack_overrides(s)
-    if s.alignment.mode == "strict":
+    if is_strict(s):
         if megatron:
             otc = f"{ARR}.actor.megatron.override_transformer_config"
             out += [(f"{otc}.attention_backend", "flash"), (f"{otc}.use_flash_attn_npu_batch_invariant", True),
@@ -271,9 +266,15 @@ def overrides(s) -> list[tuple[str, Any]]:
     return out
 
 
+def ray_worker_env(s) -> dict[str, str]:
+    """What the rendered job forwards to every Ray worker (`ray_kwargs...runtime_env.env_vars`)."""
+    return env_vars(s)
+
+
 def render(s) -> Invocation:
     """JobSpec -> Invocation; env vars are also forwarded to every Ray worker via runtime_env."""
     env = env_vars(s)
-    pairs = overrides(s) + [(f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in env.items()]
+    forwarded = ray_worker_env(s).items()
+    pairs = overrides(s) + [(f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in forwarded]
     config_name = s.algorithm.config_name or "ppo_trainer"
     return Invocation(s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env)

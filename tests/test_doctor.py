@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import STRICT_A3, run_topl
+
 from topl.launcher import facts
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

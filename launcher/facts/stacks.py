@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 import yaml
+
 from topl.launcher.facts import supports
 
 FEATURES = (  # (row, fact id)
