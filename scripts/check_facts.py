@@ -8,6 +8,7 @@
 A source that cannot be reached is reported as skipped (exit 0 unless --strict); a fact with no
 package file to read (CANN docs) is listed with why it is unchecked.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,31 @@ def check() -> list[dict]:
             rows.append({"fact": f.id, "cite": f.source, "status": "unchecked", "why": f.unchecked})
         for e in f.evidence:
             if (e.package, e.version) in skipped:
-                rows.append({"fact": f.id, "cite": e.cite, "status": "skipped",
-                             "why": skipped[(e.package, e.version)]})
+                rows.append(
+                    {
+                        "fact": f.id,
+                        "cite": e.cite,
+                        "status": "skipped",
+                        "why": skipped[(e.package, e.version)],
+                    }
+                )
                 continue
             text = texts[(e.package, e.version, e.path)]
             ok = found(e, text) == e.present
-            why = "" if ok else ("file not in the release" if text is None else
-                                 "needle found" if found(e, text) else "needle not found")
-            rows.append({"fact": f.id, "cite": e.cite, "status": "ok" if ok else "WRONG", "why": why})
+            why = (
+                ""
+                if ok
+                else (
+                    "file not in the release"
+                    if text is None
+                    else "needle found"
+                    if found(e, text)
+                    else "needle not found"
+                )
+            )
+            rows.append(
+                {"fact": f.id, "cite": e.cite, "status": "ok" if ok else "WRONG", "why": why}
+            )
     return rows
 
 
@@ -43,8 +61,13 @@ def main(argv: list[str]) -> int:
         print(json.dumps(rows, indent=1))
     else:
         for r in rows:
-            print(f"{r['status']:9} {r['fact']:50} {r['cite']}" + (f"  ({r['why']})" if r["why"] else ""))
-        n = {s: sum(r["status"] == s for r in rows) for s in ("ok", "WRONG", "skipped", "unchecked")}
+            print(
+                f"{r['status']:9} {r['fact']:50} {r['cite']}"
+                + (f"  ({r['why']})" if r["why"] else "")
+            )
+        n = {
+            s: sum(r["status"] == s for r in rows) for s in ("ok", "WRONG", "skipped", "unchecked")
+        }
         print(" ".join(f"{k}={v}" for k, v in n.items()))
     bad = any(r["status"] == "WRONG" for r in rows)
     strict_skip = "--strict" in argv and any(r["status"] == "skipped" for r in rows)

@@ -1,5 +1,6 @@
 """The stack model: facts, the per-profile rendering they drive, and (marker `facts_sources`) the
 facts re-read in the real packages."""
+
 import json
 import os
 import sys
@@ -75,15 +76,26 @@ def test_each_profile_renders_what_its_stack_reads(compose, profile):
     else:  # FA3 from attention_backend=FLASH_ATTN with VLLM_BATCH_INVARIANT=1
         assert o[f"{VLLM}.attention_backend"] == "FLASH_ATTN" and rl not in o
         assert inv.env["VLLM_BATCH_INVARIANT"] == "1"
-    nz_env, nz_cfg = "VLLM_ASCEND_ENABLE_NZ" in inv.env, f"{VLLM}.additional_config.weight_nz_mode" in o
-    assert (nz_env, nz_cfg) == {"seed": (True, False), "release": (True, True),
-                                "prerelease": (False, True)}[profile]
+    nz_env, nz_cfg = (
+        "VLLM_ASCEND_ENABLE_NZ" in inv.env,
+        f"{VLLM}.additional_config.weight_nz_mode" in o,
+    )
+    assert (nz_env, nz_cfg) == {
+        "seed": (True, False),
+        "release": (True, True),
+        "prerelease": (False, True),
+    }[profile]
     assert not any("full_determinism" in k for k in o)  # one seed per replica: n equal samples
     assert (o.get("actor_rollout_ref.rollout.per_request_seed") == "true") == (profile == "seed")
-    assert o["actor_rollout_ref.rollout.enforce_eager"] == "true" and f"{VLLM}.compilation_config" not in o
+    assert (
+        o["actor_rollout_ref.rollout.enforce_eager"] == "true"
+        and f"{VLLM}.compilation_config" not in o
+    )
     _, o = rendered(compose, profile, "rollout.graph_mode=piecewise")
     assert o["actor_rollout_ref.rollout.enforce_eager"] == "false"
-    assert json.loads(json.loads(o[f"{VLLM}.compilation_config"])) == {"cudagraph_mode": "PIECEWISE"}
+    assert json.loads(json.loads(o[f"{VLLM}.compilation_config"])) == {
+        "cudagraph_mode": "PIECEWISE"
+    }
 
 
 def test_logprobs_auto_follows_temperature(compose):
@@ -117,8 +129,9 @@ def test_raw_logprobs_at_temperature_below_one_rejected(compose):
 
 
 def test_seed_patch_module_on_another_vllm_ascend_rejected(compose):
-    got = severities(compose, "stack=release",
-                     "cluster.external_modules=verl_ascend_recipe.true_on_policy.patch")
+    got = severities(
+        compose, "stack=release", "cluster.external_modules=verl_ascend_recipe.true_on_policy.patch"
+    )
     assert got.get("TOP-STACK-005") == "error"
     assert severities(compose, "stack=release").get("TOP-STACK-005") == "warning"
 
@@ -140,8 +153,10 @@ def test_rules_cite_their_sources():
 
 
 @pytest.mark.facts_sources
-@pytest.mark.skipif(not os.environ.get("TOPL_FACTS_SOURCES"),
-                    reason="downloads release files: set TOPL_FACTS_SOURCES=1 (.ci/run does)")
+@pytest.mark.skipif(
+    not os.environ.get("TOPL_FACTS_SOURCES"),
+    reason="downloads release files: set TOPL_FACTS_SOURCES=1 (.ci/run does)",
+)
 def test_every_cited_fact_holds_in_the_real_packages():
     sys.path.insert(0, str(ROOT / "scripts"))
     from check_facts import check as check_facts

@@ -10,6 +10,7 @@ Rules, the renderer and the doctor ask through one API instead of comparing vers
 
 No torch, no I/O: the launcher paths (check / render / doctor) import this freely.
 """
+
 from __future__ import annotations
 
 import re
@@ -84,14 +85,21 @@ def cites(fid: str) -> list[str]:
 def why(fid: str, versions: Any = None) -> str:
     """One line for people: what holds, for which versions, and where that was read."""
     f = fact(fid)
-    scope = f"no {f.package} release" if f.when is None else \
-        f"{f.package} {f.when}" if f.when else f"every {f.package}"
+    scope = (
+        f"no {f.package} release"
+        if f.when is None
+        else f"{f.package} {f.when}"
+        if f.when
+        else f"every {f.package}"
+    )
     if f.patch:
         scope += f"; with patch {f.patch.partition(':')[2]}"
     head = f"{f.text} [{scope}]"
     if versions is not None:
-        head += f" (declared {f.package} {_declared(versions, f.package)}: " \
-                f"{'holds' if holds(fid, versions) else 'does not hold'})"
+        head += (
+            f" (declared {f.package} {_declared(versions, f.package)}: "
+            f"{'holds' if holds(fid, versions) else 'does not hold'})"
+        )
     return f"{head} — {'; '.join(cites(fid))}"
 
 

@@ -8,6 +8,7 @@
 
 Used by `scripts/check_facts.py` and the `facts_sources` tests; never by the launcher itself.
 """
+
 from __future__ import annotations
 
 import io
@@ -38,8 +39,9 @@ def cache_dir() -> Path:
 
 def _get(url: str, headers: dict | None = None, timeout: float = 60) -> bytes:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
-                                    timeout=timeout) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=timeout
+        ) as r:
             return r.read()
     except urllib.error.HTTPError as e:
         if e.code == 404:
@@ -58,7 +60,10 @@ def _files(package: str, version: str) -> list[dict]:
     out = []
     for f in json.loads(body)["files"]:
         name = f["filename"].lower()
-        if name.startswith(f"{norm}-{version.lower()}-") or name == f"{norm}-{version.lower()}.tar.gz":
+        if (
+            name.startswith(f"{norm}-{version.lower()}-")
+            or name == f"{norm}-{version.lower()}.tar.gz"
+        ):
             out.append(f)
     return out
 
@@ -96,7 +101,7 @@ class _RangeFile(io.RawIOBase):
         if n <= 0:
             return 0
         data = _get(self.url, {"Range": f"bytes={self.pos}-{self.pos + n - 1}"})[:n]
-        b[:len(data)] = data
+        b[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -110,8 +115,11 @@ def _read_wheel(package: str, version: str, paths: set[str]) -> dict[str, str | 
     with zipfile.ZipFile(io.BufferedReader(raw, buffer_size=1 << 16)) as z:
         names = z.namelist()
         for p in paths:
-            hit = [n for n in names if n.endswith(".dist-info/METADATA")] if p == "METADATA" else \
-                [n for n in names if n == p]
+            hit = (
+                [n for n in names if n.endswith(".dist-info/METADATA")]
+                if p == "METADATA"
+                else [n for n in names if n == p]
+            )
             if hit:
                 out[p] = z.read(hit[0]).decode("utf-8", "replace")
     return out
@@ -138,8 +146,12 @@ def _read_github(repo: str, ref: str, paths: set[str]) -> dict[str, str | None]:
     for p in paths:
         if mirror:
             git = Path(mirror) / repo.replace("/", "+") / "repo"
-            r = subprocess.run(["git", "--git-dir", str(git), "show", f"{commit}:{p}"],
-                               capture_output=True, text=True, check=False)
+            r = subprocess.run(
+                ["git", "--git-dir", str(git), "show", f"{commit}:{p}"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             out[p] = r.stdout if r.returncode == 0 else None
         else:
             body = _get(f"{RAW}/{repo}/{commit}/{p}")
