@@ -89,7 +89,7 @@ class RolloutSpec:
     dp: int = 1  # data parallel size per replica
     pp: int = 1  # pipeline parallel size (vLLM PP; needs the verl PP patch)
     ep: int = 1  # expert parallel size (verl asserts ep == tp * dp when > 1)
-    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only
+    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only | full_and_piecewise
     block_size: int = 128  # paged KV cache block size (tokens)
     prefix_caching: bool = False  # reuse KV blocks across requests
     chunked_prefill: bool = False  # split long prefills across steps
@@ -100,10 +100,12 @@ class RolloutSpec:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling (1.0: off)
     top_k: int = -1  # top-k sampling (-1: off)
-    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits
+    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits | auto (raw at T=1, else processed)
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     log_prob_micro_batch_size_per_gpu: int = 2  # verl rollout.log_prob_micro_batch_size_per_gpu
+    # verl's full_determinism is never rendered: one seed per replica makes the n samples equal
+    per_request_seed: Optional[bool] = None  # one seed per request (a verl patch); None: on in strict where the stack has it
 
 
 @dataclass
@@ -120,16 +122,22 @@ class CollectiveSpec:
 
 @dataclass
 class StackVersions:
-    """Declared versions of the target stack (`topl doctor` checks what is really installed)."""
+    """Declared versions of the target stack, normally set by one `conf/stack/` profile
+    (`stack=seed|release|prerelease`); `topl doctor` checks what is really installed. Rules,
+    rendering and doctor read what each version supports through `topl.launcher.facts`."""
 
+    profile: str = "release"  # the conf/stack profile these come from (custom: set by hand)
     verl: str = "0.9.1"  # verl release
-    vllm_ascend: str = "0.18.0"  # vllm-ascend release
-    cann: str = "9.0"  # CANN toolkit
-    torch_npu: str = "2.9.0"  # torch_npu (must match torch)
-    torch: str = "2.9.0"  # torch
-    verl_patches: List[str] = field(default_factory=list)  # applied patches, e.g. [vllm_pp]
+    vllm: str = "0.23.0"  # vLLM release (vllm-ascend X pairs with vLLM X)
+    vllm_ascend: str = "0.23.0.post1"  # vllm-ascend release
+    cann: str = "9.1.0"  # CANN toolkit
+    torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
+    torch_npu: str = "2.10.0.post4"  # torch_npu
+    mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
+    verl_patches: List[str] = field(default_factory=list)  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
-    flash_attn_npu: bool = False  # flash-attention-npu (FA3 backend) installed
+    flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
 
 @dataclass
