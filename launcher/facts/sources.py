@@ -3,8 +3,12 @@
 - PyPI sdists (vllm-ascend): downloaded once, only the cited members are kept.
 - PyPI wheels (verl, vllm, torch-npu): read with HTTP range requests (the zip's central
   directory and the cited members only: a few hundred kB of a multi-GB vllm wheel).
-- GitHub (MindSpeed, the seed): raw.githubusercontent.com at the pinned commit, or a local
-  mirror of git directories (`TOPL_FACTS_GIT_MIRROR=/dir` holding `owner+name/repo`).
+- GitHub (MindSpeed, the seed): a local mirror of git directories
+  (`TOPL_FACTS_GIT_MIRROR=/dir` holding `owner+name/repo`), or GitHub's raw file host at the
+  pinned commit when `TOPL_FACTS_GITHUB=1` (off by default: CI reaches package registries only).
+
+The package index is the one pip is configured with (`PIP_INDEX_URL`, else pip's own default),
+so this module names no host of its own; `TOPL_FACTS_INDEX` overrides it.
 
 Used by `scripts/check_facts.py` and the `facts_sources` tests; never by the launcher itself.
 """
@@ -24,8 +28,17 @@ from pathlib import Path
 
 from topl.launcher.facts.table import COMMITS, Evidence
 
-INDEX = os.environ.get("TOPL_FACTS_INDEX", "https://pypi.org/simple")
 RAW = "https://raw.githubusercontent.com"
+
+
+def _index() -> str:
+    """The simple index pip uses here (the same registry `pip download` would ask)."""
+    url = os.environ.get("TOPL_FACTS_INDEX") or os.environ.get("PIP_INDEX_URL")
+    if not url:
+        from pip._internal.models.index import PyPI  # pip's built-in default index
+
+        url = PyPI.simple_url
+    return url.rstrip("/")
 
 
 class Unreachable(Exception):
@@ -53,9 +66,10 @@ def _get(url: str, headers: dict | None = None, timeout: float = 60) -> bytes:
 
 def _files(package: str, version: str) -> list[dict]:
     """The release's files from PyPI's JSON simple index (PEP 691)."""
-    body = _get(f"{INDEX}/{package}/", {"Accept": "application/vnd.pypi.simple.v1+json"})
+    index = _index()
+    body = _get(f"{index}/{package}/", {"Accept": "application/vnd.pypi.simple.v1+json"})
     if not body:
-        raise Unreachable(f"{package} not on {INDEX}")
+        raise Unreachable(f"{package} not on {index}")
     norm = re.sub(r"[-_.]+", "_", package).lower()
     out = []
     for f in json.loads(body)["files"]:
@@ -153,9 +167,11 @@ def _read_github(repo: str, ref: str, paths: set[str]) -> dict[str, str | None]:
                 check=False,
             )
             out[p] = r.stdout if r.returncode == 0 else None
-        else:
+        elif os.environ.get("TOPL_FACTS_GITHUB") == "1":
             body = _get(f"{RAW}/{repo}/{commit}/{p}")
             out[p] = body.decode("utf-8", "replace") if body else None
+        else:
+            raise Unreachable(f"github:{repo}: set TOPL_FACTS_GIT_MIRROR or TOPL_FACTS_GITHUB=1")
     return out
 
 
