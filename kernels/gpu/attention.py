@@ -2,10 +2,10 @@
 
 Numerics, the same on every path and at every launch setting in CONFIGS:
 - a program owns up to QT consecutive queries of one sequence x the G query heads that share a
-  KV head (rows = token x head). ROWS = QT * G is 64 or 128, 4 warps per 64 rows: each row's
-  dot products and row reductions then run in the same Hopper warpgroup MMA layout whatever QT is.
-  Fewer rows (QT = 2 with G = 8: 16 rows) take another MMA and change the bits, so they are
-  refused (`tests/test_gpu.py` checks every row across CONFIGS; the refused settings differ).
+  KV head (rows = token x head). With ROWS = QT * G >= 64 the dot products run as Hopper
+  warpgroup MMAs (64-row wgmma) and a row's bits do not depend on QT, warps or stages (measured
+  on an H200: docs/performance.md); fewer rows (QT = 2 with G = 8: 16 rows) take another MMA and
+  change ~2% of rows, so they are refused (`tests/test_gpu.py` checks every row across CONFIGS).
 - keys are cut into tiles of BLOCK_N = Alignment.kv_tile (= the KV cache page); every tile is a
   split: its own (max, sum, P @ V) from scratch (`_tile_state`), and a row's tile states are folded
   in tile order 0, 1, 2, ... by `_fold`: the reference plan of kernels/attention.py (per-range
@@ -28,7 +28,7 @@ import triton.language as tl
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
-CONFIGS = ((128, 8, 3), (128, 8, 2), (128, 8, 4), (64, 4, 3), (64, 4, 2), (64, 4, 4))
+CONFIGS = ((128, 8, 3), (128, 8, 2), (128, 4, 3), (64, 4, 3), (64, 4, 2), (64, 8, 2), (256, 8, 2))
 NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V prefetch depth (numerics: none)
 INF = float("inf")
 
@@ -150,9 +150,9 @@ def blocks_for(q_seq, q_tokens: int = 16):
 
 def launch_config(group: int, q_tokens: int | None = None, warps: int | None = None,
                   stages: int | None = None) -> tuple[int, int, int]:
-    """(queries per program, warps, stages): at least 64 rows per program, 4 warps per 64 rows."""
+    """(queries per program, warps, stages); by default 128 rows per program and 8 warps."""
     qt = q_tokens or max(1, 128 // group)
-    return qt, warps or max(4, 4 * qt * group // 64), stages or NUM_STAGES
+    return qt, warps or min(8, max(4, 4 * qt * group // 64)), stages or NUM_STAGES
 
 
 def _sms(dev) -> int:
@@ -175,9 +175,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
     kvh = k.shape[-2]
     group = h // kvh
     qt, nw, ns = launch_config(group, q_tokens, warps, stages)
-    if check and (qt * group not in (64, 128) or nw != 4 * qt * group // 64):
-        raise ValueError(f"launch setting q_tokens={qt}, warps={nw} (G={group}) changes the bits: "
-                         "use 64 or 128 rows per program (q_tokens * G) and 4 warps per 64 rows")
+    if check and qt * group < 64:
+        raise ValueError(f"launch setting q_tokens={qt} (x G={group} heads = {qt * group} rows per "
+                         "program) changes the bits: use at least 64 rows per program")
     paged = block_table is not None
     kf, vf = (k.reshape(-1, kvh, dim), v.reshape(-1, kvh, dim)) if paged else (k, v)
     dev = q.device
@@ -190,6 +190,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
     n_blk = len(bseq)
     if split is None:
         split = n_blk * kvh < _sms(dev)
+    if split:  # per-tile programs gain nothing from deep prefetch; 3 stages overflow shared memory
+        ns = min(ns, 2)
     scale = (1.0 / math.sqrt(dim)) * 1.4426950408889634
     kw = {"G": group, "QT": qt, "BLOCK_N": tile, "D": dim}
     if not split:
