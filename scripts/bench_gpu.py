@@ -7,6 +7,7 @@ in the same run, their ratio, and the bytes/FLOPs floor of the shape (H200: 989 
 4.8 TB/s HBM3e; the floor is the larger of FLOPs/peak and bytes/bandwidth).
 Shapes: Qwen3-30B-A3B attention (32 query heads, 4 KV heads, head dim 128) and projections.
 """
+# ruff: noqa: B023  (each lambda is timed inside the iteration that defines it)
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
-from topl.kernels.gpu.ops import bi_matmul
+from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
 H, KVH, D, TILE = 32, 4, 128, 128
@@ -57,8 +58,8 @@ def prefill(batches, seqs):
           "engines call it (descriptors from the Python token list every call). SDPA default: "
           "`F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)` on [B, H, S, D], "
           "the backend torch picks; flash: the flash backend forced (K/V heads expanded).\n")
-    print("| shape | aligned ms | engine call ms | SDPA default ms | SDPA flash ms | vs default | vs flash "
-          "| floor ms |\n|---|---|---|---|---|---|---|---|")
+    print("| shape | aligned ms | 256-row programs ms | engine call ms | SDPA default ms | SDPA flash ms | "
+          "vs default | vs flash | floor ms |\n|---|---|---|---|---|---|---|---|---|")
     for b in batches:
         for s in seqs:
             q = torch.randn(b * s, H, D, device="cuda", dtype=torch.bfloat16)
@@ -71,11 +72,14 @@ def prefill(batches, seqs):
             qs, ks, vs = (x.view(b, s, -1, D).transpose(1, 2) for x in (q, k, v))
             ta = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc,
                                          split=False))
+            d256 = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq, 32)]
+            t256 = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=d256,
+                                           split=False, q_tokens=32, warps=8, stages=2))
             te = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE))
             td = bench(lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True))
             tf = bench(sdpa_flash(qs, ks, vs, is_causal=True))
             fl = floor(4 * b * s * s * H * D / 2, 2 * (q.numel() * 2 + k.numel() * 4))
-            print(f"| B{b} S{s} | {ta * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
+            print(f"| B{b} S{s} | {ta * 1e3:.3f} | {t256 * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
                   f"{ta / td:.2f} | {ta / tf:.2f} | {fl * 1e3:.3f} |")
 
 
@@ -147,14 +151,37 @@ def grid():
 
 def matmul(ms):
     print("\n### Batch-invariant matmul vs torch.matmul (cuBLAS)\n")
-    print("| shape (M x K -> N) | aligned ms | cuBLAS ms | ratio | floor ms |\n|---|---|---|---|---|")
+    print("*persistent TMA*: the kernel `bi_matmul` runs on Hopper (plan by M from `TMA_PLANS`, every "
+          "plan the same bits); *pointer*: the fixed 128x128x64 pointer-load kernel (other GPUs).\n")
+    print("| shape (M x K -> N) | persistent TMA ms | pointer ms | cuBLAS ms | TMA vs cuBLAS | pointer vs cuBLAS "
+          "| floor ms |\n|---|---|---|---|---|---|---|")
     for k, n, what in ((2048, 5120, "qkv_proj"), (4096, 2048, "o_proj"), (2048, 1536, "expert gate+up")):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ta = bench(lambda: bi_matmul(x, w))
+            tp = bench(lambda: bi_matmul(x, w, tma=False))
             tb = bench(lambda: x @ w.t())
-            row(f"{what} {m}x{k}->{n}", ta, tb, floor(2 * m * n * k, 2 * (m * k + n * k + m * n)))
+            fl = floor(2 * m * n * k, 2 * (m * k + n * k + m * n))
+            print(f"| {what} {m}x{k}->{n} | {ta * 1e3:.3f} | {tp * 1e3:.3f} | {tb * 1e3:.3f} | {ta / tb:.2f} | "
+                  f"{tp / tb:.2f} | {fl * 1e3:.3f} |")
+
+
+def matmul_plans():
+    """Each TMA plan's time at M = 8192 and M = 16 (qkv_proj), and whether it gives the plan-0 bits."""
+    from topl.kernels.gpu.ops import TMA_PLANS
+
+    print("\n### Matmul tile plans (qkv_proj 2048 -> 5120): time and bits vs the first plan\n")
+    print("| plan (BM, BN, BK, warps, stages) | M=16 ms | M=8192 ms | same bits as plan 0 (M=8192) |\n|---|---|---|---|")
+    w = torch.randn(5120, 2048, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    plans = [p for _, p in TMA_PLANS] + [(128, 128, 128, 8, 3), (64, 256, 64, 4, 3), (128, 64, 64, 4, 4)]
+    ref = bi_matmul(x, w, plan=plans[0])
+    for p in plans:
+        t16 = bench(lambda: bi_matmul(x[:16], w, plan=p))
+        t8k = bench(lambda: bi_matmul(x, w, plan=p))
+        print(f"| {p} | {t16 * 1e3:.3f} | {t8k * 1e3:.3f} | {torch.equal(bi_matmul(x, w, plan=p), ref)} |")
+    print(f"| pointer kernel {tuple(MM_CONFIG)} | | | {torch.equal(bi_matmul(x, w, tma=False), ref)} |")
 
 
 def rollout(n_req: int):
@@ -203,6 +230,7 @@ def main() -> None:
         decode([1, 4, 16, 64], [1024, 4096, 16384] if not a.quick else [1024, 4096])
     if a.only in (None, "matmul"):
         matmul([1, 16, 128, 1024, 8192])
+        matmul_plans()
     if a.only in (None, "rollout"):
         rollout(16 if a.quick else 32)
 

@@ -11,9 +11,17 @@ import torch
 import triton
 import triton.language as tl
 
-# Tile plan: fixed for every M (a row's K loop and MMA shape never change with the batch).
+# Tile plan of the pointer kernel: fixed for every M (a row's K loop and MMA never change).
 # TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).
 MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8,3").split(","))
+
+# The persistent TMA kernel's tile plan by M, (max M, (BM, BN, BK, warps, stages)). An output
+# element is the same chain of 16-deep warpgroup MMAs (wgmma) over K in order, one fp32
+# accumulator, no split-K, whatever the tile: BM >= 64 keeps the wgmma, and BM / BN / BK / warps /
+# stages change which elements a program owns, not an element's additions (tests/test_gpu.py checks
+# every plan here against every other, bit for bit). So the plan may follow M for speed.
+TMA_PLANS = ((64, (64, 64, 128, 4, 4)), (512, (64, 128, 64, 4, 4)), (2048, (128, 128, 64, 8, 4)),
+             (1 << 62, (128, 256, 64, 8, 3)))
 
 
 @triton.jit
@@ -33,12 +41,55 @@ def _bi_matmul(X, W, Y, M, N, K, sxm, sxk, swn, swk, sym, syn,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def bi_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w [N, K].T with a plan that does not depend on M."""
+@triton.jit
+def _bi_matmul_tma(x_desc, w_desc, y_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr, GROUP_M: tl.constexpr, OUT: tl.constexpr, PROGRAMS):
+    """Persistent: PROGRAMS programs walk the output tiles (grouped by GROUP_M rows of tiles for
+    L2 reuse); TMA feeds the MMA. Each tile: one accumulator, K in order."""
+    n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    for tile in range(tl.program_id(0), n_m * n_n, PROGRAMS):
+        group = tile // (GROUP_M * n_n)
+        first = group * GROUP_M
+        rows = tl.minimum(n_m - first, GROUP_M)
+        pm = first + (tile % (GROUP_M * n_n)) % rows
+        pn = (tile % (GROUP_M * n_n)) // rows
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            acc = tl.dot(x_desc.load([pm * BM, k0]), w_desc.load([pn * BN, k0]).T, acc)
+        y_desc.store([pm * BM, pn * BN], acc.to(OUT))
+
+
+_SMS: dict = {}
+_TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
+    if torch.cuda.get_device_capability(x.device)[0] < 9:
+        return False
+    aligned = all(t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in (x, w))
+    return aligned and x.stride(1) == 1 and w.stride(1) == 1 and w.shape[0] % 8 == 0 and x.dtype in _TL
+
+
+def bi_matmul(x: torch.Tensor, w: torch.Tensor, plan: tuple | None = None, tma: bool | None = None) -> torch.Tensor:
+    """x [M, K] @ w [N, K].T: every output element the same in-order K reduction for any M.
+
+    Hopper and later: the persistent TMA kernel with the plan for M (TMA_PLANS; `plan` forces one);
+    otherwise the pointer kernel with MM_CONFIG."""
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    bm, bn, bk, warps, stages = MM_CONFIG
+    if tma if tma is not None else _tma_ok(x, w):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        bm, bn, bk, warps, stages = plan or next(p for top, p in TMA_PLANS if m <= top)
+        dev = x.device.index or 0
+        sms = _SMS.setdefault(dev, torch.cuda.get_device_properties(dev).multi_processor_count)
+        grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
+        _bi_matmul_tma[(grid,)](TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                                TensorDescriptor.from_tensor(y, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk,
+                                GROUP_M=8, OUT=_TL[x.dtype], PROGRAMS=grid, num_warps=warps, num_stages=stages)
+        return y
+    bm, bn, bk, warps, stages = plan or MM_CONFIG
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _bi_matmul[grid](x, w, y, m, n, k, x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
                      BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
