@@ -131,16 +131,17 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
 
 @pytest.mark.parametrize("k, n", [(2048, 5120), (4096, 2048), (2048, 1536)])
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
-    """The plan may follow M (TMA_PLANS) because no plan changes an element's additions: every
-    plan on the same rows, every element compared."""
-    from topl.kernels.gpu.ops import TMA_PLANS, bi_matmul
+    """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
+    TMA-fed or pointer-fed, on the same rows, every element compared."""
+    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, TMA_PLANS, bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
-    outs = [bi_matmul(x, w, plan=p) for _, p in TMA_PLANS]
-    for (_, p), y in zip(TMA_PLANS[1:], outs[1:]):
-        assert torch.equal(y, outs[0]), p
+    plans = [(kind == "tma", p) for _, kind, p in PLANS] + [(True, p) for _, p in TMA_PLANS]
+    ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
+    for tma, p in plans:
+        assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)
 
 
 def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():

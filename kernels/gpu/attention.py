@@ -109,19 +109,20 @@ def _attn(Q, K, V, O, QPOS, BSEQ, BQ0, BNQ, KV0, BT, WM, WL, WA,
 
 @triton.jit
 def _combine(O, QPOS, WM, WL, WA, sot, soh, swt, swh,
-             G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, U: tl.constexpr):
-    """Fold one query token's stored tile states (G heads) in tile order, with `_fold`: the
-    training loop replayed. U tiles are loaded at once (independent loads overlap), then folded
-    one by one; picking tile u out of the U loaded is exact (a max / a sum with zeros)."""
+             G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, DC: tl.constexpr, U: tl.constexpr):
+    """Fold one query token's stored tile states (G heads, DC of the D channels) in tile order,
+    with `_fold`: the training loop replayed. U tiles are loaded at once (independent loads
+    overlap), then folded one by one; picking tile u out of the U loaded is exact (a max, or a sum
+    with zeros). Channels are independent in the fold: splitting them changes no bits."""
     tok, kvh = tl.program_id(0), tl.program_id(1)
     g = tl.arange(0, G)
     u = tl.arange(0, U)
-    d = tl.arange(0, D)
+    d = tl.program_id(2) * DC + tl.arange(0, DC)
     n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
     base = tok * swt + (kvh * G + g) * swh  # [G]
     m = tl.full([G], float("-inf"), tl.float32)
     l = tl.zeros([G], tl.float32)
-    acc = tl.zeros([G, D], tl.float32)
+    acc = tl.zeros([G, DC], tl.float32)
     for j0 in range(0, n_tiles, U):
         live = (j0 + u < n_tiles)[None, :]  # [1, U]
         idx = base[:, None] + j0 + u[None, :]  # [G, U]
@@ -216,8 +217,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
                 bt.stride(0), wm.stride(0), wm.stride(1), scale, tpp, PAGED=paged, SPLIT=split,
                 num_warps=nw, num_stages=ns, **kw)
     if split:
-        _combine[(tq, kvh)](o, pos, wm, wl, wa, o.stride(0), o.stride(1), wm.stride(0), wm.stride(1),
-                            G=group, BLOCK_N=tile, D=dim, U=8, num_warps=4)
+        dc = min(dim, 32)
+        _combine[(tq, kvh, dim // dc)](o, pos, wm, wl, wa, o.stride(0), o.stride(1), wm.stride(0), wm.stride(1),
+                                       G=group, BLOCK_N=tile, D=dim, DC=dc, U=16, num_warps=4)
     return o
 
 

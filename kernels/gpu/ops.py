@@ -15,13 +15,16 @@ import triton.language as tl
 # TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).
 MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8,3").split(","))
 
-# The persistent TMA kernel's tile plan by M, (max M, (BM, BN, BK, warps, stages)). An output
-# element is the same chain of 16-deep warpgroup MMAs (wgmma) over K in order, one fp32
-# accumulator, no split-K, whatever the tile: BM >= 64 keeps the wgmma, and BM / BN / BK / warps /
-# stages change which elements a program owns, not an element's additions (tests/test_gpu.py checks
-# every plan here against every other, bit for bit). So the plan may follow M for speed.
-TMA_PLANS = ((64, (64, 64, 128, 4, 4)), (512, (64, 128, 64, 4, 4)), (2048, (128, 128, 64, 8, 4)),
-             (1 << 62, (128, 256, 64, 8, 3)))
+# The plan by M: (max M, kernel, (BM, BN, BK, warps, stages)). An output element is the same chain
+# of 16-deep warpgroup MMAs (wgmma) over K in order into one fp32 accumulator, no split-K, whatever
+# the tile and whether TMA or pointer loads feed it: BM >= 64 keeps the wgmma, and the tile, warps
+# and stages change which elements a program owns, not an element's additions (measured on an
+# H200; tests/test_gpu.py checks every plan against every other, bit for bit). So the plan may
+# follow M for speed. Below M = 2048 the TMA launch (host-built descriptors, ~60 us) costs more
+# than it saves.
+PLANS = ((64, "ptr", (64, 64, 128, 4, 4)), (2048, "ptr", (128, 128, 64, 8, 3)),
+         (1 << 62, "tma", (128, 256, 64, 8, 3)))
+TMA_PLANS = ((2048, (128, 128, 64, 8, 4)), (1 << 62, (128, 256, 64, 8, 3)))  # explored: bench_gpu.py
 
 
 @triton.jit
@@ -73,15 +76,18 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 def bi_matmul(x: torch.Tensor, w: torch.Tensor, plan: tuple | None = None, tma: bool | None = None) -> torch.Tensor:
     """x [M, K] @ w [N, K].T: every output element the same in-order K reduction for any M.
 
-    Hopper and later: the persistent TMA kernel with the plan for M (TMA_PLANS; `plan` forces one);
-    otherwise the pointer kernel with MM_CONFIG."""
+    The plan for M from PLANS (`plan` / `tma` force one); the persistent TMA kernel needs Hopper or
+    later; elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG."""
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
-    if tma if tma is not None else _tma_ok(x, w):
+    _, kind, auto = next(p for p in PLANS if m <= p[0])
+    if "TOPL_MM_CONFIG" in os.environ or not _tma_ok(x, w):
+        kind, auto = "ptr", MM_CONFIG
+    if tma if tma is not None else kind == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        bm, bn, bk, warps, stages = plan or next(p for top, p in TMA_PLANS if m <= top)
+        bm, bn, bk, warps, stages = plan or auto
         dev = x.device.index or 0
         sms = _SMS.setdefault(dev, torch.cuda.get_device_properties(dev).multi_processor_count)
         grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
@@ -89,7 +95,7 @@ def bi_matmul(x: torch.Tensor, w: torch.Tensor, plan: tuple | None = None, tma: 
                                 TensorDescriptor.from_tensor(y, [bm, bn]), m, n, k, BM=bm, BN=bn, BK=bk,
                                 GROUP_M=8, OUT=_TL[x.dtype], PROGRAMS=grid, num_warps=warps, num_stages=stages)
         return y
-    bm, bn, bk, warps, stages = plan or MM_CONFIG
+    bm, bn, bk, warps, stages = plan or (auto if kind == "ptr" else MM_CONFIG)
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
     _bi_matmul[grid](x, w, y, m, n, k, x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
                      BM=bm, BN=bn, BK=bk, num_warps=warps, num_stages=stages)
