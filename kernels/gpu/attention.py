@@ -217,9 +217,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
                 bt.stride(0), wm.stride(0), wm.stride(1), scale, tpp, PAGED=paged, SPLIT=split,
                 num_warps=nw, num_stages=ns, **kw)
     if split:
-        dc = min(dim, 32)
-        _combine[(tq, kvh, dim // dc)](o, pos, wm, wl, wa, o.stride(0), o.stride(1), wm.stride(0), wm.stride(1),
-                                       G=group, BLOCK_N=tile, D=dim, DC=dc, U=16, num_warps=4)
+        # one program per (token, KV head), all channels, 8 tiles per load (faster on an H200 than
+        # 32-channel programs x 16 tiles); neither choice changes a bit
+        _combine[(tq, kvh, 1)](o, pos, wm, wl, wa, o.stride(0), o.stride(1), wm.stride(0), wm.stride(1),
+                               G=group, BLOCK_N=tile, D=dim, DC=dim, U=8, num_warps=4)
     return o
 
 

@@ -22,7 +22,7 @@ MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8
 # H200; tests/test_gpu.py checks every plan against every other, bit for bit). So the plan may
 # follow M for speed. Below M = 2048 the TMA launch (host-built descriptors, ~60 us) costs more
 # than it saves.
-PLANS = ((64, "ptr", (64, 64, 128, 4, 4)), (2048, "ptr", (128, 128, 64, 8, 3)),
+PLANS = ((256, "ptr", (64, 64, 128, 4, 4)), (2048, "ptr", (128, 128, 64, 8, 3)),
          (1 << 62, "tma", (128, 256, 64, 8, 3)))
 TMA_PLANS = ((2048, (128, 128, 64, 8, 4)), (1 << 62, (128, 256, 64, 8, 3)))  # explored: bench_gpu.py
 
