@@ -153,19 +153,20 @@ def matmul(ms):
     print("\n### Batch-invariant matmul vs torch.matmul (cuBLAS)\n")
     print("*aligned*: `bi_matmul` as the engines call it (plan by M from `PLANS`: pointer-fed tiles up "
           "to M = 2048, the persistent TMA kernel above; every plan the same bits); *fixed*: the one "
-          "128x128x64 pointer-fed plan for every M (what non-Hopper GPUs run).\n")
-    print("| shape (M x K -> N) | aligned ms | fixed plan ms | cuBLAS ms | aligned vs cuBLAS | fixed vs cuBLAS "
-          "| floor ms |\n|---|---|---|---|---|---|---|")
+          "128x128x64 pointer-fed plan for every M (what non-Hopper GPUs run). *GPU*: one call replayed "
+          "in a CUDA graph; *with launch*: `do_bench`, Python launch included (small M is launch-bound).\n")
+    print("| shape (M x K -> N) | aligned GPU ms | cuBLAS GPU ms | aligned vs cuBLAS | fixed plan GPU ms | "
+          "aligned with launch ms | cuBLAS with launch ms | floor ms |\n|---|---|---|---|---|---|---|---|")
     for k, n, what in ((2048, 5120, "qkv_proj"), (4096, 2048, "o_proj"), (2048, 1536, "expert gate+up")):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ta = bench(lambda: bi_matmul(x, w))
-            tp = bench(lambda: bi_matmul(x, w, plan=MM_CONFIG, tma=False))
-            tb = bench(lambda: x @ w.t())
+            ta, tb = graph_bench(lambda: bi_matmul(x, w)), graph_bench(lambda: x @ w.t())
+            tp = graph_bench(lambda: bi_matmul(x, w, plan=MM_CONFIG, tma=False))
+            la, lb = bench(lambda: bi_matmul(x, w)), bench(lambda: x @ w.t())
             fl = floor(2 * m * n * k, 2 * (m * k + n * k + m * n))
-            print(f"| {what} {m}x{k}->{n} | {ta * 1e3:.3f} | {tp * 1e3:.3f} | {tb * 1e3:.3f} | {ta / tb:.2f} | "
-                  f"{tp / tb:.2f} | {fl * 1e3:.3f} |")
+            print(f"| {what} {m}x{k}->{n} | {ta * 1e3:.3f} | {tb * 1e3:.3f} | {ta / tb:.2f} | {tp * 1e3:.3f} | "
+                  f"{la * 1e3:.3f} | {lb * 1e3:.3f} | {fl * 1e3:.3f} |")
 
 
 def matmul_plans():
