@@ -196,8 +196,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
     bt = block_table if paged else torch.zeros(1, 1, dtype=torch.int32, device=dev)
     k0 = kv_start if kv_start is not None else torch.zeros(1, dtype=torch.int32, device=dev)
     n_blk = len(bseq)
-    if split is None:
+    if split is None:  # few programs for the SMs, and tile states that fit in 256 MiB
         split = n_blk * kvh < _sms(dev)
+        if split:
+            max_pos = int(pos.max()) if max_pos is None else max_pos
+            split = tq * h * (max_pos // tile + 1) * dim * 4 <= 1 << 28
     if split:  # per-tile programs gain nothing from deep prefetch; 3 stages overflow shared memory
         ns = min(ns, 2)
     scale = (1.0 / math.sqrt(dim)) * 1.4426950408889634
