@@ -1,7 +1,8 @@
 """Batch-invariant matmul, RMSNorm and log-softmax in Triton.
 
-Each output row is reduced in an order fixed by the kernel's constants alone: the same tile sizes
-whatever M is, no split-K, one program per row for the reductions.
+Each output element is reduced in one fixed order whatever M is: the matmul's K loop runs in order
+into one accumulator with no split-K (its tile plan may follow M: no plan changes an element's
+additions, see PLANS), and the reductions use one program per row.
 """
 from __future__ import annotations
 
