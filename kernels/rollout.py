@@ -122,7 +122,7 @@ class RolloutEngine:
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
             if self.paged is not None:
-                for (r, n), (a, b) in zip(items, spans):
+                for (r, _), (a, b) in zip(items, spans):
                     self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
                 tables = [r.blocks for r, _ in items]
                 attn = self.paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos)

@@ -1,5 +1,6 @@
 """GPU (Triton) kernels: bitwise parity between training, prefill and paged decode, batch
 invariance, and the reference engines on CUDA. Skipped without CUDA (CI has none)."""
+
 import types
 
 import pytest
@@ -9,15 +10,31 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 pytest.importorskip("triton")
 pytestmark = cuda
 
-QWEN3_30B_WIDTHS = dict(hidden_size=2048, intermediate_size=6144, num_heads=32, num_kv_heads=4, head_dim=128,
-                        vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
-                        max_position_embeddings=40960, attention="gqa", sliding_window=None)
+QWEN3_30B_WIDTHS = dict(
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    vocab_size=151936,
+    rms_norm_eps=1e-6,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+    max_position_embeddings=40960,
+    attention="gqa",
+    sliding_window=None,
+)
 
 
 def arch(layers: int, moe: bool):
-    extra = dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768) if moe else \
-        dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    return types.SimpleNamespace(name="qwen3_30b_a3b_widths", num_layers=layers, **QWEN3_30B_WIDTHS, **extra)
+    extra = (
+        dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768)
+        if moe
+        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    )
+    return types.SimpleNamespace(
+        name="qwen3_30b_a3b_widths", num_layers=layers, **QWEN3_30B_WIDTHS, **extra
+    )
 
 
 def _packed_and_paged(lens, h=32, kvh=4, d=128, tile=128, seed=0):
@@ -38,7 +55,9 @@ def _packed_and_paged(lens, h=32, kvh=4, d=128, tile=128, seed=0):
             lo, hi = int(starts[s]) + j * tile, int(starts[s]) + min((j + 1) * tile, n)
             cache_k[page, : hi - lo], cache_v[page, : hi - lo] = k[lo:hi], v[lo:hi]
     width = max(map(len, tables))
-    table = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device="cuda")
+    table = torch.tensor(
+        [t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device="cuda"
+    )
     q_seq = [s for s, n in enumerate(lens) for _ in range(n)]
     q_pos = torch.cat([torch.arange(n) for n in lens]).to(torch.int32).cuda()
     return q, k, v, starts.to(torch.int32).cuda(), cache_k, cache_v, table, q_seq, q_pos
@@ -54,18 +73,24 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
 
     q, k, v, starts, ck, cv, table, q_seq, q_pos = _packed_and_paged(LENS)
     ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
-    rows = list(range(len(q_seq)))  # decode: every row is a sequence of its own (its request's pages)
+    rows = list(
+        range(len(q_seq))
+    )  # decode: every row is a sequence of its own (its request's pages)
     dtable = table[torch.tensor(q_seq, device="cuda")]
     for r, warps, stages in CONFIGS:
         kw = {"q_tokens": r // 8, "warps": warps, "stages": stages}
         for split in (False, True):
-            got = {"train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=split, **kw),
-                   "prefill": attention(q, ck, cv, q_seq, q_pos, block_table=table, split=split, **kw),
-                   "decode": attention(q, ck, cv, rows, q_pos, block_table=dtable, split=split, **kw)}
+            got = {
+                "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=split, **kw),
+                "prefill": attention(q, ck, cv, q_seq, q_pos, block_table=table, split=split, **kw),
+                "decode": attention(q, ck, cv, rows, q_pos, block_table=dtable, split=split, **kw),
+            }
             for path, out in got.items():
                 bad = (out != ref).any(-1).any(-1)
-                assert not bad.any(), f"{path} rows={r} warps={warps} stages={stages} split={split}: " \
-                                      f"{int(bad.sum())} of {len(bad)} rows differ"
+                assert not bad.any(), (
+                    f"{path} rows={r} warps={warps} stages={stages} split={split}: "
+                    f"{int(bad.sum())} of {len(bad)} rows differ"
+                )
 
 
 def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits():
@@ -76,7 +101,9 @@ def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits()
     with pytest.raises(ValueError, match="changes the bits"):
         attention(q, k, v, q_seq, q_pos, kv_start=starts, q_tokens=4)
     for qt in (1, 2, 4):  # 8-32 row programs: another MMA, other bits (H200: 107-118 of 4,918 rows)
-        small = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False, q_tokens=qt, check=False)
+        small = attention(
+            q, k, v, q_seq, q_pos, kv_start=starts, split=False, q_tokens=qt, check=False
+        )
         assert (small != ref).any(-1).any(-1).sum() > 0, qt
 
 
@@ -89,8 +116,15 @@ def test_decode_batches_of_any_composition_give_the_training_bits():
     tables = [[int(p) for p in table[s][: -(-n // 128)]] for s, n in enumerate(LENS)]
     for order in (list(range(len(LENS))), [6, 5, 2, 0], [3], [0, 1, 2, 3, 4, 5, 6] * 5):
         idx = torch.tensor([last[s] for s in order], device="cuda")
-        out = paged_step(q[idx], ck, cv, [tables[s] for s in order], [(i, i + 1) for i in range(len(order))],
-                         [LENS[s] - 1 for s in order], 128)
+        out = paged_step(
+            q[idx],
+            ck,
+            cv,
+            [tables[s] for s in order],
+            [(i, i + 1) for i in range(len(order))],
+            [LENS[s] - 1 for s in order],
+            128,
+        )
         assert torch.equal(out, train[idx]), order
     # a continuous-batching step: prefill chunks and decode rows in one call
     chunk = list(range(int(starts[5]) + 512, int(starts[5]) + 640))  # rows 512..639 of sequence 5
@@ -107,12 +141,27 @@ def test_attention_matches_sdpa():
     torch.manual_seed(0)
     n, h, kvh, d = 513, 32, 4, 128
     q = torch.randn(n, h, d, device="cuda", dtype=torch.bfloat16)
-    k, v = torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16), torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16)
-    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                                           v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
+    k, v = (
+        torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16),
+        torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16),
+    )
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        is_causal=True,
+        enable_gqa=True,
+    )
     for split in (False, True):
-        ours = attention(q, k, v, [0] * n, torch.arange(n).cuda(), kv_start=torch.zeros(1, dtype=torch.int32).cuda(),
-                         split=split)
+        ours = attention(
+            q,
+            k,
+            v,
+            [0] * n,
+            torch.arange(n).cuda(),
+            kv_start=torch.zeros(1, dtype=torch.int32).cuda(),
+            split=split,
+        )
         torch.testing.assert_close(ours, ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)
 
 
@@ -166,16 +215,39 @@ def test_engines_bitwise_equal_on_gpu_at_qwen3_30b_widths(moe, layers):
 
     model = Model.random(arch(layers, moe), seed=0).to("cuda")
     reqs = make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40)
-    assert paged_hook(model, sides(Alignment(kv_tile=128))[1], 128) is not None  # batched paged decode
-    out = probe(model, Alignment(kv_tile=128), requests=reqs, block_size=128, chunked_prefill=True,
-                max_num_batched_tokens=512, micro_batch=4)
+    assert (
+        paged_hook(model, sides(Alignment(kv_tile=128))[1], 128) is not None
+    )  # batched paged decode
+    out = probe(
+        model,
+        Alignment(kv_tile=128),
+        requests=reqs,
+        block_size=128,
+        chunked_prefill=True,
+        max_num_batched_tokens=512,
+        micro_batch=4,
+    )
     assert out["distinct_batch_sizes"] > 3
     assert out["max_abs_logprob_diff"] == 0.0 and out["bitwise_equal_fraction"] == 1.0, out
-    off = probe(model, Alignment(kv_tile=128, mode="off", attention_semantics=False, reduction_order=False,
-                                 softmax_tiling=False, fp32_critical_path=False, batch_invariant=False,
-                                 fused_ops_matched=False, moe_fixed_combine=False, tp_aligned_reduction=False),
-                requests=make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40), block_size=128,
-                max_num_batched_tokens=512, micro_batch=4)
+    off = probe(
+        model,
+        Alignment(
+            kv_tile=128,
+            mode="off",
+            attention_semantics=False,
+            reduction_order=False,
+            softmax_tiling=False,
+            fp32_critical_path=False,
+            batch_invariant=False,
+            fused_ops_matched=False,
+            moe_fixed_combine=False,
+            tp_aligned_reduction=False,
+        ),
+        requests=make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40),
+        block_size=128,
+        max_num_batched_tokens=512,
+        micro_batch=4,
+    )
     assert off["max_abs_logprob_diff"] > 0
 
 
@@ -203,8 +275,16 @@ def test_rollout_batched_paged_decode_one_prompt_alone_or_in_a_batch():
         return reqs
 
     batch = run(make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24))
-    alone = run([r for r in make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24)
-                 if r.id == 7], batched=False)[0]
+    alone = run(
+        [
+            r
+            for r in make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24)
+            if r.id == 7
+        ],
+        batched=False,
+    )[0]
     assert alone.output == batch[7].output and alone.logprobs == batch[7].logprobs
-    lp = TrainingEngine(model, train, 4).logprobs([r.tokens for r in batch], [len(r.prompt) for r in batch])
+    lp = TrainingEngine(model, train, 4).logprobs(
+        [r.tokens for r in batch], [len(r.prompt) for r in batch]
+    )
     assert all(torch.equal(torch.tensor(r.logprobs), x.cpu()) for r, x in zip(batch, lp))

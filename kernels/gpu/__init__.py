@@ -18,9 +18,13 @@ def paged_hook(model, side, block_size: int):
     every request of the step together), or None where the per-request path must stay: CPU, an
     unaligned plan (then SDPA stands in for the native kernel), or a page that is not the tile."""
     p = side.prefill
-    aligned = p == side.decode and p.tiles == "left" and p.visible and p.merge == "online" and p.fp32
+    aligned = (
+        p == side.decode and p.tiles == "left" and p.visible and p.merge == "online" and p.fp32
+    )
     pow2 = p.tile >= 16 and p.tile & (p.tile - 1) == 0
-    if not (aligned and pow2 and p.tile == block_size and model.device.type == "cuda" and available()):
+    if not (
+        aligned and pow2 and p.tile == block_size and model.device.type == "cuda" and available()
+    ):
         return None
     from topl.kernels.gpu.attention import paged_step
 

@@ -16,6 +16,7 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -53,15 +54,45 @@ def _fold(m, l, acc, mt, lt, acct):
     a = tl.exp2(m - m_safe)
     b = tl.exp2(mt - m_safe)
     l = tl.fma(l, a, lt * b)
-    acc = tl.fma(acc, tl.broadcast_to(a[:, None], acc.shape), acct * tl.broadcast_to(b[:, None], acc.shape))
+    acc = tl.fma(
+        acc, tl.broadcast_to(a[:, None], acc.shape), acct * tl.broadcast_to(b[:, None], acc.shape)
+    )
     return m_new, l, acc
 
 
 @triton.jit
-def _attn(Q, K, V, O, QPOS, BSEQ, BQ0, BNQ, KV0, BT, WM, WL, WA,
-          sqt, sqh, skt, skh, sot, soh, sbt, swt, swh, scale_log2, TILES_PER_PROG,
-          G: tl.constexpr, QT: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr,
-          PAGED: tl.constexpr, SPLIT: tl.constexpr):
+def _attn(
+    Q,
+    K,
+    V,
+    O,
+    QPOS,
+    BSEQ,
+    BQ0,
+    BNQ,
+    KV0,
+    BT,
+    WM,
+    WL,
+    WA,
+    sqt,
+    sqh,
+    skt,
+    skh,
+    sot,
+    soh,
+    sbt,
+    swt,
+    swh,
+    scale_log2,
+    TILES_PER_PROG,
+    G: tl.constexpr,
+    QT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    PAGED: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
     blk, kvh = tl.program_id(0), tl.program_id(1)
     seq, q0, nq = tl.load(BSEQ + blk), tl.load(BQ0 + blk), tl.load(BNQ + blk)
     r = tl.arange(0, QT * G)
@@ -69,8 +100,11 @@ def _attn(Q, K, V, O, QPOS, BSEQ, BQ0, BNQ, KV0, BT, WM, WL, WA,
     valid = t < nq
     pos = tl.load(QPOS + q0 + t, mask=valid, other=0)
     d = tl.arange(0, D)
-    q = tl.load(Q + (q0 + t)[:, None] * sqt + (kvh * G + g)[:, None] * sqh + d[None, :],
-                mask=valid[:, None], other=0.0)
+    q = tl.load(
+        Q + (q0 + t)[:, None] * sqt + (kvh * G + g)[:, None] * sqh + d[None, :],
+        mask=valid[:, None],
+        other=0.0,
+    )
     max_pos = tl.max(tl.where(valid, pos, 0), 0)
     kv0 = tl.load(KV0 + seq)
     nb = tl.arange(0, BLOCK_N)
@@ -84,8 +118,9 @@ def _attn(Q, K, V, O, QPOS, BSEQ, BQ0, BNQ, KV0, BT, WM, WL, WA,
                 rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
             else:
                 rows = kv0 + n
-            mt, lt, acct = _tile_state(q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh,
-                                       scale_log2)
+            mt, lt, acct = _tile_state(
+                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            )
             tl.store(WM + hrow + j, mt, mask=valid)
             tl.store(WL + hrow + j, lt, mask=valid)
             tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
@@ -99,17 +134,35 @@ def _attn(Q, K, V, O, QPOS, BSEQ, BQ0, BNQ, KV0, BT, WM, WL, WA,
                 rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
             else:
                 rows = kv0 + n
-            mt, lt, acct = _tile_state(q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh,
-                                       scale_log2)
+            mt, lt, acct = _tile_state(
+                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            )
             m, l, acc = _fold(m, l, acc, mt, lt, acct)
         out = acc / l[:, None]
-        tl.store(O + (q0 + t)[:, None] * sot + (kvh * G + g)[:, None] * soh + d[None, :],
-                 out.to(O.dtype.element_ty), mask=valid[:, None])
+        tl.store(
+            O + (q0 + t)[:, None] * sot + (kvh * G + g)[:, None] * soh + d[None, :],
+            out.to(O.dtype.element_ty),
+            mask=valid[:, None],
+        )
 
 
 @triton.jit
-def _combine(O, QPOS, WM, WL, WA, sot, soh, swt, swh,
-             G: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, DC: tl.constexpr, U: tl.constexpr):
+def _combine(
+    O,
+    QPOS,
+    WM,
+    WL,
+    WA,
+    sot,
+    soh,
+    swt,
+    swh,
+    G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    DC: tl.constexpr,
+    U: tl.constexpr,
+):
     """Fold one query token's stored tile states (G heads, DC of the D channels) in tile order,
     with `_fold`: the training loop replayed. U tiles are loaded at once (independent loads
     overlap), then folded one by one; picking tile u out of the U loaded is exact (a max, or a sum
@@ -128,7 +181,9 @@ def _combine(O, QPOS, WM, WL, WA, sot, soh, swt, swh,
         idx = base[:, None] + j0 + u[None, :]  # [G, U]
         ms = tl.load(WM + idx, mask=live, other=float("-inf"))
         ls = tl.load(WL + idx, mask=live, other=0.0)
-        accs = tl.load(WA + idx[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0)
+        accs = tl.load(
+            WA + idx[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0
+        )
         for k in tl.static_range(U):
             pick = (u == k)[None, :]
             mt = tl.max(tl.where(pick, ms, float("-inf")), 1)
@@ -145,7 +200,11 @@ def blocks_for(q_seq, q_tokens: int = 16):
     q_seq = q_seq.tolist() if torch.is_tensor(q_seq) else q_seq
     if q_seq and q_seq.count(q_seq[0]) == len(q_seq):  # one sequence (the engines' training call)
         firsts = range(0, len(q_seq), q_tokens)
-        return [q_seq[0]] * len(firsts), list(firsts), [min(q_tokens, len(q_seq) - a) for a in firsts]
+        return (
+            [q_seq[0]] * len(firsts),
+            list(firsts),
+            [min(q_tokens, len(q_seq) - a) for a in firsts],
+        )
     bseq, bq0, bnq = [], [], []
     i = 0
     for s, run in itertools.groupby(q_seq):
@@ -156,8 +215,9 @@ def blocks_for(q_seq, q_tokens: int = 16):
     return bseq, bq0, bnq
 
 
-def launch_config(group: int, q_tokens: int | None = None, warps: int | None = None,
-                  stages: int | None = None) -> tuple[int, int, int]:
+def launch_config(
+    group: int, q_tokens: int | None = None, warps: int | None = None, stages: int | None = None
+) -> tuple[int, int, int]:
     """(queries per program, warps, stages); by default 128 rows per program and 8 warps."""
     qt = q_tokens or max(1, 128 // group)
     return qt, warps or min(8, max(4, 4 * qt * group // 64)), stages or NUM_STAGES
@@ -167,11 +227,25 @@ def _sms(dev) -> int:
     return torch.cuda.get_device_properties(dev).multi_processor_count
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: torch.Tensor, *,
-              kv_start: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
-              tile: int = 128, q_tokens: int | None = None, warps: int | None = None,
-              stages: int | None = None, split: bool | None = None, max_pos: int | None = None,
-              tiles_per_prog: int | None = None, descriptors=None, check: bool = True) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_seq,
+    q_pos: torch.Tensor,
+    *,
+    kv_start: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    tile: int = 128,
+    q_tokens: int | None = None,
+    warps: int | None = None,
+    stages: int | None = None,
+    split: bool | None = None,
+    max_pos: int | None = None,
+    tiles_per_prog: int | None = None,
+    descriptors=None,
+    check: bool = True,
+) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
     with `block_table` [S, max_pages] (prefill, decode).
@@ -184,12 +258,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
     group = h // kvh
     qt, nw, ns = launch_config(group, q_tokens, warps, stages)
     if check and qt * group < 64:
-        raise ValueError(f"launch setting q_tokens={qt} (x G={group} heads = {qt * group} rows per "
-                         "program) changes the bits: use at least 64 rows per program")
+        raise ValueError(
+            f"launch setting q_tokens={qt} (x G={group} heads = {qt * group} rows per "
+            "program) changes the bits: use at least 64 rows per program"
+        )
     paged = block_table is not None
     kf, vf = (k.reshape(-1, kvh, dim), v.reshape(-1, kvh, dim)) if paged else (k, v)
     dev = q.device
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.int32, device=dev)
+
+    def as_t(x):  # no copy when x is already an int32 tensor on the device
+        return torch.as_tensor(x, dtype=torch.int32, device=dev)
+
     bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, qt)))
     pos = as_t(q_pos)
     o = torch.empty_like(q)
@@ -215,20 +294,63 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_seq, q_pos: t
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)
         grid = (n_blk, kvh, triton.cdiv(tiles, tpp))
-    _attn[grid](q, kf, vf, o, pos, bseq, bq0, bnq, as_t(k0), as_t(bt), wm, wl, wa,
-                q.stride(0), q.stride(1), kf.stride(0), kf.stride(1), o.stride(0), o.stride(1),
-                bt.stride(0), wm.stride(0), wm.stride(1), scale, tpp, PAGED=paged, SPLIT=split,
-                num_warps=nw, num_stages=ns, **kw)
+    _attn[grid](
+        q,
+        kf,
+        vf,
+        o,
+        pos,
+        bseq,
+        bq0,
+        bnq,
+        as_t(k0),
+        as_t(bt),
+        wm,
+        wl,
+        wa,
+        q.stride(0),
+        q.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        o.stride(0),
+        o.stride(1),
+        bt.stride(0),
+        wm.stride(0),
+        wm.stride(1),
+        scale,
+        tpp,
+        PAGED=paged,
+        SPLIT=split,
+        num_warps=nw,
+        num_stages=ns,
+        **kw,
+    )
     if split:
         # one program per (token, KV head), all channels, 8 tiles per load (faster on an H200 than
         # 32-channel programs x 16 tiles); neither choice changes a bit
-        _combine[(tq, kvh, 1)](o, pos, wm, wl, wa, o.stride(0), o.stride(1), wm.stride(0), wm.stride(1),
-                               G=group, BLOCK_N=tile, D=dim, DC=dim, U=8, num_warps=4)
+        _combine[(tq, kvh, 1)](
+            o,
+            pos,
+            wm,
+            wl,
+            wa,
+            o.stride(0),
+            o.stride(1),
+            wm.stride(0),
+            wm.stride(1),
+            G=group,
+            BLOCK_N=tile,
+            D=dim,
+            DC=dim,
+            U=8,
+            num_warps=4,
+        )
     return o
 
 
-def paged_step(q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[int],
-               tile: int) -> torch.Tensor:
+def paged_step(
+    q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[int], tile: int
+) -> torch.Tensor:
     """A continuous-batching step in one call: item i owns rows spans[i] of q (a prefill chunk or
     one decode row) at positions pos[a:b], and pages tables[i] of the cache [pages, tile, KVH, D]."""
     q_seq = [i for i, (a, b) in enumerate(spans) for _ in range(b - a)]
@@ -236,5 +358,14 @@ def paged_step(q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[in
     bt = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int32)
     decode = all(b - a == 1 for a, b in spans)  # 64-row programs: less padding, same bits
     group = q.shape[1] // cache_k.shape[-2]
-    return attention(q.contiguous(), cache_k, cache_v, q_seq, pos, block_table=bt.to(q.device), tile=tile,
-                     q_tokens=max(1, 64 // group) if decode else None, max_pos=max(pos))
+    return attention(
+        q.contiguous(),
+        cache_k,
+        cache_v,
+        q_seq,
+        pos,
+        block_table=bt.to(q.device),
+        tile=tile,
+        q_tokens=max(1, 64 // group) if decode else None,
+        max_pos=max(pos),
+    )
