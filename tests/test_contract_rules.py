@@ -44,6 +44,8 @@ CASES = {
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
     "TOP-STACK-006": (B + ["cluster.versions.cann=8.3"], B),
     "TOP-CLUS-001": (B + ["cluster.ray_address=null"], B),
+    "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
+    "TOP-ALG-002": (["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"], ["algorithm=dapo"]),
 }
 
 
