@@ -48,7 +48,7 @@ class ToplSweeper(BasicSweeper):
         self.on_invalid = on_invalid
 
     def sweep(self, arguments: List[str]) -> Any:
-        from topl.launcher import launch
+        from topl.launcher.cli import launch
         from topl.launcher.errors import ToplError
         from topl.launcher.plan import Planner, expand, expand_items
 

@@ -41,7 +41,7 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
 def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
 
-    from topl.launcher.argv import flag, option
+    from topl.launcher.cli.argv import flag, option
 
     as_json, args = flag(args, "--json")
     prompts, args = option(args, "--prompts", "16")

@@ -10,7 +10,7 @@ def main(args: list[str]) -> int:
     from topl.kernels.diagnose import diagnose, plot
     from topl.launcher.errors import ToplError
 
-    from topl.launcher.argv import flag, option
+    from topl.launcher.cli.argv import flag, option
 
     as_json, args = flag(args, "--json")
     plots, args = option(args, "--plots")

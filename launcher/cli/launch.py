@@ -37,7 +37,7 @@ def _task(cfg: DictConfig) -> None:
     """Runs once per job (once per sweep point under -m)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from topl.launcher import backends, rundir
+    from topl.launcher import rundir
     from topl.launcher.compose import Composed, _sources, loader_for
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
@@ -73,14 +73,18 @@ def _task(cfg: DictConfig) -> None:
             _state["rc"] = 2
             return
     if backend == "local":
-        from topl.kernels.local_job import run_local
+        from topl.launcher.backends.local import run_local
 
         rc = run_local(spec, run_dir)
     elif backend == "subprocess":
-        rc = backends.run_subprocess(inv, run_dir, spec.cluster.python)
+        from topl.launcher.backends.subprocess import run_subprocess
+
+        rc = run_subprocess(inv, run_dir, spec.cluster.python)
     else:
-        rc = backends.run_ray_job(inv, run_dir, spec.cluster.ray_address, "--follow" in _state["flags"],
-                                  python=spec.cluster.python)
+        from topl.launcher.backends.ray_job import run_ray_job
+
+        rc = run_ray_job(inv, run_dir, spec.cluster.ray_address, "--follow" in _state["flags"],
+                         python=spec.cluster.python)
     _state["rc"] = max(_state.get("rc", 0), rc)
 
 
@@ -88,7 +92,7 @@ def _doctor_ok(spec, run_dir: Path) -> bool:
     """Remote backends: check the stack where the job will run before starting it."""
     import json
 
-    from topl.launcher import doctor_cli
+    from topl.launcher.cli import doctor as doctor_cli
 
     if "--skip-doctor" in _state.get("flags", ()):
         print("topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing batch_invariant_ops or "

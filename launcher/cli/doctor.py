@@ -59,7 +59,7 @@ def on_ray(address: str, spec) -> list[dict]:
     from topl.launcher.render import render
 
     client = JobSubmissionClient(address)
-    entry = f"{sys.executable} -m topl.launcher.doctor_cli --node"
+    entry = f"{sys.executable} -m topl.launcher.cli.doctor --node"
     env = {**render(spec).env, "TOPL_DOCTOR_SPEC": spec_to_json(spec)}  # the job's own runtime_env
     try:
         job = client.submit_job(entrypoint=entry, runtime_env={"env_vars": env})
@@ -108,7 +108,7 @@ def report(nodes: list[dict], as_json: bool) -> int:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.argv import flag, option
+    from topl.launcher.cli.argv import flag, option
     from topl.launcher.compose import compose_job
 
     as_json, args = flag(args, "--json")
