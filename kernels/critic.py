@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from topl.kernels.algorithms import pad, value_loss
+from topl.kernels.algorithms import masked_mean, value_loss
 from topl.kernels.model import Model, Side
 from topl.kernels.training import TrainingEngine
 
@@ -41,17 +41,16 @@ class Critic:
                     offset += len(s)
         return out
 
-    def update(self, seqs, starts, returns: torch.Tensor, old_values: torch.Tensor, mask: torch.Tensor,
+    def update(self, vpreds: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor, mask: torch.Tensor,
                clip: float, agg: str) -> dict[str, float]:
-        """One optimizer step on the clipped value loss, grad norm clipped at 1.0
-        (verl@0.9.1:verl/trainer/config/_generated_ppo_trainer.yaml:critic.optim.clip_grad);
-        metrics as verl@0.9.1:verl/workers/utils/losses.py:value_loss names them."""
-        vpreds, _ = pad(self.values(seqs, starts, grad=True))
+        """One optimizer step on the clipped value loss of `vpreds` (padded values(..., grad=True)),
+        grad norm clipped at 1.0 (verl@0.9.1:verl/trainer/config/_generated_ppo_trainer.yaml:
+        critic.optim.clip_grad); metrics as verl@0.9.1:verl/workers/utils/losses.py:value_loss
+        names them."""
         loss, clipfrac = value_loss(vpreds, returns, old_values, mask, clip, agg)
         self.opt.zero_grad()
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(self.master.values()), 1.0)
         self.opt.step()
         return {"critic/vf_loss": float(loss.detach()), "critic/vf_clipfrac": float(clipfrac),
-                "critic/vpred_mean": float((vpreds.detach() * mask).sum() / mask.sum()),
-                "critic/grad_norm": float(norm)}
+                "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask)), "critic/grad_norm": float(norm)}

@@ -167,6 +167,7 @@ class LocalRunSpec:
 
     seed: int = 0  # seed of weights, data and sampling
     lr: float = 1e-2  # AdamW learning rate of the tiny model (algorithm.lr is the real model's)
+    critic_lr: float = 1e-2  # AdamW learning rate of the tiny PPO critic
     task: str = "reverse"  # toy task with a verifiable reward: reverse the prompt's digits
     plot: bool = True  # write metrics.png at the end
 

@@ -75,7 +75,11 @@ def _task(cfg: DictConfig) -> None:
     if backend == "local":
         from topl.launcher.backends.local import run_local
 
-        rc = run_local(spec, run_dir)
+        try:
+            rc = run_local(spec, run_dir)
+        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
+            print(e.render(), file=sys.stderr)
+            rc = 2
     elif backend == "subprocess":
         from topl.launcher.backends.subprocess import run_subprocess
 
