@@ -8,6 +8,7 @@ in `kernels/algorithms.py`. The loop knows nothing about the launcher:
 `launcher/backends/local.py` builds a :class:`LoopConfig` from the job spec and owns progress,
 files and plots.
 """
+
 from __future__ import annotations
 
 import random
@@ -81,8 +82,14 @@ class LoopConfig:
 
 def _engines(cfg: LoopConfig, model: Model):
     train_side, rollout_side = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
-    rollout = RolloutEngine(model, rollout_side, cfg.block_size, max_num_seqs=cfg.max_num_seqs,
-                            max_num_batched_tokens=cfg.max_num_batched_tokens, chunked_prefill=cfg.chunked_prefill)
+    rollout = RolloutEngine(
+        model,
+        rollout_side,
+        cfg.block_size,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        chunked_prefill=cfg.chunked_prefill,
+    )
     return rollout, TrainingEngine(model, train_side, cfg.micro_batch)
 
 
@@ -90,9 +97,14 @@ def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
     """One generation batch: (requests, their prompts' digits, unshaped scores)."""
     tok, n = DigitTokenizer(), cfg.n
     digits = task.prompts(cfg.batch_size, rnd)
-    reqs = [Request(i * n + j, tok.encode(d), cfg.max_response_length, arrival=(i * n + j) // 4)
-            for i, d in enumerate(digits) for j in range(n)]
-    sp = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, seed=cfg.seed * 7919 + step + 100_003 * gen, eos=EOS)
+    reqs = [
+        Request(i * n + j, tok.encode(d), cfg.max_response_length, arrival=(i * n + j) // 4)
+        for i, d in enumerate(digits)
+        for j in range(n)
+    ]
+    sp = SamplingParams(
+        cfg.temperature, cfg.top_p, cfg.top_k, seed=cfg.seed * 7919 + step + 100_003 * gen, eos=EOS
+    )
     rollout.generate(reqs, sp)
     acc = torch.tensor([task.reward(digits[r.id // n], r.output) for r in reqs])
     return reqs, acc
@@ -110,38 +122,60 @@ def _sample(cfg: LoopConfig, rollout, step: int, task, rnd) -> tuple[list, torch
         if not cfg.filter_groups:
             return new, new_acc, gen
         for g in A.kept_groups(new_acc, cfg.n).nonzero()[:, 0].tolist():
-            reqs += new[g * cfg.n:(g + 1) * cfg.n]
-            acc.append(new_acc[g * cfg.n:(g + 1) * cfg.n])
+            reqs += new[g * cfg.n : (g + 1) * cfg.n]
+            acc.append(new_acc[g * cfg.n : (g + 1) * cfg.n])
         if len(reqs) >= cfg.batch_size * cfg.n:
             k = cfg.batch_size * cfg.n
             return reqs[:k], torch.cat(acc)[:k], gen
         if 0 < cfg.max_num_gen_batches <= gen:
             raise FilterGroupsExhausted(
                 f"step {step}: {len(reqs) // cfg.n} of {cfg.batch_size} groups with differing rewards after "
-                f"{gen} generation batches (max_num_gen_batches={cfg.max_num_gen_batches})")
+                f"{gen} generation batches (max_num_gen_batches={cfg.max_num_gen_batches})"
+            )
 
 
 def _policy_loss(cfg: LoopConfig, old, logp, adv, mask):
     if cfg.policy_loss == "gspo":
-        return A.gspo_policy_loss(old, logp, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode)
-    return A.vanilla_policy_loss(old, logp, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
-                                 cfg.loss_agg_mode)
+        return A.gspo_policy_loss(
+            old, logp, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode
+        )
+    return A.vanilla_policy_loss(
+        old,
+        logp,
+        adv,
+        mask,
+        cfg.clip_ratio_low,
+        cfg.clip_ratio_high,
+        cfg.clip_ratio_c,
+        cfg.loss_agg_mode,
+    )
 
 
-def train_step(cfg: LoopConfig, step: int, master: dict, ref: Model | None, opt, task, rnd,
-               critic: Critic | None = None) -> dict:
+def train_step(
+    cfg: LoopConfig,
+    step: int,
+    master: dict,
+    ref: Model | None,
+    opt,
+    task,
+    rnd,
+    critic: Critic | None = None,
+) -> dict:
     """One RL step; returns verl-named metrics."""
     dtype = DTYPES[cfg.dtype]
     t0 = time.perf_counter()
-    model = Model(cfg.model, {k: v.detach().to(dtype) for k, v in master.items()})  # weights pushed to both
+    model = Model(
+        cfg.model, {k: v.detach().to(dtype) for k, v in master.items()}
+    )  # weights pushed to both
     rollout, trainer = _engines(cfg, model)
     reqs, acc, num_gen = _sample(cfg, rollout, step, task, rnd)
     t1 = time.perf_counter()
     lengths = torch.tensor([len(r.output) for r in reqs])
     scores = acc
     if cfg.overlong_buffer_len > 0:
-        scores = acc + A.overlong_penalty(lengths, cfg.max_response_length, cfg.overlong_buffer_len,
-                                          cfg.overlong_penalty_factor)
+        scores = acc + A.overlong_penalty(
+            lengths, cfg.max_response_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor
+        )
     seqs, starts = [r.tokens for r in reqs], [len(r.prompt) for r in reqs]
     rollout_lp = [torch.tensor(r.logprobs) for r in reqs]
     old_lp = trainer.logprobs(seqs, starts, cfg.temperature)  # verl's old_log_prob recompute
@@ -150,26 +184,38 @@ def train_step(cfg: LoopConfig, step: int, master: dict, ref: Model | None, opt,
     old, mask = A.pad(rollout_lp)
     m: dict[str, float] = {}
     if cfg.adv_estimator == "gae":
-        # verl computes values, then updates the critic on the same batch with the same weights: with
-        # one mini-batch and one epoch the first forward of the update *is* compute_values, so once
+        # verl computes values, then updates the critic on the same batch and weights: with one
+        # mini-batch and one epoch the update's first forward *is* compute_values, so run it once
         vpreds, _ = A.pad(critic.values(seqs, starts, grad=True))
         values = vpreds.detach()
-        adv, returns = A.gae(A.outcome_token_rewards(scores, mask), values, mask, cfg.gamma, cfg.lam)
-        m.update(critic.update(vpreds, returns, values, mask, cfg.cliprange_value, cfg.loss_agg_mode))
-        m.update({"critic/values/mean": float(A.masked_mean(values, mask)),
-                  "critic/returns/mean": float(A.masked_mean(returns, mask))})
+        adv, returns = A.gae(
+            A.outcome_token_rewards(scores, mask), values, mask, cfg.gamma, cfg.lam
+        )
+        m.update(
+            critic.update(vpreds, returns, values, mask, cfg.cliprange_value, cfg.loss_agg_mode)
+        )
+        m.update(
+            {
+                "critic/values/mean": float(A.masked_mean(values, mask)),
+                "critic/returns/mean": float(A.masked_mean(returns, mask)),
+            }
+        )
     else:
         adv = A.grpo_advantages(scores, cfg.n)[:, None] * mask
     t3 = time.perf_counter()
     # update: one mini-batch, so the ratio against the rollout's log-probs is exactly 1 when aligned
     live = Model(cfg.model, {k: v.to(dtype) for k, v in master.items()})
     _, live_trainer = _engines(cfg, live)
-    logp, _ = A.pad([lp.float() for lp in live_trainer.logprobs(seqs, starts, cfg.temperature, grad=True)])
+    logp, _ = A.pad(
+        [lp.float() for lp in live_trainer.logprobs(seqs, starts, cfg.temperature, grad=True)]
+    )
     loss, pm = _policy_loss(cfg, old, logp, adv, mask)
     m.update(pm)
     if ref is not None and cfg.use_kl_loss:
         _, ref_trainer = _engines(cfg, ref)
-        ref_lp, _ = A.pad([lp.float() for lp in ref_trainer.logprobs(seqs, starts, cfg.temperature)])
+        ref_lp, _ = A.pad(
+            [lp.float() for lp in ref_trainer.logprobs(seqs, starts, cfg.temperature)]
+        )
         kl = A.agg_loss(A.low_var_kl(logp, ref_lp), mask, cfg.loss_agg_mode)
         loss = loss + cfg.kl_loss_coef * kl
         m["actor/kl_loss"] = float(kl.detach())
@@ -179,16 +225,22 @@ def train_step(cfg: LoopConfig, step: int, master: dict, ref: Model | None, opt,
     opt.step()
     t4 = time.perf_counter()
     out = {
-        "critic/score/mean": float(scores.mean()), "critic/rewards/mean": float(scores.mean()),
+        "critic/score/mean": float(scores.mean()),
+        "critic/rewards/mean": float(scores.mean()),
         "critic/advantages/mean": float(A.masked_mean(adv, mask)),
         "response_length/mean": float(lengths.float().mean()),
         "response_length/clip_ratio": float((lengths == cfg.max_response_length).float().mean()),
         "training/rollout_probs_diff_max": diff["training/rollout_probs_diff_max"],
         "training/rollout_probs_diff_mean": diff["training/rollout_probs_diff_mean"],
-        "rollout_corr/k3_kl": diff["k3_kl"], "topl/max_abs_logprob_diff": diff["max_abs_logprob_diff"],
+        "rollout_corr/k3_kl": diff["k3_kl"],
+        "topl/max_abs_logprob_diff": diff["max_abs_logprob_diff"],
         "topl/mean_abs_logprob_diff": diff["mean_abs_logprob_diff"],
-        "topl/bitwise_equal_fraction": diff["bitwise_equal_fraction"], "topl/tokens": diff["tokens"],
-        **m, "timing_s/gen": t1 - t0, "timing_s/old_log_prob": t2 - t1, "timing_s/update_actor": t4 - t3,
+        "topl/bitwise_equal_fraction": diff["bitwise_equal_fraction"],
+        "topl/tokens": diff["tokens"],
+        **m,
+        "timing_s/gen": t1 - t0,
+        "timing_s/old_log_prob": t2 - t1,
+        "timing_s/update_actor": t4 - t3,
         "timing_s/step": t4 - t0,
     }
     if cfg.use_critic:
@@ -204,8 +256,10 @@ def run(cfg: LoopConfig) -> Iterator[dict]:
     """Seeded weights, reference policy, critic and optimizers; yields each step's metrics (the
     caller may stop)."""
     if cfg.adv_estimator not in ADV_ESTIMATORS or cfg.policy_loss not in POLICY_LOSSES:
-        raise ValueError(f"adv_estimator={cfg.adv_estimator}, policy_loss={cfg.policy_loss}: the loop runs "
-                         f"{'/'.join(ADV_ESTIMATORS)} with {'/'.join(POLICY_LOSSES)}")
+        raise ValueError(
+            f"adv_estimator={cfg.adv_estimator}, policy_loss={cfg.policy_loss}: the loop runs "
+            f"{'/'.join(ADV_ESTIMATORS)} with {'/'.join(POLICY_LOSSES)}"
+        )
     if (cfg.adv_estimator == "gae") != cfg.use_critic:
         raise ValueError("adv_estimator=gae and use_critic go together")
     torch.manual_seed(cfg.seed)
@@ -216,7 +270,15 @@ def run(cfg: LoopConfig) -> Iterator[dict]:
     critic = None
     if cfg.use_critic:
         train_side, _ = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
-        critic = Critic(cfg.model, init.w, train_side, cfg.micro_batch, DTYPES[cfg.dtype], cfg.critic_lr, cfg.seed)
+        critic = Critic(
+            cfg.model,
+            init.w,
+            train_side,
+            cfg.micro_batch,
+            DTYPES[cfg.dtype],
+            cfg.critic_lr,
+            cfg.seed,
+        )
     task, rnd = ReverseTask(), random.Random(cfg.seed)
     for step in range(1, cfg.steps + 1):
         yield train_step(cfg, step, master, ref, opt, task, rnd, critic)

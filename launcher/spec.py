@@ -54,8 +54,7 @@ class AlgorithmSpec:
     filter_groups: bool = False  # DAPO dynamic sampling: drop groups whose metric is all equal
     filter_groups_metric: str = "acc"  # what must vary within a group (acc: the unshaped score)
     max_num_gen_batches: int = 10  # DAPO: give up after this many generation batches (<=0: never)
-    overlong_buffer_fraction: float = 0.0  # DAPO overlong shaping: last fraction of
-    # max_response_length is a linear penalty buffer (verl overlong_buffer_cfg.len); 0 disables
+    overlong_buffer_fraction: float = 0.0  # DAPO: penalty buffer, share of max_response_length (0: off)
     overlong_penalty_factor: float = 1.0  # DAPO: penalty at max_response_length
     lr: float = 1e-6  # actor learning rate
     entrypoint: str = "verl.trainer.main_ppo"  # python -m module that runs the job
@@ -192,9 +191,25 @@ class JobSpec:
 
 
 def register_configs() -> None:
-    """Put the schema in Hydra's ConfigStore; every group file is validated against it."""
-    from hydra_plugins.topl_sweeper.topl_sweeper import ToplSweeperConf
+    """Put the schema in Hydra's ConfigStore; every group file is validated against it.
+    (The sweeper plugin registers its own config when Hydra's plugin discovery imports it.)"""
+    ConfigStore.instance().store(name="topl_schema", node=JobSpec)
 
-    cs = ConfigStore.instance()
-    cs.store(name="topl_schema", node=JobSpec)
-    cs.store(group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl")
+
+# Small facts about a spec, said once (contract rules, memory estimates, render, doctor, backends).
+def world_size(s) -> int:
+    """Devices the job uses."""
+    return s.cluster.nodes * s.cluster.devices_per_node
+
+
+def is_strict(s) -> bool:
+    """True on-policy: rollout and training must agree bit for bit."""
+    return s.alignment.mode == "strict"
+
+
+def is_moe(s) -> bool:
+    return s.model.num_experts > 0
+
+
+def on_npu(s) -> bool:
+    return s.cluster.device == "npu"

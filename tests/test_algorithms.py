@@ -1,4 +1,5 @@
 """kernels/algorithms.py against hand-computed values and, where importable, verl 0.9.1 itself."""
+
 import numpy as np
 import pytest
 import torch
@@ -51,7 +52,9 @@ def test_gae_matches_verl(gamma, lam):
     rewards = A.outcome_token_rewards(torch.randn(6, generator=g), mask)
     values = torch.randn(6, 5, generator=g) * mask
     ours = A.gae(rewards, values, mask, gamma, lam)
-    theirs = ca.compute_gae_advantage_return(rewards, values, mask, torch.tensor(gamma), torch.tensor(lam))
+    theirs = ca.compute_gae_advantage_return(
+        rewards, values, mask, torch.tensor(gamma), torch.tensor(lam)
+    )
     for a, b in zip(ours, theirs):
         assert torch.allclose(a * mask, b * mask, atol=1e-6)
 
@@ -66,8 +69,16 @@ def test_grpo_advantages_match_verl_and_hand():
     assert torch.allclose(ours, theirs[:, 0])
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum",
-                                  "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "token-sum",
+        "seq-mean-token-sum-norm",
+    ],
+)
 def test_agg_loss_matches_verl(mode):
     ca = verl_algos()
     _, new, _, mask = batch()
@@ -121,8 +132,10 @@ def test_gspo_ratio_is_one_per_sequence():
 
 def test_on_policy_ratio_is_exactly_one():
     old, _, adv, mask = batch()
-    for fn in (lambda: A.vanilla_policy_loss(old, old.clone(), adv, mask, 0.2, 0.28, 10.0, "token-mean"),
-               lambda: A.gspo_policy_loss(old, old.clone(), adv, mask, 3e-4, 4e-4, "seq-mean-token-mean")):
+    for fn in (
+        lambda: A.vanilla_policy_loss(old, old.clone(), adv, mask, 0.2, 0.28, 10.0, "token-mean"),
+        lambda: A.gspo_policy_loss(old, old.clone(), adv, mask, 3e-4, 4e-4, "seq-mean-token-mean"),
+    ):
         _, m = fn()
         assert m["actor/ratio_max_abs_dev"] == 0.0 and m["actor/pg_clipfrac"] == 0.0
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from topl.launcher.errors import ToplError
 from topl.launcher.render import overlong_buffer_len
+from topl.launcher.spec import is_strict
 
 
 def loop_config(spec):
@@ -58,7 +59,7 @@ def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     _embeddable(spec)
     console = Console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
-    strict = spec.alignment.mode == "strict"
+    strict = is_strict(spec)
     rc = 0
     with Progress(TextColumn(f"[bold]{spec.algorithm.name.upper()}[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeRemainingColumn(), console=console) as bar:

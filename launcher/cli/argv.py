@@ -1,23 +1,46 @@
-"""topl's own flags, taken out of an argument list before the rest goes to Hydra as overrides."""
+"""The one flag parser of every command: topl's own flags come out of the argument list; what is
+left (in order) goes to Hydra as overrides (and, for `topl launch`, Hydra's own flags)."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from topl.launcher.errors import ToplError
 
 
-def flag(args: list[str], name: str) -> tuple[bool, list[str]]:
-    """(was `name` given, the other arguments)."""
-    return name in args, [a for a in args if a != name]
+def _name(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
-def option(args: list[str], name: str, default: str | None = None, optional_value: bool = False):
-    """(value of `name VALUE`, the other arguments). With optional_value, `name` alone gives ""
-    (a following `key=value` override is never taken as its value)."""
-    if name not in args:
-        return default, args
-    i = args.index(name)
-    nxt = args[i + 1] if i + 1 < len(args) else None
-    if nxt is None or nxt.startswith("-") or (optional_value and "=" in nxt):
-        if optional_value:
-            return "", args[:i] + args[i + 1:]
-        raise ToplError(f"{name} needs a value", where=" ".join(args))
-    return nxt, args[:i] + args[i + 2:]
+def parse(args: list[str], flags=(), options=None, optional=()) -> tuple[SimpleNamespace, list[str]]:
+    """(topl's flags by name, the other arguments).
+
+    flags: `--json` alone -> True. options: `--prompts N` -> "N" (default from the dict).
+    optional: `--ray [ADDRESS]` -> ADDRESS, "" when given alone, None when absent; a following
+    `key=value` is an override, never the flag's value.
+    """
+    options = dict(options or {})
+    got = {_name(f): False for f in flags}
+    got.update({_name(o): d for o, d in options.items()})
+    got.update({_name(o): None for o in optional})
+    rest = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in flags:
+            got[_name(a)] = True
+        elif a in options or a in optional:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            takes = nxt is not None and not nxt.startswith("-")
+            if a in optional:
+                takes = takes and "=" not in nxt
+            if takes:
+                got[_name(a)] = nxt
+                i += 1
+            elif a in optional:
+                got[_name(a)] = ""
+            else:
+                raise ToplError(f"{a} needs a value", where=" ".join(args))
+        else:
+            rest.append(a)
+        i += 1
+    return SimpleNamespace(**got), rest

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from topl.launcher.cli.argv import flag
+from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_violations
 
 
@@ -11,10 +11,10 @@ def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
     from topl.launcher.contract import check, errors
 
-    as_json, overrides = flag(args, "--json")
+    flags, overrides = parse(args, flags=("--json",))
     vs = check(compose_job(overrides))
     ok = not errors(vs)
-    if as_json:
+    if flags.json:
         print_json({"ok": ok, "violations": [v.to_dict() for v in vs]})
     else:
         print_violations(vs, sys.stdout)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from topl.launcher.cli.argv import flag
+from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_violations
 
 
@@ -12,7 +12,7 @@ def main(args: list[str]) -> int:
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
 
-    as_json, overrides = flag(args, "--json")
+    flags, overrides = parse(args, flags=("--json",))
     composed = compose_job(overrides)
     vs = check(composed)
     if errors(vs):
@@ -21,7 +21,7 @@ def main(args: list[str]) -> int:
         return 2
     spec = composed.to_object()
     inv = render(spec)
-    if as_json:
+    if flags.json:
         print_json(inv.to_dict(spec.cluster.python))
     else:
         print(inv.command(spec.cluster.python))

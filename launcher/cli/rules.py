@@ -1,8 +1,8 @@
 """`topl rules [--json | --markdown]`: the consistency contract's rule catalog."""
 from __future__ import annotations
 
-from topl.launcher.cli.argv import flag
-from topl.launcher.cli.output import print_json
+from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json, print_table
 
 
 def rules_markdown() -> str:
@@ -18,25 +18,18 @@ def rules_markdown() -> str:
 def main(args: list[str]) -> int:
     from topl.launcher.contract import RULES
 
-    as_json, args = flag(args, "--json")
-    as_markdown, args = flag(args, "--markdown")
-    if as_json:
+    flags, _ = parse(args, flags=("--json", "--markdown"))
+    if flags.json:
         rows = [
             {"rule": r.id, "severity": r.severity, "title": r.title, "keys": list(r.keys),
              "fix": r.fix, "why": r.why}
             for r in RULES
         ]
         print_json(rows)
-    elif as_markdown:
+    elif flags.markdown:
         print(rules_markdown())
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title=f"topl consistency contract ({len(RULES)} rules)")
-        for col in ("rule", "severity", "what must hold", "fix"):
-            t.add_column(col)
-        for r in sorted(RULES, key=lambda r: r.id):
-            t.add_row(r.id, r.severity, r.title, r.fix)
-        Console().print(t)
+        rows = [(r.id, r.severity, r.title, r.fix) for r in sorted(RULES, key=lambda r: r.id)]
+        title = f"topl consistency contract ({len(RULES)} rules)"
+        print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
     return 0
