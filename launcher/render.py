@@ -32,6 +32,12 @@ NEW_KEYS = {
 # Keys a verl source patch adds (the seed's per-request seed): present on a patched verl only.
 PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
 
+# Keys that verl-recipe's DAPO trainer configs add on top of verl's ppo_trainer
+# (verl-project/verl-recipe@5e867cf:dapo/config/dapo_sync_trainer.yaml:reward.reward_kwargs; the
+# seed passes them without `+` to dapo_megatron_trainer: psyloy/verl-ascend-recipe@0674dbf:
+# true_on_policy/scripts/dapo/run_dapo_qwen3_4b_megatron_npu.sh:REWARD).
+DAPO_RECIPE_KEYS = ("reward.reward_kwargs.",)
+
 # spec field -> verl key (a callable value derives it)
 VERL_KEYS: dict[str, str] = {
     "algorithm.adv_estimator": "algorithm.adv_estimator",
@@ -41,6 +47,7 @@ VERL_KEYS: dict[str, str] = {
     "algorithm.kl_loss_coef": f"{ARR}.actor.kl_loss_coef",
     "algorithm.clip_ratio_low": f"{ARR}.actor.clip_ratio_low",
     "algorithm.clip_ratio_high": f"{ARR}.actor.clip_ratio_high",
+    "algorithm.clip_ratio_c": f"{ARR}.actor.clip_ratio_c",
     "algorithm.lr": f"{ARR}.actor.optim.lr",
     "model.hf_path": f"{ARR}.model.path",
     "train.train_batch_size": "data.train_batch_size",
@@ -249,6 +256,7 @@ def overrides(s) -> list[tuple[str, Any]]:
         out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
                 ("critic.model.path", s.model.hf_path)]
     out += stack_overrides(s)
+    out += algorithm_overrides(s)
     if is_strict(s):
         if megatron:
             otc = f"{ARR}.actor.megatron.override_transformer_config"
@@ -263,6 +271,29 @@ def overrides(s) -> list[tuple[str, Any]]:
                 for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
     for k, v in s.algorithm.extra_overrides.items():
         out.append((k, v))
+    return out
+
+
+def overlong_buffer_len(s) -> int:
+    """DAPO's overlong buffer in tokens: the last fraction of max_response_length."""
+    return round(s.algorithm.overlong_buffer_fraction * s.train.max_response_length)
+
+
+def algorithm_overrides(s) -> list[tuple[str, Any]]:
+    """GAE, critic, DAPO dynamic sampling and overlong shaping, only where the algorithm uses them."""
+    a, out = s.algorithm, []
+    if a.adv_estimator == "gae":
+        out += [("algorithm.gamma", a.gamma), ("algorithm.lam", a.lam)]
+    if a.use_critic:
+        out.append(("critic.cliprange_value", a.cliprange_value))
+    if a.filter_groups:  # verl@0.9.1:verl/trainer/config/algorithm.py:FilterGroupsConfig
+        out += [("algorithm.filter_groups.enable", True), ("algorithm.filter_groups.metric", a.filter_groups_metric),
+                ("algorithm.filter_groups.max_num_gen_batches", a.max_num_gen_batches)]
+    if a.overlong_buffer_fraction > 0:  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
+        cfg = "reward.reward_kwargs.overlong_buffer_cfg"
+        out += [("reward.reward_manager.name", "dapo"), (f"{cfg}.enable", True), (f"{cfg}.len", overlong_buffer_len(s)),
+                (f"{cfg}.penalty_factor", a.overlong_penalty_factor),
+                ("reward.reward_kwargs.max_resp_len", s.train.max_response_length)]
     return out
 
 

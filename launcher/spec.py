@@ -47,6 +47,15 @@ class AlgorithmSpec:
     kl_loss_coef: float = 0.001  # weight of the KL loss
     clip_ratio_low: float = 0.2  # PPO clip, lower side
     clip_ratio_high: float = 0.2  # PPO clip, upper side (DAPO clip-higher: 0.28)
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (verl default 3.0; DAPO 10.0)
+    gamma: float = 1.0  # GAE discount (verl algorithm.gamma; used when adv_estimator=gae)
+    lam: float = 1.0  # GAE lambda (verl algorithm.lam; used when adv_estimator=gae)
+    cliprange_value: float = 0.5  # PPO critic: value clip around the old values (verl critic.*)
+    filter_groups: bool = False  # DAPO dynamic sampling: drop groups whose metric is all equal
+    filter_groups_metric: str = "acc"  # what must vary within a group (acc: the unshaped score)
+    max_num_gen_batches: int = 10  # DAPO: give up after this many generation batches (<=0: never)
+    overlong_buffer_fraction: float = 0.0  # DAPO: penalty buffer, share of max_response_length (0: off)
+    overlong_penalty_factor: float = 1.0  # DAPO: penalty at max_response_length
     lr: float = 1e-6  # actor learning rate
     entrypoint: str = "verl.trainer.main_ppo"  # python -m module that runs the job
     config_name: Optional[str] = None  # --config-name for the entrypoint (None: by train engine)
@@ -166,6 +175,7 @@ class LocalRunSpec:
 
     seed: int = 0  # seed of weights, data and sampling
     lr: float = 1e-2  # AdamW learning rate of the tiny model (algorithm.lr is the real model's)
+    critic_lr: float = 1e-2  # AdamW learning rate of the tiny PPO critic
     task: str = "reverse"  # toy task with a verifiable reward: reverse the prompt's digits
     plot: bool = True  # write metrics.png at the end
 

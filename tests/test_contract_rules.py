@@ -49,6 +49,8 @@ CASES = {
     "TOP-SEED-001": (B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
                      B + ["rollout.per_request_seed=true"]),
     "TOP-CLUS-001": (B + ["cluster.ray_address=null"], B),
+    "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
+    "TOP-ALG-002": (["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"], ["algorithm=dapo"]),
 }
 
 
