@@ -84,6 +84,9 @@ class RolloutEngine:
                                   model.w["model.embed_tokens.weight"].dtype, model.device)
         self.max_num_seqs, self.budget, self.chunked = max_num_seqs, max_num_batched_tokens, chunked_prefill
         self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
+        from topl.kernels.gpu import paged_hook
+
+        self.paged = paged_hook(model, side, block_size)  # GPU: one batched paged-attention call
 
     def _schedule(self, active: list[Request]) -> list[tuple[Request, int]]:
         """(request, tokens to process) for this step: decodes first, then prefill chunks."""
@@ -118,6 +121,13 @@ class RolloutEngine:
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
+            if self.paged is not None:
+                for (r, _), (a, b) in zip(items, spans):
+                    self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
+                tables = [r.blocks for r, _ in items]
+                attn = self.paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos)
+                h, pending = m.post_attention(i, h, attn, side)
+                continue
             outs = []
             for (r, n), (a, b) in zip(items, spans):
                 self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])

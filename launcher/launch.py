@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from topl.launcher.cli.output import print_violations
+from topl.launcher.errors import ToplError
 
 
 @dataclass
@@ -97,7 +98,11 @@ def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
     if backend == "local":
         from topl.launcher.backends.local import run_local
 
-        return run_local(spec, run_dir)
+        try:
+            return run_local(spec, run_dir)
+        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
+            print(e.render(), file=sys.stderr)
+            return 2
     if backend == "subprocess":
         from topl.launcher.backends.subprocess import run_subprocess
 

@@ -47,6 +47,15 @@ class AlgorithmSpec:
     kl_loss_coef: float = 0.001  # weight of the KL loss
     clip_ratio_low: float = 0.2  # PPO clip, lower side
     clip_ratio_high: float = 0.2  # PPO clip, upper side (DAPO clip-higher: 0.28)
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (verl default 3.0; DAPO 10.0)
+    gamma: float = 1.0  # GAE discount (verl algorithm.gamma; used when adv_estimator=gae)
+    lam: float = 1.0  # GAE lambda (verl algorithm.lam; used when adv_estimator=gae)
+    cliprange_value: float = 0.5  # PPO critic: value clip around the old values (verl critic.*)
+    filter_groups: bool = False  # DAPO dynamic sampling: drop groups whose metric is all equal
+    filter_groups_metric: str = "acc"  # what must vary within a group (acc: the unshaped score)
+    max_num_gen_batches: int = 10  # DAPO: give up after this many generation batches (<=0: never)
+    overlong_buffer_fraction: float = 0.0  # DAPO: penalty buffer, share of max_response_length (0: off)
+    overlong_penalty_factor: float = 1.0  # DAPO: penalty at max_response_length
     lr: float = 1e-6  # actor learning rate
     entrypoint: str = "verl.trainer.main_ppo"  # python -m module that runs the job
     config_name: Optional[str] = None  # --config-name for the entrypoint (None: by train engine)
@@ -89,7 +98,7 @@ class RolloutSpec:
     dp: int = 1  # data parallel size per replica
     pp: int = 1  # pipeline parallel size (vLLM PP; needs the verl PP patch)
     ep: int = 1  # expert parallel size (verl asserts ep == tp * dp when > 1)
-    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only
+    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only | full_and_piecewise
     block_size: int = 128  # paged KV cache block size (tokens)
     prefix_caching: bool = False  # reuse KV blocks across requests
     chunked_prefill: bool = False  # split long prefills across steps
@@ -100,10 +109,12 @@ class RolloutSpec:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling (1.0: off)
     top_k: int = -1  # top-k sampling (-1: off)
-    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits
+    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits | auto (raw at T=1, else processed)
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     log_prob_micro_batch_size_per_gpu: int = 2  # verl rollout.log_prob_micro_batch_size_per_gpu
+    # verl's full_determinism is never rendered: one seed per replica makes the n samples equal
+    per_request_seed: Optional[bool] = None  # one seed per request (a verl patch); None: on in strict where the stack has it
 
 
 @dataclass
@@ -120,16 +131,22 @@ class CollectiveSpec:
 
 @dataclass
 class StackVersions:
-    """Declared versions of the target stack (`topl doctor` checks what is really installed)."""
+    """Declared versions of the target stack, normally set by one `conf/stack/` profile
+    (`stack=seed|release|prerelease`); `topl doctor` checks what is really installed. Rules,
+    rendering and doctor read what each version supports through `topl.launcher.facts`."""
 
+    profile: str = "release"  # the conf/stack profile these come from (custom: set by hand)
     verl: str = "0.9.1"  # verl release
-    vllm_ascend: str = "0.18.0"  # vllm-ascend release
-    cann: str = "9.0"  # CANN toolkit
-    torch_npu: str = "2.9.0"  # torch_npu (must match torch)
-    torch: str = "2.9.0"  # torch
-    verl_patches: List[str] = field(default_factory=list)  # applied patches, e.g. [vllm_pp]
+    vllm: str = "0.23.0"  # vLLM release (vllm-ascend X pairs with vLLM X)
+    vllm_ascend: str = "0.23.0.post1"  # vllm-ascend release
+    cann: str = "9.1.0"  # CANN toolkit
+    torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
+    torch_npu: str = "2.10.0.post4"  # torch_npu
+    mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
+    verl_patches: List[str] = field(default_factory=list)  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
-    flash_attn_npu: bool = False  # flash-attention-npu (FA3 backend) installed
+    flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
 
 @dataclass
@@ -158,6 +175,7 @@ class LocalRunSpec:
 
     seed: int = 0  # seed of weights, data and sampling
     lr: float = 1e-2  # AdamW learning rate of the tiny model (algorithm.lr is the real model's)
+    critic_lr: float = 1e-2  # AdamW learning rate of the tiny PPO critic
     task: str = "reverse"  # toy task with a verifiable reward: reverse the prompt's digits
     plot: bool = True  # write metrics.png at the end
 

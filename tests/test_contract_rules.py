@@ -28,6 +28,7 @@ CASES = {
     "TOP-ATTN-004": (["alignment.kv_tile=12"], ["alignment.kv_tile=16"]),
     "TOP-GRAPH-001": (B + ["rollout.graph_mode=full"], B + ["rollout.graph_mode=piecewise"]),
     "TOP-CACHE-001": (B + ["rollout.prefix_caching=true"], B),
+    "TOP-CACHE-002": (B + ["rollout.chunked_prefill=true"], B),
     "TOP-COLL-001": (B + ["collective=default", "train.tp=2", "rollout.tp=2"], B + ["train.tp=2", "rollout.tp=2"]),
     "TOP-COLL-002": (B + ["collective.lccl_deterministic=false"], B),
     "TOP-COLL-003": (B + ["collective.hccl_algo='level0:pipeline'"], B + ["collective.hccl_algo='level0:ring'"]),
@@ -35,15 +36,21 @@ CASES = {
     "TOP-TP-002": (B + ["train.ep=2"], B),
     "TOP-LOGP-001": (B + ["rollout.calculate_log_probs=false"], B),
     "TOP-LOGP-002": (B + ["rollout.top_p=0.9"], B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"]),
+    # raw log-probs are pre-temperature: wrong at T != 1 even without top-p (facts)
     "TOP-LOGP-003": (B + ["rollout.log_prob_micro_batch_size_per_gpu=4"], B),
     "TOP-LOGP-004": (B + ["train.use_dynamic_bsz=true"], B),
     "TOP-STACK-001": (B + ["cluster.versions.verl_patches=[]"], B),
-    "TOP-STACK-002": (B + ["cluster.versions.vllm_ascend=0.11.0"], B),
-    "TOP-STACK-003": (B + ["cluster.versions.torch_npu=2.8.0"], B),
+    "TOP-STACK-002": (B + ["cluster.versions.vllm_ascend_patches=[]"], B + ["stack=release", "rollout.pp=1"]),
+    "TOP-STACK-003": (B + ["cluster.versions.torch_npu=2.9.1"], B + ["cluster.versions.torch_npu=2.9.0.post2"]),
     "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
-    "TOP-STACK-006": (B + ["cluster.versions.cann=8.3"], B),
+    "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B),
+    "TOP-STACK-007": (B + ["cluster.versions.mindspeed=master"], B),
+    "TOP-SEED-001": (B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
+                     B + ["rollout.per_request_seed=true"]),
     "TOP-CLUS-001": (B + ["cluster.ray_address=null"], B),
+    "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
+    "TOP-ALG-002": (["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"], ["algorithm=dapo"]),
 }
 
 

@@ -1,7 +1,7 @@
 """The consistency contract: `check(composed)` runs every rule and returns the violations."""
 from __future__ import annotations
 
-from topl.launcher.contract import consistency, memory_fit, resources, stack  # noqa: F401  (register rules)
+from topl.launcher.contract import algorithm, consistency, memory_fit, resources, stack  # noqa: F401  (register rules)
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 
 
@@ -10,10 +10,10 @@ def check(composed) -> list[Violation]:
     spec = composed.to_object()
     out = []
     for r in RULES:
-        msg = r.check(spec)
-        if msg:
+        got = r.run(spec)
+        if got:
             keys = {k: {"value": composed.value(k), "source": composed.source(k)} for k in r.keys}
-            out.append(Violation(r.id, r.severity, msg, keys, r.fix))
+            out.append(Violation(r.id, got[0], got[1], keys, r.fix))
     return sorted(out, key=lambda v: (v.severity != ERROR, v.rule))
 
 
