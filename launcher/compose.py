@@ -235,7 +235,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     return sources
 
 
-GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
+GROUPS = untrusted.SELECTABLE | {"recipe"}
 
 
 def _label(path: Path) -> str:

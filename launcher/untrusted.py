@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,10 @@ MAX_NODES = 20_000  # values after alias expansion
 MAX_INCLUDES = 8  # recipes including recipes, depth
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
-SELECTABLE = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster"}
+# The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
+SELECTABLE = frozenset(
+    p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
+)
 UNSAFE_FLAG = "--unsafe-hydra-overrides"
 # hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
 RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
