@@ -32,12 +32,29 @@ PREFIX = "TOPL-GUARD"  # the log-line prefix `topl watch` recognises
 MODULE = "topl.launcher.guard"
 # env vars that decide determinism on some stack (recorded whether required or not)
 DETERMINISM_ENV = (
-    "VLLM_BATCH_INVARIANT", "HCCL_DETERMINISTIC", "LCCL_DETERMINISTIC", "HCCL_ALGO",
-    "HCCL_OP_EXPANSION_MODE", "VLLM_ASCEND_ENABLE_NZ", "CLOSE_MATMUL_K_SHIFT",
-    "ATB_MATMUL_SHUFFLE_K_ENABLE", "ATB_LLM_LCOC_ENABLE", "CUBLAS_WORKSPACE_CONFIG",
-    "PYTHONHASHSEED", "VERL_USE_EXTERNAL_MODULES",
+    "VLLM_BATCH_INVARIANT",
+    "HCCL_DETERMINISTIC",
+    "LCCL_DETERMINISTIC",
+    "HCCL_ALGO",
+    "HCCL_OP_EXPANSION_MODE",
+    "VLLM_ASCEND_ENABLE_NZ",
+    "CLOSE_MATMUL_K_SHIFT",
+    "ATB_MATMUL_SHUFFLE_K_ENABLE",
+    "ATB_LLM_LCOC_ENABLE",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "PYTHONHASHSEED",
+    "VERL_USE_EXTERNAL_MODULES",
 )
-PACKAGES = ("topl", "verl", "torch", "torch_npu", "vllm", "vllm-ascend", "ray", "batch_invariant_ops")
+PACKAGES = (
+    "topl",
+    "verl",
+    "torch",
+    "torch_npu",
+    "vllm",
+    "vllm-ascend",
+    "ray",
+    "batch_invariant_ops",
+)
 
 
 class GuardError(RuntimeError):
@@ -60,8 +77,11 @@ def _version(pkg: str) -> str | None:
 
 def accelerator() -> dict:
     """What this process sees; torch is only asked if verl already imported it (no new imports)."""
-    out = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
-           if k in os.environ}
+    out = {
+        k: os.environ[k]
+        for k in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
+        if k in os.environ
+    }
     torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_available():
@@ -80,11 +100,18 @@ def check(manifest: dict) -> list[dict]:
     missing = []
     for name, (value, rule) in manifest.get("env", {}).items():
         if os.environ.get(name) != value:
-            missing.append({"rule": rule, "what": f"env {name}", "needed": value,
-                            "found": os.environ.get(name)})
+            missing.append(
+                {
+                    "rule": rule,
+                    "what": f"env {name}",
+                    "needed": value,
+                    "found": os.environ.get(name),
+                }
+            )
     for name, (how, rule) in manifest.get("modules", {}).items():
-        found = "loaded" if name in sys.modules else (
-            "importable" if _importable(name) else "absent")
+        found = (
+            "loaded" if name in sys.modules else ("importable" if _importable(name) else "absent")
+        )
         if found == "absent" or (how == "loaded" and found != "loaded"):
             missing.append({"rule": rule, "what": f"module {name}", "needed": how, "found": found})
     return missing
@@ -102,8 +129,11 @@ def record(manifest: dict) -> dict:
     mods = set(manifest.get("modules", {})) | {"batch_invariant_ops"}
     ext = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
     return {
-        "role": role(), "host": socket.gethostname(), "pid": os.getpid(),
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "strict": bool(manifest.get("strict")),
+        "role": role(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "strict": bool(manifest.get("strict")),
         "versions": {p: _version(p) for p in PACKAGES},
         "env": {k: os.environ[k] for k in DETERMINISM_ENV if k in os.environ},
         "modules": {m: m in sys.modules for m in sorted(mods | set(ext))},
@@ -136,21 +166,32 @@ def run(environ=os.environ) -> dict | None:
         manifest = json.loads(raw) if raw else {}
     except ValueError:
         manifest = {"strict": True}  # the renderer wrote it: garbage means tampering
-        bad = [{"rule": "TOP-GUARD-001", "what": f"env {MANIFEST_ENV}", "needed": "JSON",
-                "found": raw[:80]}]
+        bad = [
+            {
+                "rule": "TOP-GUARD-001",
+                "what": f"env {MANIFEST_ENV}",
+                "needed": "JSON",
+                "found": raw[:80],
+            }
+        ]
     else:
         bad = []
     rec = record(manifest)
     rec["missing"] = bad + check(manifest)
     write(rec, folder)
     if manifest.get("strict") and rec["missing"]:
-        lines = [f"{m['rule']}: {m['what']}: needed {m['needed']!r}, found {m['found']!r}"
-                 for m in rec["missing"]]
-        raise GuardError(f"{PREFIX}: alignment=strict, but this {rec['role']} (pid {rec['pid']} on "
-                         f"{rec['host']}) lacks what the rendered spec requires:\n  "
-                         + "\n  ".join(lines) + "\n  fix: pass the env var to every worker "
-                         "(ray_kwargs.ray_init.runtime_env.env_vars) / install the module on every "
-                         "node; `topl doctor` checks a node")
+        lines = [
+            f"{m['rule']}: {m['what']}: needed {m['needed']!r}, found {m['found']!r}"
+            for m in rec["missing"]
+        ]
+        raise GuardError(
+            f"{PREFIX}: alignment=strict, but this {rec['role']} (pid {rec['pid']} on "
+            f"{rec['host']}) lacks what the rendered spec requires:\n  "
+            + "\n  ".join(lines)
+            + "\n  fix: pass the env var to every worker "
+            "(ray_kwargs.ray_init.runtime_env.env_vars) / install the module on every "
+            "node; `topl doctor` checks a node"
+        )
     return rec
 
 

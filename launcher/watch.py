@@ -33,8 +33,10 @@ _CONSOLE = re.compile(r"^(?:\([^)]*\) )?step:(\d+) - (.*)$")  # Ray prefixes "(A
 def verdict(data: dict) -> str | None:
     """Why this step is off-policy under alignment=strict, or None."""
     if DIFF_MAX not in data:
-        return (f"{DIFF_MAX} missing: verl did not compare rollout and training log-probs "
-                "(bypass_mode, or the rollout returned no log-probs)")
+        return (
+            f"{DIFF_MAX} missing: verl did not compare rollout and training log-probs "
+            "(bypass_mode, or the rollout returned no log-probs)"
+        )
     v = data[DIFF_MAX]
     if not isinstance(v, (int, float)) or math.isnan(v) or v != 0:
         return f"{DIFF_MAX} = {v!r}, not exactly 0: the run went off-policy"
@@ -92,7 +94,7 @@ class Watcher:
         yield from self.console.lines()
         if self.logs is not None:
             text = self.logs()
-            yield from text[self._seen:].splitlines()
+            yield from text[self._seen :].splitlines()
             self._seen = len(text)
 
     def poll(self) -> list[tuple[str, object]]:
@@ -111,7 +113,7 @@ class Watcher:
                 new.append(("step", (int(with_step["step"]), with_step["data"])))
         for line in self._lines():
             if line.startswith(PREFIX + " "):
-                rec = json.loads(line[len(PREFIX) + 1:])
+                rec = json.loads(line[len(PREFIX) + 1 :])
                 self.guards[f"{rec['host']}-{rec['pid']}"] = rec
                 new.append(("guard", rec))
             elif not from_file and (parsed := parse_console(line)):
@@ -128,6 +130,7 @@ def row(step: int, data: dict) -> str:
     def f(k):
         v = data.get(k)
         return f"{v:>10.3g}" if isinstance(v, (int, float)) else f"{'-':>10}"
+
     ratio = next((k for k in RATIO_KEYS if k in data), RATIO_KEYS[0])
     return f"{step:>5} {f(DIFF_MAX)} {f(DIFF_MEAN)} {f(REWARD)} {f(ratio)}"
 
@@ -137,8 +140,10 @@ HEADER = f"{'step':>5} {'logdiff max':>10} {'mean':>10} {'reward':>10} {'ratio':
 
 def guard_line(rec: dict) -> str:
     miss = "; ".join(f"{m['rule']} {m['what']}" for m in rec.get("missing", [])) or "ok"
-    return (f"guard {rec.get('role')} {rec.get('host')}:{rec.get('pid')} "
-            f"verl {rec.get('versions', {}).get('verl')} {rec.get('accelerator', {}).get('kind')}: {miss}")
+    return (
+        f"guard {rec.get('role')} {rec.get('host')}:{rec.get('pid')} "
+        f"verl {rec.get('versions', {}).get('verl')} {rec.get('accelerator', {}).get('kind')}: {miss}"
+    )
 
 
 def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
@@ -171,8 +176,12 @@ def stop_job(run_dir: Path, status: dict) -> str:
         from topl.launcher.lifecycle import with_deadline
 
         address, job_id = _spec_get(run_dir, "cluster.ray_address"), job.read_text().strip()
-        with_deadline(lambda: JobSubmissionClient(address).stop_job(job_id), 60, "Ray stop_job",
-                      fix=f"ray job stop {job_id} --address {address}")
+        with_deadline(
+            lambda: JobSubmissionClient(address).stop_job(job_id),
+            60,
+            "Ray stop_job",
+            fix=f"ray job stop {job_id} --address {address}",
+        )
         return f"ray job {job_id} stopped"
     pid = status.get("pid")
     if not pid:
@@ -193,8 +202,9 @@ def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
         time.sleep(0.2)
     st = read_status(run_dir)
     st.pop("state", None), st.pop("updated", None)
-    rundir.set_status(run_dir, "failed", **{**st, "stopped_by": "topl watch", "reason": reason,
-                                            "stop": how})
+    rundir.set_status(
+        run_dir, "failed", **{**st, "stopped_by": "topl watch", "reason": reason, "stop": how}
+    )
 
 
 def read_status(run_dir: Path) -> dict:
@@ -217,8 +227,14 @@ def is_strict_run(run_dir: Path) -> bool:
         return False
 
 
-def follow(w: Watcher, out=sys.stdout, interval: float = 1.0, on_stop: Callable[[str], None] | None = None,
-           done: Callable[[], bool] | None = None, quiet: bool = False) -> Watcher:
+def follow(
+    w: Watcher,
+    out=sys.stdout,
+    interval: float = 1.0,
+    on_stop: Callable[[str], None] | None = None,
+    done: Callable[[], bool] | None = None,
+    quiet: bool = False,
+) -> Watcher:
     """Poll until the run ends (status not running) or a strict violation (then `on_stop(reason)`)."""
     done = done or (lambda: read_status(w.run_dir).get("state") not in (None, "running"))
     if not quiet:
@@ -254,8 +270,13 @@ def launched(run_dir: Path, strict: bool, run: Callable[[], int], interval: floa
         # SIGTERM handler is back (Python skips SIG_DFL here), so a late stop cannot kill topl
         _thread.interrupt_main(signal.SIGTERM)
 
-    t = threading.Thread(target=follow, args=(w,), daemon=True, name="topl-watch",
-                         kwargs=dict(interval=interval, on_stop=stop, done=finished.is_set))
+    t = threading.Thread(
+        target=follow,
+        args=(w,),
+        daemon=True,
+        name="topl-watch",
+        kwargs=dict(interval=interval, on_stop=stop, done=finished.is_set),
+    )
     t.start()
     try:
         rc = run()
