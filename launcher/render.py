@@ -23,6 +23,12 @@ NEW_KEYS = {
     f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant",
     f"{ARR}.actor.megatron.override_transformer_config.batch_invariant_mode",
     f"{ARR}.actor.megatron.override_transformer_config.use_batch_invariant_ops",
+    # MindSpeed TransformerConfig switches: verl 0.9.1's override_transformer_config holds only
+    # recompute_* and attention_backend (verl@0.9.1:trainer/config/engine/megatron.yaml)
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
 
 # spec field -> verl key (a callable value derives it)
@@ -69,6 +75,26 @@ VERL_KEYS: dict[str, str] = {
     "project": "trainer.project_name",
     "experiment": "trainer.experiment_name",
     "seed": f"{ARR}.rollout.seed",
+    # optional rows: a None field is not rendered (verl keeps its default)
+    "algorithm.clip_ratio_c": f"{ARR}.actor.clip_ratio_c",  # verl@0.9.1:trainer/config/actor/actor.yaml
+    "algorithm.entropy_coeff": f"{ARR}.actor.entropy_coeff",  # same file
+    "algorithm.ppo_epochs": f"{ARR}.actor.ppo_epochs",  # same file
+    "algorithm.use_kl_in_reward": "algorithm.use_kl_in_reward",  # verl@0.9.1:trainer/config/algorithm.py:AlgoConfig
+    "algorithm.filter_groups": "algorithm.filter_groups.enable",  # same file: FilterGroupsConfig
+    "algorithm.filter_groups_metric": "algorithm.filter_groups.metric",
+    "algorithm.max_num_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
+    "algorithm.gen_batch_size": "data.gen_batch_size",  # verl@0.9.1:trainer/config/data/legacy_data.yaml
+    "algorithm.reward_manager": "reward.reward_manager.name",  # verl@0.9.1:workers/config/reward.py:RewardManagerConfig
+    # DAPO overlong shaping: verl@0.9.1:experimental/reward_loop/reward_manager/dapo.py reads
+    # reward_kwargs.overlong_buffer_cfg / max_resp_len; the DAPO recipe config declares them
+    "algorithm.overlong_buffer": "reward.reward_kwargs.overlong_buffer_cfg.enable",
+    "algorithm.overlong_buffer_len": "reward.reward_kwargs.overlong_buffer_cfg.len",
+    "algorithm.overlong_penalty_factor": "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor",
+    "algorithm.overlong_max_resp_len": "reward.reward_kwargs.max_resp_len",
+    "train.ppo_max_token_len_per_gpu": f"{ARR}.actor.ppo_max_token_len_per_gpu",  # actor.yaml
+    # the seed's verl patch adds it (verl_ascend_recipe true_on_policy/patch/verl_patches/
+    # verl_per_request_seed_v0.8.0.patch); stock verl 0.8.0 / 0.9.1 have no such key
+    "rollout.per_request_seed": f"{ARR}.rollout.per_request_seed",
 }
 MEGATRON_KEYS = {
     "train.tp": f"{ARR}.actor.megatron.tensor_model_parallel_size",
@@ -79,6 +105,16 @@ MEGATRON_KEYS = {
     "train.sequence_parallel": f"{ARR}.actor.megatron.sequence_parallel",
     "train.param_offload": f"{ARR}.actor.megatron.param_offload",
     "train.optimizer_offload": f"{ARR}.actor.megatron.optimizer_offload",
+    # verl@0.8.0:workers/config/engine.py:McoreEngineConfig.grad_offload (gone in 0.9.1)
+    "train.grad_offload": f"{ARR}.actor.megatron.grad_offload",
+    # verl@0.9.1:trainer/config/engine/megatron.yaml override_transformer_config.recompute_*
+    "train.recompute_granularity": f"{ARR}.actor.megatron.override_transformer_config.recompute_granularity",
+    "train.recompute_method": f"{ARR}.actor.megatron.override_transformer_config.recompute_method",
+    "train.recompute_num_layers": f"{ARR}.actor.megatron.override_transformer_config.recompute_num_layers",
+    "train.use_fused_rmsnorm": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    "train.use_fused_rotary_pos_emb": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    "train.apply_rope_fusion": f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    "train.use_flash_attn": f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
 FSDP_KEYS = {
     "train.fsdp_size": f"{ARR}.actor.fsdp_config.fsdp_size",
@@ -131,8 +167,8 @@ def fmt(v: Any) -> str:
 
 
 def plus(key: str) -> str:
-    """`+key` where verl 0.9.1 has no such key."""
-    return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
+    """`+key` where verl 0.9.1 has no such key (a verbatim `+key` stays as written)."""
+    return key if key.startswith("+") else f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
 
 
 def get_path(spec, dotted: str):
@@ -147,8 +183,8 @@ def env_vars(s) -> dict[str, str]:
     c, strict, npu = s.collective, s.alignment.mode == "strict", s.cluster.device == "npu"
     env: dict[str, str] = {}
     if npu:
-        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1", HCCL_CONNECT_TIMEOUT="1800",
-                   HCCL_EXEC_TIMEOUT="3600")
+        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1",
+                   HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s), HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s))
     if c.op_expansion_mode:
         env["HCCL_OP_EXPANSION_MODE"] = c.op_expansion_mode
     if c.hccl_deterministic != "false":
@@ -173,7 +209,7 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, get_path(s, field_)) for field_, verl in table.items()]
+    out += [(verl, v) for field_, verl in table.items() if (v := get_path(s, field_)) is not None]
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
             (f"{ARR}.rollout.enforce_eager", s.rollout.graph_mode == "eager"),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
@@ -202,7 +238,16 @@ def overrides(s) -> list[tuple[str, Any]]:
                 for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
     for k, v in s.algorithm.extra_overrides.items():
         out.append((k, v))
-    return out
+    return with_verl_overrides(out, s.verl_overrides)
+
+
+def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name in place."""
+    out = dict(pairs)
+    for k, v in verbatim.items():
+        out.pop(k.lstrip("+"), None)
+        out[k] = v
+    return list(out.items())
 
 
 def render(s) -> Invocation:

@@ -51,6 +51,20 @@ class AlgorithmSpec:
     entrypoint: str = "verl.trainer.main_ppo"  # python -m module that runs the job
     config_name: Optional[str] = None  # --config-name for the entrypoint (None: by train engine)
     extra_overrides: Dict[str, Any] = field(default_factory=dict)  # verl keys this algorithm sets
+    # Optional knobs below: None leaves verl's own default (the key is not rendered).
+    clip_ratio_c: Optional[float] = None  # dual-clip bound of the PPO loss (verl default 3.0)
+    entropy_coeff: Optional[float] = None  # entropy bonus weight (verl default 0)
+    ppo_epochs: Optional[int] = None  # passes over each batch (verl default 1)
+    use_kl_in_reward: Optional[bool] = None  # KL penalty inside the reward (verl default false)
+    filter_groups: Optional[bool] = None  # DAPO dynamic sampling: drop groups with equal rewards
+    filter_groups_metric: Optional[str] = None  # metric whose spread keeps a group (DAPO: acc)
+    max_num_gen_batches: Optional[int] = None  # generation batches tried per step (0: no limit)
+    gen_batch_size: Optional[int] = None  # prompts generated per try (DAPO: 2 x train batch)
+    reward_manager: Optional[str] = None  # verl reward manager name (dapo, naive ...)
+    overlong_buffer: Optional[bool] = None  # DAPO overlong reward shaping on
+    overlong_buffer_len: Optional[int] = None  # tokens before max_resp_len where the penalty starts
+    overlong_penalty_factor: Optional[float] = None  # penalty at max_resp_len
+    overlong_max_resp_len: Optional[int] = None  # response length the shaping measures against
 
 
 @dataclass
@@ -78,6 +92,18 @@ class TrainSpec:
     dtype: str = "bfloat16"  # parameter / compute dtype
     epochs: int = 1  # trainer.total_epochs
     steps: int = 100  # trainer.total_training_steps
+    # Optional knobs below: None leaves verl's / MindSpeed's own default (the key is not rendered).
+    grad_offload: Optional[bool] = None  # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
+    ppo_max_token_len_per_gpu: Optional[int] = None  # token budget per device with dynamic bsz
+    recompute_granularity: Optional[str] = None  # activation recompute: full | selective
+    recompute_method: Optional[str] = None  # uniform | block
+    recompute_num_layers: Optional[int] = None  # layers per recompute unit
+    # MindSpeed fused kernels on the training side; the seed's vLLM-side patch was aligned
+    # against the path they select, so the seed's values matter for logdiff 0.
+    use_fused_rmsnorm: Optional[bool] = None  # fused RMSNorm kernel
+    use_fused_rotary_pos_emb: Optional[bool] = None  # fused rotary embedding kernel
+    apply_rope_fusion: Optional[bool] = None  # Megatron's RoPE fusion switch
+    use_flash_attn: Optional[bool] = None  # flash attention kernel (with attention_backend=flash)
 
 
 @dataclass
@@ -104,6 +130,7 @@ class RolloutSpec:
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     log_prob_micro_batch_size_per_gpu: int = 2  # verl rollout.log_prob_micro_batch_size_per_gpu
+    per_request_seed: Optional[bool] = None  # one seed per request (the seed's verl patch only)
 
 
 @dataclass
@@ -116,6 +143,8 @@ class CollectiveSpec:
     op_expansion_mode: Optional[str] = None  # HCCL_OP_EXPANSION_MODE (AIV or None)
     hccl_algo: Optional[str] = None  # HCCL_ALGO pinned on every rank (None: library choice)
     order: str = "ring"  # reduction order of all-reduce partials: ring | tree (used in emulation)
+    connect_timeout_s: int = 1800  # HCCL_CONNECT_TIMEOUT on NPU (the seed: 3600)
+    exec_timeout_s: int = 3600  # HCCL_EXEC_TIMEOUT on NPU
 
 
 @dataclass
@@ -178,6 +207,10 @@ class JobSpec:
     experiment: str = "${model.name}_${algorithm.name}_${alignment.mode}"  # trainer.experiment_name
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
+    # verl keys the spec has no field for, rendered verbatim after everything else (a rendered
+    # key of the same name is replaced). A leading `+` appends a key verl lacks. Recipes that
+    # reproduce a script (`topl recipes import`) keep its remaining overrides here.
+    verl_overrides: Dict[str, Any] = field(default_factory=dict)
 
 
 def register_configs() -> None:
