@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.S)
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.DOTALL)
 _OPS = ("&&", "||", ";;", "|", ";", "&")
 
 
@@ -240,7 +240,7 @@ class _Shell:
             else:
                 add(c, True)
                 i += 1
-        dl = tuple(sorted(set(d for d in deps if d)))
+        dl = tuple(sorted({d for d in deps if d}))
         return [Item(t, line, dl) for t, has in fields if has or t]
 
     def _val(self, name: str, deps: list[int], line: int | None = None) -> str:
@@ -256,7 +256,7 @@ class _Shell:
         return v.text
 
     def _param(self, body: str, line: int, deps: list[int]):
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.S)
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.DOTALL)
         if body.startswith("#"):
             v = self.vars.get(body[1:].split("[")[0])
             return str(len(v) if isinstance(v, list) else len(v.text) if v else 0), None
@@ -519,7 +519,7 @@ class _Shell:
 
     def _case(self, live: bool) -> int:
         self.pos += 1
-        kind, raw, line = self.toks[self.pos]
+        _, raw, line = self.toks[self.pos]
         subject = "".join(it.text for it in self.expand(raw, line, split=False)) if live else ""
         self.pos += 2  # word, `in`
         matched = False

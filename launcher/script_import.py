@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item, resolve
 from topl.launcher.errors import ToplError
@@ -89,8 +88,8 @@ def same(a: Any, b: Any) -> bool:
 
 def guess_groups(s: Script) -> dict[str, str]:
     """Config-group options the script's settings point to (the user can override each)."""
-    from topl.launcher.compose import conf_dir
     import yaml
+    from topl.launcher.compose import conf_dir
 
     v = {k: st.value for k, st in s.overrides.items()}
     loss = v.get(f"{R.ARR}.actor.policy_loss.loss_mode")
@@ -131,7 +130,6 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
 def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     """Map the script onto spec fields over the chosen groups; the rest stays verbatim."""
     from omegaconf import OmegaConf
-
     from topl.launcher.compose import compose_job
 
     groups = {**guess_groups(s), **(choices or {})}
@@ -167,7 +165,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     for _ in range(3):
         try:
             rec, pairs, env_r = attempt()
-        except Exception as e:  # noqa: BLE001 - a value the field's type rejects: keep it verbatim
+        except Exception as e:
             bad = next((f for f in fields if f.split(".")[-1] in str(e)), None)
             if bad is None:
                 raise
@@ -192,6 +190,10 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     report += [{"line": ln, "kind": "not resolved", "key": None, "detail": msg} for ln, msg in s.notes]
     report += [{"line": None, "kind": "env added by topl", "key": k, "detail": v}
                for k, v in env_r.items() if k not in s.env]
+    report += [{"line": None, "kind": "verl key added by topl", "key": k.lstrip("+"), "detail": v}
+               for k, v in pairs.items() if k.lstrip("+") not in s.overrides]
+    report += [{"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
+               for k, why in unknown_to_verl(s).items()]
     trip = [{"line": st.line, "key": k, "script": st.value,
              "rendered": pairs.get(k, pairs.get("+" + k))}
             for k, st in s.overrides.items()
@@ -205,11 +207,40 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
 _MISSING = object()
 
 
+def unknown_to_verl(s: Script) -> dict[str, str]:
+    """Keys written without `+` that the installed verl's full config lacks (Hydra would reject
+    them). verl ships its resolved configs as trainer/config/_generated_ppo*_trainer.yaml
+    (verl@0.9.1); nothing is checked when verl is not installed or the entrypoint is not verl's."""
+    import importlib.util
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations or not s.entrypoint.startswith("verl."):
+        return {}
+    root = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    megatron = any(st.key == "model_engine" and st.value == "megatron" for st in s.overrides.values())
+    f = root / ("_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml")
+    if not f.is_file():
+        return {}
+    cfg = OmegaConf.load(f)
+    out = {}
+    for k, st in s.overrides.items():
+        if st.add or k.startswith(R.FREE_FORM) or k == "model_engine":
+            continue
+        parent, _, last = k.rpartition(".")
+        node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False) if parent else cfg
+        if node is None or not hasattr(node, "keys") or last not in list(node.keys()):
+            out[k] = f"not in {f.name} of the installed verl"
+    return out
+
+
 def recipe_text(imp: Imported, source: str) -> str:
     """The recipe file: Hydra experiment format, groups first, then the differing values."""
     import yaml
 
-    head = [f"# @package _global_", f"# Imported from {source} by `topl recipes import`.",
+    head = ["# @package _global_", f"# Imported from {source} by `topl recipes import`.",
             "defaults:"]
     head += [f"  - override /{g}: {o if o != 'off' else chr(34) + 'off' + chr(34)}"
              for g, o in imp.defaults.items()]

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from topl.launcher.script_import import read_script
 
 REPO = "psyloy/verl-ascend-recipe"

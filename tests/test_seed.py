@@ -4,12 +4,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
+from helpers import compose_verl, hf_config_dir, verl_config_dir
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check, errors
 from topl.launcher.render import render
 from topl.launcher.script_import import same
-from helpers import compose_verl, hf_config_dir, verl_config_dir
 
 DATA = Path(__file__).parent / "data" / "seed"
 CONFIGS = sorted(p.stem for p in DATA.glob("*.yaml") if p.stem != "differences")
