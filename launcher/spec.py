@@ -149,16 +149,24 @@ class CollectiveSpec:
 
 @dataclass
 class StackVersions:
-    """Declared versions of the target stack (`topl doctor` checks what is really installed)."""
+    """Declared versions of the target stack, normally set by one `conf/stack/` profile
+    (`stack=seed|release|prerelease`); `topl doctor` checks what is really installed. Rules,
+    rendering and doctor read what each version supports through `topl.launcher.facts`."""
 
+    profile: str = "release"  # the conf/stack profile these come from (custom: set by hand)
     verl: str = "0.9.1"  # verl release
-    vllm_ascend: str = "0.18.0"  # vllm-ascend release
-    cann: str = "9.0"  # CANN toolkit
-    torch_npu: str = "2.9.0"  # torch_npu (must match torch)
-    torch: str = "2.9.0"  # torch
-    verl_patches: List[str] = field(default_factory=list)  # applied patches, e.g. [vllm_pp]
+    vllm: str = "0.23.0"  # vLLM release (vllm-ascend X pairs with vLLM X)
+    vllm_ascend: str = "0.23.0.post1"  # vllm-ascend release
+    cann: str = "9.1.0"  # CANN toolkit
+    torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
+    torch_npu: str = "2.10.0.post4"  # torch_npu
+    mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
+    # verl source patches applied by the patch module: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    verl_patches: List[str] = field(default_factory=list)
+    # vllm-ascend source patches: true_on_policy (the seed's FA3 backend + batch-invariant ops)
+    vllm_ascend_patches: List[str] = field(default_factory=list)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
-    flash_attn_npu: bool = False  # flash-attention-npu (FA3 backend) installed
+    flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
 
 @dataclass

@@ -56,7 +56,7 @@ def stack(tmp_path):
             dist(site, "batch-invariant-ops", "1.0.0", {"batch_invariant_ops/__init__.py": ""})
         dist(site, "flash-attn-npu", "3.0.0", {"flash_attn_npu_v3/__init__.py": ""})
         dist(site, "verl-ascend-recipe", "0.1.0", {"verl_ascend_recipe/__init__.py": "",
-             "verl_ascend_recipe/true_on_policy/__init__.py": "", "verl_ascend_recipe/true_on_policy/patches.py": ""})
+             "verl_ascend_recipe/true_on_policy/__init__.py": "", "verl_ascend_recipe/true_on_policy/patch/__init__.py": ""})
         cann = tmp_path / "cann"
         cann.mkdir(exist_ok=True)
         (cann / "ascend_toolkit_install.info").write_text("package_name=Ascend-cann-toolkit\nversion=9.0.0\n")
