@@ -71,6 +71,18 @@ def read_script(text: str, env: dict[str, str] | None = None, args: list[str] | 
     return Script(r.launch.entrypoint, config_name, out, env_items, sorted(set(notes)))
 
 
+# Env vars `render.env_vars` derives from a spec field. Only a hint: each is kept on its field only
+# when rendering the recipe gives the script's value back, otherwise it stays in cluster.env.
+ENV_FIELDS = {
+    "HCCL_CONNECT_TIMEOUT": "collective.connect_timeout_s",
+    "HCCL_EXEC_TIMEOUT": "collective.exec_timeout_s",
+    "HCCL_OP_EXPANSION_MODE": "collective.op_expansion_mode",
+    "HCCL_DETERMINISTIC": "collective.hccl_deterministic",
+    "HCCL_ALGO": "collective.hccl_algo",
+    "VERL_USE_EXTERNAL_MODULES": "cluster.external_modules",
+}
+
+
 def inverse_table(engine: str) -> dict[str, str]:
     """verl key -> spec field, read backwards from the renderer's own table."""
     table = {**R.VERL_KEYS, **(R.MEGATRON_KEYS if engine == "megatron" else R.FSDP_KEYS)}
@@ -103,6 +115,9 @@ def guess_groups(s: Script) -> dict[str, str]:
               "rollout": "vllm_ascend", "alignment": "strict" if strict else "off",
               "collective": "default",
               "cluster": {16: "atlas_a3", 8: "atlas_a2"}.get(gpus, "local")}
+    mod = s.env.get("VERL_USE_EXTERNAL_MODULES")
+    if mod and mod.text.startswith("verl_ascend_recipe.true_on_policy") and (conf_dir() / "stack").is_dir():
+        groups["stack"] = "seed"  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
     path = str(v.get(f"{R.ARR}.model.path", "")).rstrip("/").split("/")[-1].lower()
     for f in sorted((conf_dir() / "model").glob("*.yaml")):
         hf = str((yaml.safe_load(f.read_text()) or {}).get("hf_path", "")).split("/")[-1].lower()
@@ -148,6 +163,9 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             fields[f] = st.value
     env_base = R.env_vars(base.to_object())
     env = {k: it.text for k, it in s.env.items() if env_base.get(k) != it.text}
+    for k in [k for k in env if k in ENV_FIELDS]:  # a field when rendering it gives the same env
+        v = env.pop(k)
+        fields[ENV_FIELDS[k]] = int(v) if v.isdigit() and k.endswith("TIMEOUT") else v
 
     def attempt():
         over = {**fields, **{f"cluster.env.{k}": v for k, v in env.items()}}
@@ -162,7 +180,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         spec = OmegaConf.to_object(cfg)
         return rec, dict(R.overrides(spec)), R.env_vars(spec)
 
-    for _ in range(3):
+    for _ in range(4):
         try:
             rec, pairs, env_r = attempt()
         except Exception as e:
@@ -172,6 +190,11 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             fields.pop(bad)
             continue
         moved = False
+        for k, f in ENV_FIELDS.items():  # not rendered as the script has it: back to cluster.env
+            if k in s.env and env_r.get(k) != s.env[k].text and f in fields:
+                env[k] = s.env[k].text
+                fields.pop(f)
+                moved = True
         for key, st in s.overrides.items():
             got = pairs.get(key, pairs.get("+" + key, _MISSING))
             if got is _MISSING or not same(got, st.value):
