@@ -8,15 +8,14 @@ on `[ ... ]` tests, `case`, `{ ... } | tee`, line continuations, `"$@"`.
 """
 from __future__ import annotations
 
-import ast
 import operator
 import os
 import re
 from dataclasses import dataclass, field
 
+from topl.launcher.bash_lex import ASSIGN, arith, glob_match, tokens, word_piece_end
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.DOTALL)
-_OPS = ("&&", "||", ";;", "|", ";", "&")
 
 
 @dataclass
@@ -42,118 +41,6 @@ class Launch:
 class Resolved:
     launch: Launch | None
     notes: list[tuple[int, str]] = field(default_factory=list)  # what was not resolved, by line
-
-
-def _tokens(text: str):
-    """(kind, text, line) with kind WORD, OP, NL or AOPEN (the `(` of `NAME=(`)."""
-    out, i, line, n = [], 0, 1, len(text)
-    word, wline = None, 1
-
-    def flush():
-        nonlocal word
-        if word is not None:
-            out.append(("WORD", word, wline))
-        word = None
-
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
-            i, line = i + 2, line + 1
-            continue
-        if word is None and c == "#":
-            while i < n and text[i] != "\n":
-                i += 1
-            continue
-        if c in " \t":
-            flush()
-            i += 1
-            continue
-        if c == "\n":
-            flush()
-            out.append(("NL", "\n", line))
-            i, line = i + 1, line + 1
-            continue
-        if c == "(" and word is not None and word.endswith("=") and _ASSIGN.match(word):
-            flush()
-            out.append(("AOPEN", "(", line))
-            i += 1
-            continue
-        if c in "()" and word is None or c == ")":
-            flush()
-            out.append(("OP", c, line))
-            i += 1
-            continue
-        if c in "<>":
-            if word is not None and word.isdigit():
-                word = None
-            j = i + 1 + (text[i + 1 : i + 2] == c)
-            m = re.match(r"&\d", text[j:])
-            flush()
-            out.append(("OP", "REDIR_DONE" if m else "REDIR", line))
-            i = j + (2 if m else 0)
-            continue
-        op = next((o for o in _OPS if text.startswith(o, i)), None)
-        if op:
-            flush()
-            out.append(("OP", op, line))
-            i += len(op)
-            continue
-        if word is None:
-            word, wline = "", line
-        j = _word_piece_end(text, i)
-        piece = text[i:j]
-        word += piece
-        line += piece.count("\n")
-        i = j
-    flush()
-    return out
-
-
-def _word_piece_end(text: str, i: int) -> int:
-    """End of one quoted string, `$(...)`, `${...}`, escape, or plain character at i."""
-    c = text[i]
-    if c == "'":
-        return text.index("'", i + 1) + 1
-    if c == '"':
-        j = i + 1
-        while text[j] != '"':
-            j = j + 2 if text[j] == "\\" else _word_piece_end(text, j) if text[j] == "$" else j + 1
-        return j + 1
-    if c == "\\":
-        return i + 2
-    if c == "`":
-        return text.index("`", i + 1) + 1
-    if c == "$" and text[i + 1 : i + 2] in ("(", "{"):
-        close, depth, j = {"(": ")", "{": "}"}[text[i + 1]], 0, i + 1
-        while True:
-            if text[j] in "'\"" and close == ")":
-                j = _word_piece_end(text, j)
-                continue
-            depth += text[j] == text[i + 1]
-            depth -= text[j] == close
-            j += 1
-            if depth == 0:
-                return j
-    return i + 1
-
-
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
-
-
-def _arith(expr: str, get) -> int:
-    """Bash integer arithmetic over + - * / % and parentheses, names read as variables."""
-    def ev(n):
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return n.value
-        if isinstance(n, ast.Name):
-            return int(get(n.id) or 0)
-        if isinstance(n, ast.BinOp) and type(n.op) in _BIN:
-            return _BIN[type(n.op)](ev(n.left), ev(n.right))
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
-            return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
-        raise ValueError(expr)
-    return ev(ast.parse(expr.replace("$", "").strip(), mode="eval").body)
 
 
 class _Shell:
@@ -214,20 +101,20 @@ class _Shell:
                 add(raw[i + 1], True)
                 i += 2
             elif c == "$" and raw.startswith("$((", i):
-                j = _word_piece_end(raw, i)
+                j = word_piece_end(raw, i)
                 try:
-                    add(str(_arith(raw[i + 3 : j - 2], lambda k: self._val(k, deps))), quoted)
+                    add(str(arith(raw[i + 3 : j - 2], lambda k: self._val(k, deps))), quoted)
                 except (ValueError, SyntaxError, ZeroDivisionError):
                     self.notes.append((line, f"arithmetic {raw[i:j]} not resolved"))
                     add(raw[i:j], quoted)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "(" or c == "`":
-                j = _word_piece_end(raw, i)
+                j = word_piece_end(raw, i)
                 self.notes.append((line, f"command substitution {raw[i:j]} not run (kept literally)"))
                 add(raw[i:j], quoted)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "{":
-                j = _word_piece_end(raw, i)
+                j = word_piece_end(raw, i)
                 text, items = self._param(raw[i + 2 : j - 1], line, deps)
                 add(text, quoted, items)
                 i = j
@@ -364,7 +251,7 @@ class _Shell:
             if kind != "WORD" or words and text in ("then", "do"):
                 break
             self.pos += 1
-            m = _ASSIGN.match(text)
+            m = ASSIGN.match(text)
             if not words and m and self.peek()[0] == "AOPEN":
                 self.pos += 1
                 elems = []
@@ -409,7 +296,7 @@ class _Shell:
         rest = argv[1:]
         if name in ("export", "declare", "local", "readonly", "typeset"):
             for it in rest:
-                m = _ASSIGN.match(it.text)
+                m = ASSIGN.match(it.text)
                 if m:
                     self.vars[m.group(1)] = Item(m.group(3), it.line, it.deps)
                     if name == "export":
@@ -536,7 +423,7 @@ class _Shell:
                 if k == "WORD" and t != "(":
                     pats.append("".join(it.text for it in self.expand(t, ln, split=False)))
             self.pos += 1
-            hit = live and not matched and any(_glob(p, subject) for p in pats)
+            hit = live and not matched and any(glob_match(p, subject) for p in pats)
             self.block(stop=(";;", "esac"), live=hit)
             matched = matched or hit
             if self.peek()[1] == ";;":
@@ -554,14 +441,11 @@ class _Shell:
                     return
 
 
-def _glob(pattern: str, s: str) -> bool:
-    return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), s) is not None
-
 
 def resolve(text: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> Resolved:
     """Resolve a bash script's launch. `env`: the variables the caller's environment would set
     (nothing is read from this process); `args`: the script's own arguments (`$@`)."""
     sh = _Shell(dict(env or {}), list(args or []))
-    sh.run(_tokens(text))
+    sh.run(tokens(text))
     notes = sorted(set(sh.notes))
     return Resolved(sh.launch, notes)
