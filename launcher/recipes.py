@@ -60,7 +60,7 @@ def find_targets(node, path: str = "") -> list[str]:
     if isinstance(node, dict):
         for k, v in node.items():
             here = f"{path}.{k}" if path else str(k)
-            if k == "_target_":
+            if k == "_target_" or "_target_" in str(k).split("."):  # also `verl_overrides` keys
                 hits.append(here)
             hits += find_targets(v, here)
     elif isinstance(node, list):

@@ -11,6 +11,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from topl.launcher.errors import ToplError
+
 ARR = "actor_rollout_ref"
 
 # Containers that are empty dicts in verl 0.9.1: new keys below them need `+`.
@@ -30,6 +32,9 @@ NEW_KEYS = {
     f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
     f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
+
+# Hydra instantiation keys: a verbatim verl override naming one would make verl build an object.
+CODE_KEYS = {"_target_", "_partial_", "_call_"}
 
 # spec field -> verl key (a callable value derives it)
 VERL_KEYS: dict[str, str] = {
@@ -242,9 +247,12 @@ def overrides(s) -> list[tuple[str, Any]]:
 
 
 def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
-    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name in place."""
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last)."""
     out = dict(pairs)
     for k, v in verbatim.items():
+        if set(k.lstrip("+").split(".")) & CODE_KEYS:
+            raise ToplError(f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
+                            where="verl_overrides", fix=f"remove `{k}`")
         out.pop(k.lstrip("+"), None)
         out[k] = v
     return list(out.items())

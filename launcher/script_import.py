@@ -16,6 +16,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item, resolve
 from topl.launcher.errors import ToplError
+from topl.launcher.render import CODE_KEYS
+from topl.launcher.rundir import SECRET
 
 
 @dataclass
@@ -66,8 +68,16 @@ def read_script(text: str, env: dict[str, str] | None = None, args: list[str] | 
         if o.is_delete():
             notes.append((it.line, f"deletion `{it.text}` not kept"))
             continue
+        if set(o.key_or_group.split(".")) & CODE_KEYS:  # recipes are data (see render.CODE_KEYS)
+            notes.append((it.line, f"`{o.key_or_group}` instantiates code in verl: not kept"))
+            continue
         out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
-    env_items = {k: v for k, v in r.launch.env.items()}
+    env_items = {}
+    for k, v in r.launch.env.items():
+        if SECRET.search(k):  # never written to a recipe or report
+            notes.append((v.line, f"secret {k} not kept (set it in the launching environment)"))
+        else:
+            env_items[k] = v
     return Script(r.launch.entrypoint, config_name, out, env_items, sorted(set(notes)))
 
 

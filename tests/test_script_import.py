@@ -139,3 +139,19 @@ def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
     assert "verl_overrides.actor_rollout_ref.rollout.val_kwargs.top_p" not in rows  # both 0.7
     missing = run_topl("recipes", "import", str(tmp_path / "nope.sh"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_secrets_and_code_never_reach_the_recipe(tmp_path):
+    text = ("export WANDB_API_KEY=abc123\nexport HF_TOKEN=hf_xyz\nexport TASK_QUEUE_ENABLE=2\n"
+            "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen3-4B \\\n"
+            "    reward.custom._target_=os.system trainer.nnodes=1\n")
+    s = read_script(text)
+    imp = build_recipe(s)
+    written = recipe_text(imp, "x.sh") + json.dumps(imp.report, default=str)
+    assert "abc123" not in written and "hf_xyz" not in written and "os.system" not in written
+    notes = {ln: msg for ln, msg in s.notes}
+    assert "secret WANDB_API_KEY" in notes[1] and "instantiates code" in notes[5]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("# @package _global_\nverl_overrides:\n  reward.custom._target_: os.system\n")
+    r = run_topl("render", f"recipe={bad}")
+    assert r.returncode == 2 and "_target_" in r.stderr and "Traceback" not in r.stderr
