@@ -248,6 +248,11 @@ class _Shell:
             if kind == "OP" and text in ("REDIR", "REDIR_DONE"):
                 self.pos += 1 + (text == "REDIR")
                 continue
+            in_test = words and words[0][0] == "[[" and words[-1][0] != "]]"
+            if in_test and kind == "OP" and text in ("&&", "||"):  # inside [[ ... ]]
+                words.append((text, line))
+                self.pos += 1
+                continue
             if kind != "WORD" or words and text in ("then", "do"):
                 break
             self.pos += 1
@@ -309,7 +314,7 @@ class _Shell:
                 self.vars.pop(it.text, None)
             return 0
         if name in ("[", "[[", "test"):
-            return self._test([it.text for it in rest if it.text not in ("]", "]]")])
+            return self._test([it.text for it in rest if it.text not in ("]", "]]")], line)
         if name in ("true", ":"):
             return 0
         if name == "false":
@@ -344,21 +349,21 @@ class _Shell:
         self.launch = Launch(entry, args, env, line)
         return 0
 
-    def _test(self, a: list[str]) -> int:
+    def _test(self, a: list[str], line: int) -> int:
         if "-o" in a or "||" in a:
             k = a.index("-o") if "-o" in a else a.index("||")
-            return 0 if self._test(a[:k]) == 0 or self._test(a[k + 1 :]) == 0 else 1
+            return 0 if self._test(a[:k], line) == 0 or self._test(a[k + 1 :], line) == 0 else 1
         if "-a" in a or "&&" in a:
             k = a.index("-a") if "-a" in a else a.index("&&")
-            return 0 if self._test(a[:k]) == 0 and self._test(a[k + 1 :]) == 0 else 1
+            return 0 if self._test(a[:k], line) == 0 and self._test(a[k + 1 :], line) == 0 else 1
         if a and a[0] == "!":
-            return 1 - self._test(a[1:])
+            return 1 - self._test(a[1:], line)
         if len(a) == 1:
             return 0 if a[0] else 1
         if len(a) == 2 and a[0] in ("-n", "-z"):
             return 0 if bool(a[1]) == (a[0] == "-n") else 1
         if len(a) == 2 and a[0] in ("-f", "-d", "-e", "-x", "-r"):
-            self.notes.append((0, f"file test `{' '.join(a)}` assumed false"))
+            self.notes.append((line, f"file test `{' '.join(a)}` assumed false"))
             return 1
         if len(a) == 3:
             x, op, y = a
@@ -373,7 +378,7 @@ class _Shell:
                 return 0 if x == y else 1
             if op == "!=":
                 return 0 if x != y else 1
-        self.notes.append((0, f"test `{' '.join(a)}` not understood (false)"))
+        self.notes.append((line, f"test `{' '.join(a)}` not understood (false)"))
         return 1
 
     def _if(self, live: bool) -> int:

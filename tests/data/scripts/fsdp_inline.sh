@@ -18,6 +18,7 @@ LCCL_DETERMINISTIC=1
 export HCCL_DETERMINISTIC LCCL_DETERMINISTIC
 EXTRA="trainer.save_freq=20 trainer.test_freq=5"
 gpus=${GPUS:-8}
+[[ $gpus -ge 16 && -n "$ENGINE" ]] && NODES=2 || NODES=1
 
 python3 -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
@@ -36,6 +37,6 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.n=5 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 \
     trainer.n_gpus_per_node=$gpus \
-    trainer.nnodes=1 \
+    trainer.nnodes=$NODES \
     trainer.project_name='my project' \
     $EXTRA $@
