@@ -2,20 +2,13 @@
 bash launch script, imported on the fly), `topl recipes import SCRIPT.sh`."""
 from __future__ import annotations
 
-import json
-
 from omegaconf import OmegaConf
 
 from topl.launcher import recipes, script_import
+from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json
 from topl.launcher.errors import ToplError
-
-
-def _flat(node, prefix=""):
-    out = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
-    return out
+from topl.launcher.tree import flatten
 
 
 def resolved(name: str) -> dict:
@@ -48,12 +41,13 @@ IMPORT_USAGE = ("topl recipes import SCRIPT.sh [-o OUT.yaml] [--env NAME=VALUE].
                 "[--json] [-- SCRIPT_ARGS...]")
 
 
-def import_main(args: list[str], as_json: bool) -> int:
+def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
     from pathlib import Path
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
-    args = args[: args.index("--")] if "--" in args else args
+    flags, args = parse(args[: args.index("--")] if "--" in args else args, flags=("--json",))
+    as_json = flags.json
     env, choices, out, rest = {}, {}, None, []
     it = iter(args)
     for a in it:
@@ -85,8 +79,8 @@ def import_main(args: list[str], as_json: bool) -> int:
               for r in imp.round_trip]
     report_path.write_text("\n".join(lines) + "\n")
     if as_json:
-        print(json.dumps({"recipe": str(out_path), "report_file": str(report_path), "groups": imp.defaults,
-                          "report": imp.report, "round_trip": imp.round_trip}, indent=1, default=str))
+        print_json({"recipe": str(out_path), "report_file": str(report_path), "groups": imp.defaults,
+                    "report": imp.report, "round_trip": imp.round_trip})
     else:
         print("\n".join(lines))
         print(f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
@@ -95,28 +89,31 @@ def import_main(args: list[str], as_json: bool) -> int:
 
 
 def main(args: list[str]) -> int:
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
+    if args[:1] == ["import"]:  # its own flags (-o, --env) and the script's arguments after `--`
+        return import_main(args[1:])
+    flags, args = parse(args, flags=("--json",))
+    as_json = flags.json
     if not args:
         rows = [{"name": n, "description": recipes.description(p), "path": str(p)} for n, p in recipes.available().items()]
         if as_json:
-            print(json.dumps(rows, indent=1))
+            print_json(rows)
         else:
             width = max((len(r["name"]) for r in rows), default=0)
             for r in rows:
                 print(f"{r['name']:<{width}}  {r['description']}")
         return 0
-    if args[0] == "import":
-        return import_main(args[1:], as_json)
     if args[0] == "show" and len(args) == 2:
         data = resolved(args[1])
-        print(json.dumps(data, indent=1, default=str) if as_json else OmegaConf.to_yaml(OmegaConf.create(data)))
+        if as_json:
+            print_json(data)
+        else:
+            print(OmegaConf.to_yaml(OmegaConf.create(data)))
         return 0
     if args[0] == "diff" and len(args) == 3:
-        a, b = _flat(resolved(args[1])), _flat(resolved(args[2]))
+        a, b = flatten(resolved(args[1])), flatten(resolved(args[2]))
         rows = [{"key": k, "a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         if as_json:
-            print(json.dumps({"a": args[1], "b": args[2], "differences": rows}, indent=1, default=str))
+            print_json({"a": args[1], "b": args[2], "differences": rows})
         else:
             width = max((len(r["key"]) for r in rows), default=3)
             print(f"{'key':<{width}}  {args[1]}  ->  {args[2]}")
