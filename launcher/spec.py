@@ -161,10 +161,8 @@ class StackVersions:
     torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
     torch_npu: str = "2.10.0.post4"  # torch_npu
     mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
-    # verl source patches applied by the patch module: vllm_pp, per_request_seed, mindspeed_batch_invariant
-    verl_patches: List[str] = field(default_factory=list)
-    # vllm-ascend source patches: true_on_policy (the seed's FA3 backend + batch-invariant ops)
-    vllm_ascend_patches: List[str] = field(default_factory=list)
+    verl_patches: List[str] = field(default_factory=list)  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 backend + batch-invariant ops)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
     flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
@@ -215,10 +213,8 @@ class JobSpec:
     experiment: str = "${model.name}_${algorithm.name}_${alignment.mode}"  # trainer.experiment_name
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
-    # verl keys the spec has no field for, rendered verbatim after everything else (a rendered
-    # key of the same name is replaced). A leading `+` appends a key verl lacks. Recipes that
-    # reproduce a script (`topl recipes import`) keep its remaining overrides here.
-    verl_overrides: Dict[str, Any] = field(default_factory=dict)
+    # Recipes that reproduce a script (`topl recipes import`) keep its remaining overrides here.
+    verl_overrides: Dict[str, Any] = field(default_factory=dict)  # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
 
 
 def register_configs() -> None:
