@@ -1,5 +1,6 @@
 """Bash lexing for `bash_resolve`: words with their line numbers, quoted strings, `$(...)` /
 `${...}` spans, integer arithmetic and case patterns. Pure text functions, nothing runs."""
+
 from __future__ import annotations
 
 import ast
@@ -103,12 +104,19 @@ def word_piece_end(text: str, i: int) -> int:
     return i + 1
 
 
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
+_BIN = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def arith(expr: str, get) -> int:
     """Bash integer arithmetic over + - * / % and parentheses, names read as variables."""
+
     def ev(n):
         if isinstance(n, ast.Constant) and isinstance(n.value, int):
             return n.value
@@ -119,10 +127,9 @@ def arith(expr: str, get) -> int:
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             return -ev(n.operand) if isinstance(n.op, ast.USub) else ev(n.operand)
         raise ValueError(expr)
-    return ev(ast.parse(expr.replace("$", "").strip(), mode="eval").body)
 
+    return ev(ast.parse(expr.replace("$", "").strip(), mode="eval").body)
 
 
 def glob_match(pattern: str, s: str) -> bool:
     return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), s) is not None
-

@@ -6,6 +6,7 @@ Covers bash as verl launch scripts are written: `NAME=value`, `export`, `NAME=(.
 `"${A[@]}"`, `${V:-default}` / `${V:=d}` / `${V:+alt}`, `$((arithmetic))`, `if` / `elif` / `else`
 on `[ ... ]` tests, `case`, `{ ... } | tee`, line continuations, `"$@"`.
 """
+
 from __future__ import annotations
 
 import operator
@@ -110,7 +111,9 @@ class _Shell:
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "(" or c == "`":
                 j = word_piece_end(raw, i)
-                self.notes.append((line, f"command substitution {raw[i:j]} not run (kept literally)"))
+                self.notes.append(
+                    (line, f"command substitution {raw[i:j]} not run (kept literally)")
+                )
                 add(raw[i:j], quoted)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "{":
@@ -143,7 +146,9 @@ class _Shell:
         return v.text
 
     def _param(self, body: str, line: int, deps: list[int]):
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.DOTALL)
+        m = re.match(
+            r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.DOTALL
+        )
         if body.startswith("#"):
             v = self.vars.get(body[1:].split("[")[0])
             return str(len(v) if isinstance(v, list) else len(v.text) if v else 0), None
@@ -283,13 +288,17 @@ class _Shell:
     def _assign(self, name, op, value, line, export=False):
         if isinstance(value, str):
             items = self.expand(value, line, split=False)
-            value = Item("".join(it.text for it in items), line,
-                         tuple(sorted({d for it in items for d in it.deps})))
+            value = Item(
+                "".join(it.text for it in items),
+                line,
+                tuple(sorted({d for it in items for d in it.deps})),
+            )
         old = self.vars.get(name)
         if op == "+=":
             if isinstance(value, list) or isinstance(old, list):
                 value = (old if isinstance(old, list) else [old] if old else []) + (
-                    value if isinstance(value, list) else [value])
+                    value if isinstance(value, list) else [value]
+                )
             else:
                 value = Item((old.text if old else "") + value.text, line, value.deps)
         self.vars[name] = value
@@ -326,11 +335,34 @@ class _Shell:
         if name in ("source", "."):
             self.notes.append((line, f"`{name} {rest[0].text if rest else ''}` not followed"))
             return 0
-        py = next((k for k, it in enumerate(argv) if re.fullmatch(r"python[0-9.]*",
-                                                                  os.path.basename(it.text))), None)
+        py = next(
+            (
+                k
+                for k, it in enumerate(argv)
+                if re.fullmatch(r"python[0-9.]*", os.path.basename(it.text))
+            ),
+            None,
+        )
         if py is None:
-            if name not in ("set", "echo", "printf", "mkdir", "cat", "cd", "tee", "shift", "wait",
-                            "sleep", "ulimit", "trap", "pwd", "ls", "rm", "cp", "date"):
+            if name not in (
+                "set",
+                "echo",
+                "printf",
+                "mkdir",
+                "cat",
+                "cd",
+                "tee",
+                "shift",
+                "wait",
+                "sleep",
+                "ulimit",
+                "trap",
+                "pwd",
+                "ls",
+                "rm",
+                "cp",
+                "date",
+            ):
                 self.notes.append((line, f"command `{name}` skipped"))
             return 0
         flags = argv[py + 1 :]
@@ -341,7 +373,7 @@ class _Shell:
         else:
             entry, args = (flags[0].text, flags[1:]) if flags else ("", [])
         env = {k: self.scalar(k) for k in sorted(self.exported) if self.scalar(k) is not None}
-        for n, op, v, ln in assigns:
+        for n, _op, v, ln in assigns:
             env[n] = Item("".join(it.text for it in self.expand(v, ln, split=False)), ln)
         if self.launch is not None:
             self.notes.append((line, "a second python launch (the first one is kept)"))
@@ -367,8 +399,14 @@ class _Shell:
             return 1
         if len(a) == 3:
             x, op, y = a
-            ints = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-le": operator.le,
-                    "-gt": operator.gt, "-ge": operator.ge}
+            ints = {
+                "-eq": operator.eq,
+                "-ne": operator.ne,
+                "-lt": operator.lt,
+                "-le": operator.le,
+                "-gt": operator.gt,
+                "-ge": operator.ge,
+            }
             if op in ints:
                 try:
                     return 0 if ints[op](int(x), int(y)) else 1
@@ -446,8 +484,9 @@ class _Shell:
                     return
 
 
-
-def resolve(text: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> Resolved:
+def resolve(
+    text: str, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Resolved:
     """Resolve a bash script's launch. `env`: the variables the caller's environment would set
     (nothing is read from this process); `args`: the script's own arguments (`$@`)."""
     sh = _Shell(dict(env or {}), list(args or []))

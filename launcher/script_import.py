@@ -7,12 +7,14 @@
    the spec would render differently, stays a verbatim verl override; env vars topl would not
    render the same go to `cluster.env`. The recipe is checked by rendering it again.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item, resolve
 from topl.launcher.errors import ToplError
@@ -40,12 +42,16 @@ class Script:
     notes: list[tuple[int, str]] = field(default_factory=list)
 
 
-def read_script(text: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> Script:
+def read_script(
+    text: str, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Script:
     """Resolve the script's python launch (nothing is executed)."""
     r = resolve(text, env, args)
     if r.launch is None:
-        raise ToplError("no `python -m ...` launch found in the script",
-                        fix="import a script that runs verl (python3 -m verl.trainer.main_ppo ...)")
+        raise ToplError(
+            "no `python -m ...` launch found in the script",
+            fix="import a script that runs verl (python3 -m verl.trainer.main_ppo ...)",
+        )
     parser, notes = OverridesParser.create(), list(r.notes)
     config_name, out = None, {}
     items = list(r.launch.args)
@@ -58,12 +64,16 @@ def read_script(text: str, env: dict[str, str] | None = None, args: list[str] | 
             if name == "--config-name":
                 config_name = value
             else:
-                notes.append((it.line, f"{name}={value} not kept (topl uses verl's packaged configs)"))
+                notes.append(
+                    (it.line, f"{name}={value} not kept (topl uses verl's packaged configs)")
+                )
             continue
         try:
             o = parser.parse_override(it.text)
         except Exception as e:  # noqa: BLE001 - Hydra's grammar errors, reported by line
-            notes.append((it.line, f"`{it.text}` is not a Hydra override ({str(e).splitlines()[0]})"))
+            notes.append(
+                (it.line, f"`{it.text}` is not a Hydra override ({str(e).splitlines()[0]})")
+            )
             continue
         if o.is_delete():
             notes.append((it.line, f"deletion `{it.text}` not kept"))
@@ -111,22 +121,41 @@ def same(a: Any, b: Any) -> bool:
 def guess_groups(s: Script) -> dict[str, str]:
     """Config-group options the script's settings point to (the user can override each)."""
     import yaml
+
     from topl.launcher.compose import conf_dir
 
     v = {k: st.value for k, st in s.overrides.items()}
     loss = v.get(f"{R.ARR}.actor.policy_loss.loss_mode")
-    algo = ("dapo" if "dapo" in s.entrypoint else "gspo" if loss == "gspo"
-            else "ppo" if v.get("algorithm.adv_estimator") == "gae" else "grpo")
-    megatron = v.get("model_engine") == "megatron" or "megatron" in (s.config_name or "") or any(
-        ".megatron." in k for k in v)
+    algo = (
+        "dapo"
+        if "dapo" in s.entrypoint
+        else "gspo"
+        if loss == "gspo"
+        else "ppo"
+        if v.get("algorithm.adv_estimator") == "gae"
+        else "grpo"
+    )
+    megatron = (
+        v.get("model_engine") == "megatron"
+        or "megatron" in (s.config_name or "")
+        or any(".megatron." in k for k in v)
+    )
     strict = s.env.get("VLLM_BATCH_INVARIANT") and s.env["VLLM_BATCH_INVARIANT"].text == "1"
     gpus = v.get("trainer.n_gpus_per_node")
-    groups = {"algorithm": algo, "train": "megatron" if megatron else "fsdp",
-              "rollout": "vllm_ascend", "alignment": "strict" if strict else "off",
-              "collective": "default",
-              "cluster": {16: "atlas_a3", 8: "atlas_a2"}.get(gpus, "local")}
+    groups = {
+        "algorithm": algo,
+        "train": "megatron" if megatron else "fsdp",
+        "rollout": "vllm_ascend",
+        "alignment": "strict" if strict else "off",
+        "collective": "default",
+        "cluster": {16: "atlas_a3", 8: "atlas_a2"}.get(gpus, "local"),
+    }
     mod = s.env.get("VERL_USE_EXTERNAL_MODULES")
-    if mod and mod.text.startswith("verl_ascend_recipe.true_on_policy") and (conf_dir() / "stack").is_dir():
+    if (
+        mod
+        and mod.text.startswith("verl_ascend_recipe.true_on_policy")
+        and (conf_dir() / "stack").is_dir()
+    ):
         groups["stack"] = "seed"  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
     path = str(v.get(f"{R.ARR}.model.path", "")).rstrip("/").split("/")[-1].lower()
     for f in sorted((conf_dir() / "model").glob("*.yaml")):
@@ -155,6 +184,7 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
 def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     """Map the script onto spec fields over the chosen groups; the rest stays verbatim."""
     from omegaconf import OmegaConf
+
     from topl.launcher.compose import compose_job
 
     groups = {**guess_groups(s), **(choices or {})}
@@ -216,23 +246,47 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                     moved = True
         if not moved:
             break
-    report = [{"line": st.line, "kind": "verl override (no spec field)", "key": k, "detail": st.value}
-              for k, st in s.overrides.items() if ("+" if st.add else "") + k in verbatim]
-    report += [{"line": s.env[k].line, "kind": "env kept in cluster.env", "key": k, "detail": v}
-               for k, v in env.items()]
-    report += [{"line": ln, "kind": "not resolved", "key": None, "detail": msg} for ln, msg in s.notes]
-    report += [{"line": None, "kind": "env added by topl", "key": k, "detail": v}
-               for k, v in env_r.items() if k not in s.env]
-    report += [{"line": None, "kind": "verl key added by topl", "key": k.lstrip("+"), "detail": v}
-               for k, v in pairs.items() if k.lstrip("+") not in s.overrides]
-    report += [{"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
-               for k, why in unknown_to_verl(s).items()]
-    trip = [{"line": st.line, "key": k, "script": st.value,
-             "rendered": pairs.get(k, pairs.get("+" + k))}
-            for k, st in s.overrides.items()
-            if not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)]
-    trip += [{"line": it.line, "key": k, "script": it.text, "rendered": env_r.get(k)}
-             for k, it in s.env.items() if env_r.get(k) != it.text]
+    report = [
+        {"line": st.line, "kind": "verl override (no spec field)", "key": k, "detail": st.value}
+        for k, st in s.overrides.items()
+        if ("+" if st.add else "") + k in verbatim
+    ]
+    report += [
+        {"line": s.env[k].line, "kind": "env kept in cluster.env", "key": k, "detail": v}
+        for k, v in env.items()
+    ]
+    report += [
+        {"line": ln, "kind": "not resolved", "key": None, "detail": msg} for ln, msg in s.notes
+    ]
+    report += [
+        {"line": None, "kind": "env added by topl", "key": k, "detail": v}
+        for k, v in env_r.items()
+        if k not in s.env
+    ]
+    report += [
+        {"line": None, "kind": "verl key added by topl", "key": k.lstrip("+"), "detail": v}
+        for k, v in pairs.items()
+        if k.lstrip("+") not in s.overrides
+    ]
+    report += [
+        {"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
+        for k, why in unknown_to_verl(s).items()
+    ]
+    trip = [
+        {
+            "line": st.line,
+            "key": k,
+            "script": st.value,
+            "rendered": pairs.get(k, pairs.get("+" + k)),
+        }
+        for k, st in s.overrides.items()
+        if not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)
+    ]
+    trip += [
+        {"line": it.line, "key": k, "script": it.text, "rendered": env_r.get(k)}
+        for k, it in s.env.items()
+        if env_r.get(k) != it.text
+    ]
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return Imported(rec, groups, report, trip)
 
@@ -253,8 +307,12 @@ def unknown_to_verl(s: Script) -> dict[str, str]:
     if spec is None or not spec.submodule_search_locations or not s.entrypoint.startswith("verl."):
         return {}
     root = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
-    megatron = any(st.key == "model_engine" and st.value == "megatron" for st in s.overrides.values())
-    f = root / ("_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml")
+    megatron = any(
+        st.key == "model_engine" and st.value == "megatron" for st in s.overrides.values()
+    )
+    f = root / (
+        "_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml"
+    )
     if not f.is_file():
         return {}
     cfg = OmegaConf.load(f)
@@ -273,10 +331,15 @@ def recipe_text(imp: Imported, source: str) -> str:
     """The recipe file: Hydra experiment format, groups first, then the differing values."""
     import yaml
 
-    head = ["# @package _global_", f"# Imported from {source} by `topl recipes import`.",
-            "defaults:"]
-    head += [f"  - override /{g}: {o if o != 'off' else chr(34) + 'off' + chr(34)}"
-             for g, o in imp.defaults.items()]
+    head = [
+        "# @package _global_",
+        f"# Imported from {source} by `topl recipes import`.",
+        "defaults:",
+    ]
+    head += [
+        f"  - override /{g}: {o if o != 'off' else chr(34) + 'off' + chr(34)}"
+        for g, o in imp.defaults.items()
+    ]
     head.append("  - _self_")
     body = yaml.safe_dump(imp.recipe, sort_keys=False, default_flow_style=False, width=100)
     return "\n".join(head) + "\n\n" + body

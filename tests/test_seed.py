@@ -1,10 +1,12 @@
 """The seed's 12 configurations (tests/data/seed, resolved from its scripts with file:line) are
 reproduced by recipes/seed_*.yaml key by key: same value, or a listed deliberate difference."""
+
 from pathlib import Path
 
 import pytest
 import yaml
 from helpers import compose_verl, hf_config_dir, verl_config_dir
+
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check, errors
 from topl.launcher.render import render
@@ -39,7 +41,9 @@ def test_all_twelve_configurations_are_held_as_data():
     for c in CONFIGS:
         d = yaml.safe_load((DATA / f"{c}.yaml").read_text())
         assert d["source"]["path"].startswith("true_on_policy/scripts/")
-        assert all(isinstance(row["line"], int) and row["line"] > 0 for row in d["overrides"].values())
+        assert all(
+            isinstance(row["line"], int) and row["line"] > 0 for row in d["overrides"].values()
+        )
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -64,13 +68,18 @@ def test_seed_recipe_reproduces_the_script(config):
             bad.append(f"{key}: seed {row['value']!r} (line {row['line']}), rendered {value!r}")
     for name, row in d["env"].items():
         if name not in changed and inv.env.get(name) != row["value"]:
-            bad.append(f"env {name}: seed {row['value']!r} (line {row['line']}), rendered {inv.env.get(name)!r}")
+            bad.append(
+                f"env {name}: seed {row['value']!r} (line {row['line']}), rendered {inv.env.get(name)!r}"
+            )
     extra = [k for k in got if k not in d["overrides"] and not k.startswith("ray_kwargs.")]
     extra += [f"ENV {k}" for k in inv.env if k not in d["env"]]
     bad += [f"{k} is added but not listed in differences.yaml" for k in extra if k not in added]
     assert not bad, "\n".join(bad)
     # env reaches every Ray worker
-    assert all(got[f"ray_kwargs.ray_init.runtime_env.env_vars.{k}"].strip('"') == v for k, v in inv.env.items())
+    assert all(
+        got[f"ray_kwargs.ray_init.runtime_env.env_vars.{k}"].strip('"') == v
+        for k, v in inv.env.items()
+    )
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -86,7 +95,12 @@ def test_seed_recipe_passes_the_contract_and_verl_validate_config(config, tmp_pa
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)
     inv = render(spec)
     inv.config_name = "ppo_trainer"  # DAPO's config extends ppo_trainer (see test_recipes)
-    inv.overrides = [f"+{o}" if o.startswith(SEED_STACK_ONLY) else o for o in inv.overrides
-                     if not o.startswith(DROPPED_ON_091)]
+    inv.overrides = [
+        f"+{o}" if o.startswith(SEED_STACK_ONLY) else o
+        for o in inv.overrides
+        if not o.startswith(DROPPED_ON_091)
+    ]
     cfg = compose_verl(inv)
-    validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
+    validate_config(
+        cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic
+    )
