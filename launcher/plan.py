@@ -148,8 +148,8 @@ class Planner:
         spec, _ = self.spec(point)
         errs, warns = [], []
         for r in RULES:
-            if r.check(spec):
-                (errs if r.severity == ERROR else warns).append(r.id)
+            if got := r.run(spec):
+                (errs if got[0] == ERROR else warns).append(r.id)
         try:
             e = estimate(spec)
             tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)

@@ -6,11 +6,13 @@ composes every rendering against verl's real config to prove both.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from topl.launcher import facts
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
@@ -34,6 +36,8 @@ NEW_KEYS = {
     f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
     f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
+# Keys a verl source patch adds (the seed's per-request seed): present on a patched verl only.
+PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
 
 # Hydra instantiation keys: a verbatim verl override naming one would make verl build an object.
 CODE_KEYS = {"_target_", "_partial_", "_call_"}
@@ -99,9 +103,6 @@ VERL_KEYS: dict[str, str] = {
     "algorithm.overlong_penalty_factor": "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor",
     "algorithm.overlong_max_resp_len": "reward.reward_kwargs.max_resp_len",
     "train.ppo_max_token_len_per_gpu": f"{ARR}.actor.ppo_max_token_len_per_gpu",  # actor.yaml
-    # the seed's verl patch adds it (verl_ascend_recipe true_on_policy/patch/verl_patches/
-    # verl_per_request_seed_v0.8.0.patch); stock verl 0.8.0 / 0.9.1 have no such key
-    "rollout.per_request_seed": f"{ARR}.rollout.per_request_seed",
 }
 MEGATRON_KEYS = {
     "train.tp": f"{ARR}.actor.megatron.tensor_model_parallel_size",
@@ -174,8 +175,75 @@ def fmt(v: Any) -> str:
 
 
 def plus(key: str) -> str:
-    """`+key` where verl 0.9.1 has no such key (a verbatim `+key` stays as written)."""
-    return key if key.startswith("+") else f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
+    """`+key` where verl 0.9.1 has no such key; `++key` where a patch adds it (either way works);
+    a verbatim `+key` / `++key` (verl_overrides) stays as written."""
+    if key.startswith("+"):
+        return key
+    if key in PATCHED_KEYS:
+        return f"++{key}"
+    return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
+
+
+# spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
+GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
+# rollout.graph_mode -> vLLM cudagraph_mode, rendered explicitly: verl's default otherwise is
+# FULL_AND_PIECEWISE (facts: verl_default_full_and_piecewise), kept by vllm-ascend >= 0.21.0rc1
+CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
+                  "full_and_piecewise": "FULL_AND_PIECEWISE"}
+VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
+
+
+def renders(s, field_: str) -> bool:
+    """Whether a table row is rendered on this stack."""
+    fact = GATED_ON_NPU.get(field_)
+    return not (fact and s.cluster.device == "npu" and not facts.supports(fact, s.cluster.versions))
+
+
+def logprobs_mode(s) -> str:
+    """`auto`: raw_logprobs at temperature 1, else processed_logprobs (raw ones are taken before
+    the temperature, facts: raw_logprobs_before_temperature; the trainer divides by it)."""
+    r = s.rollout
+    if r.logprobs_mode != "auto":
+        return r.logprobs_mode
+    return "raw_logprobs" if r.temperature == 1.0 else "processed_logprobs"
+
+
+def rendered_value(s, field_: str):
+    return logprobs_mode(s) if field_ == "rollout.logprobs_mode" else get_path(s, field_)
+
+
+def graph_overrides(s) -> list[tuple[str, Any]]:
+    """Eager, or the graph mode the spec names, stated to vLLM (never verl's default)."""
+    mode = s.rollout.graph_mode
+    if mode == "eager":
+        return [(f"{ARR}.rollout.enforce_eager", True)]
+    return [(f"{ARR}.rollout.enforce_eager", False),
+            (f"{VLLM}.compilation_config", json.dumps({"cudagraph_mode": CUDAGRAPH_MODE[mode]}))]
+
+
+def sampling_seed(s) -> str:
+    """How rollout sampling is seeded: per_request (the stack's per-request seed) or none.
+    verl's rollout.full_determinism is never rendered: it gives all n samples of a prompt on one
+    replica the same seed (facts: full_determinism_fixes_replica_seed)."""
+    want = s.rollout.per_request_seed
+    if want is None:
+        want = s.alignment.mode == "strict" and facts.supports("per_request_seed", s.cluster.versions)
+    return "per_request" if want else "none"
+
+
+def stack_overrides(s) -> list[tuple[str, Any]]:
+    """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
+    v, npu, strict = s.cluster.versions, s.cluster.device == "npu", s.alignment.mode == "strict"
+    out: list[tuple[str, Any]] = []
+    if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
+        rl = f"{VLLM}.additional_config.rl_config"
+        out += [(f"{rl}.enabled", True), (f"{rl}.enable_training_consistency", True),
+                (f"{rl}.enable_batch_invariant", True)]
+    if npu and facts.supports("nz_config", v):  # NZ off as the config reads it (sleep mode needs it)
+        out.append((f"{VLLM}.additional_config.weight_nz_mode", 0))
+    if sampling_seed(s) == "per_request":
+        out.append((f"{ARR}.rollout.per_request_seed", True))
+    return out
 
 
 def env_vars(s) -> dict[str, str]:
@@ -196,8 +264,9 @@ def env_vars(s) -> dict[str, str]:
     if strict:
         env["VLLM_BATCH_INVARIANT"] = "1"
         if npu:
-            env.update(VLLM_ASCEND_ENABLE_NZ="0", CLOSE_MATMUL_K_SHIFT="1",
-                       ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0")
+            env.update(CLOSE_MATMUL_K_SHIFT="1", ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0")
+            if facts.supports("nz_env", s.cluster.versions):  # gone from vllm-ascend 0.27.1rc1
+                env["VLLM_ASCEND_ENABLE_NZ"] = "0"
     if s.cluster.external_modules:
         env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
     env.update({k: str(v) for k, v in s.cluster.env.items()})
@@ -209,9 +278,10 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, v) for field_, verl in table.items() if (v := get_path(s, field_)) is not None]
+    out += [(verl, v) for field_, verl in table.items()
+            if renders(s, field_) and (v := rendered_value(s, field_)) is not None]  # None: verl's default
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
-            (f"{ARR}.rollout.enforce_eager", s.rollout.graph_mode == "eager"),
+            *graph_overrides(s),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
             ("trainer.logger", ["console", "file"])]
     if s.algorithm.use_kl_loss:
@@ -219,12 +289,8 @@ def overrides(s) -> list[tuple[str, Any]]:
     if s.algorithm.use_critic:
         out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
                 ("critic.model.path", s.model.hf_path)]
+    out += stack_overrides(s)
     if is_strict(s):
-        out.append((f"{ARR}.rollout.full_determinism", True))
-        rl = f"{ARR}.rollout.engine_kwargs.vllm.additional_config.rl_config"
-        if s.cluster.device == "npu":
-            out += [(f"{rl}.enabled", True), (f"{rl}.enable_training_consistency", True),
-                    (f"{rl}.enable_batch_invariant", True)]
         if megatron:
             otc = f"{ARR}.actor.megatron.override_transformer_config"
             out += [(f"{otc}.attention_backend", "flash"), (f"{otc}.use_flash_attn_npu_batch_invariant", True),

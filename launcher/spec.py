@@ -115,7 +115,7 @@ class RolloutSpec:
     dp: int = 1  # data parallel size per replica
     pp: int = 1  # pipeline parallel size (vLLM PP; needs the verl PP patch)
     ep: int = 1  # expert parallel size (verl asserts ep == tp * dp when > 1)
-    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only
+    graph_mode: str = "eager"  # eager | piecewise | full | full_decode_only | full_and_piecewise
     block_size: int = 128  # paged KV cache block size (tokens)
     prefix_caching: bool = False  # reuse KV blocks across requests
     chunked_prefill: bool = False  # split long prefills across steps
@@ -126,11 +126,12 @@ class RolloutSpec:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling (1.0: off)
     top_k: int = -1  # top-k sampling (-1: off)
-    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits
+    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits | auto (raw at temperature 1, else processed)
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     log_prob_micro_batch_size_per_gpu: int = 2  # verl rollout.log_prob_micro_batch_size_per_gpu
-    per_request_seed: Optional[bool] = None  # one seed per request (the seed's verl patch only)
+    # verl's full_determinism is never used (one seed per replica: n equal samples).
+    per_request_seed: Optional[bool] = None  # one seed per request (the seed's verl patch only); None: on in strict mode where the stack has it
 
 
 @dataclass

@@ -121,9 +121,7 @@ def test_imported_fields_land_on_the_spec():
     imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
     r = imp.recipe
     assert r["train"]["pp"] == 2 and r["train"]["use_fused_rmsnorm"] is True
-    assert (
-        r["train"]["recompute_granularity"] == "full" and r["rollout"]["per_request_seed"] is True
-    )
+    assert r["train"]["recompute_granularity"] == "full" and imp.defaults["stack"] == "seed"
     assert imp.defaults["alignment"] == "strict" and imp.defaults["model"] == "qwen3_4b"
     assert r["verl_overrides"]["trainer.logger"] == ["console"]
 

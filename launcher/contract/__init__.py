@@ -10,10 +10,10 @@ def check(composed) -> list[Violation]:
     spec = composed.to_object()
     out = []
     for r in RULES:
-        msg = r.check(spec)
-        if msg:
+        got = r.run(spec)
+        if got:
             keys = {k: {"value": composed.value(k), "source": composed.source(k)} for k in r.keys}
-            out.append(Violation(r.id, r.severity, msg, keys, r.fix))
+            out.append(Violation(r.id, got[0], got[1], keys, r.fix))
     return sorted(out, key=lambda v: (v.severity != ERROR, v.rule))
 
 

@@ -1,6 +1,7 @@
 """Strict mode: every requirement for bitwise-equal log-probs (facts §2-§5)."""
 from topl.kernels.alignment import Alignment
-from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, rule
+from topl.launcher import facts
+from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
 
 
 @rule("TOP-ALN-001", ERROR, "strict alignment turns every switch on",
@@ -34,25 +35,33 @@ def mitigation_set(s):
 
 
 @rule("TOP-ATTN-001", ERROR, "the aligned (FA3) attention backend on the rollout side",
-      ("rollout.attention_backend", "alignment.mode"), "set rollout.attention_backend=FLASH_ATTN")
+      ("rollout.attention_backend", "alignment.mode", "cluster.versions.vllm_ascend",
+       "cluster.versions.vllm_ascend_patches"), "set rollout.attention_backend=FLASH_ATTN",
+      facts=("fa3_by_attention_backend", "rl_config"))
 def fa3_backend(s):
-    """Default FIA attention uses different kernels for prefill and decode, neither equal to training's."""
-    if is_strict(s) and s.rollout.attention_backend != "FLASH_ATTN":
+    """Default FIA attention uses different kernels for prefill and decode, neither equal to
+    training's. Where FA3 is chosen by the attention backend (vllm-ascend 0.20.2rc1 to 0.26.0rc1,
+    the seed's patched 0.18.0) it must be FLASH_ATTN; from 0.27.1rc1 rl_config chooses it and the
+    backend is ignored (topl renders rl_config there)."""
+    by_backend = not on_npu(s) or facts.supports("fa3_by_attention_backend", s.cluster.versions)
+    if is_strict(s) and by_backend and s.rollout.attention_backend != "FLASH_ATTN":
         return f"rollout.attention_backend={s.rollout.attention_backend} is not the aligned FA3 path"
 
 
 @rule("TOP-ATTN-002", ERROR, "no MLA / SFA attention in strict mode",
-      ("model.attention", "model.name"), "use a GQA model, or alignment=mitigated for MLA models")
+      ("model.attention", "alignment.mode"), "use a GQA model, or alignment=mitigated for MLA models",
+      facts=("fa3_rejects_mla",))
 def no_mla(s):
-    """vllm-ascend batch invariance and the FA3 consistency backend reject MLA / SFA attention."""
+    """The FA3 backend raises ValueError for MLA / SFA attention (batch invariance alone does not)."""
     if is_strict(s) and s.model.attention != "gqa":
-        return f"{s.model.name} uses {s.model.attention} attention, which has no aligned kernel"
+        return f"model.attention={s.model.attention}"
 
 
 @rule("TOP-ATTN-003", ERROR, "no sliding-window attention in strict mode",
-      ("model.sliding_window",), "use a full-attention model, or alignment=mitigated")
+      ("model.sliding_window", "alignment.mode"), "use a full-attention model, or alignment=mitigated",
+      facts=("fa3_rejects_sliding_window",))
 def no_sliding(s):
-    """rl_config.enable_training_consistency rejects sliding window: tiles would not match."""
+    """The FA3 backend raises ValueError for sliding-window attention: its tiles would not match."""
     if is_strict(s) and s.model.sliding_window:
         return f"sliding_window={s.model.sliding_window}"
 
@@ -72,19 +81,51 @@ def tile_vs_block(s):
 
 
 @rule("TOP-GRAPH-001", ERROR, "eager or piecewise graphs in strict mode",
-      ("rollout.graph_mode",), "set rollout.graph_mode=eager (or piecewise)")
+      ("rollout.graph_mode", "alignment.mode"), "set rollout.graph_mode=eager (or piecewise)",
+      facts=("fa3_docs_piecewise_only", "fa3_rejects_full_decode_only", "verl_default_full_and_piecewise"))
 def graph_mode(s):
-    """Full-graph capture bakes batch-size-specific kernels (vllm-ascend refuses FULL with batch invariance)."""
+    """Full-graph capture bakes batch-size-specific kernels. FA3 raises for FULL_DECODE_ONLY and
+    its docs ask for PIECEWISE; topl states the mode to vLLM (compilation_config.cudagraph_mode),
+    since verl's default FULL_AND_PIECEWISE is no longer downgraded from vllm-ascend 0.21.0rc1."""
     if is_strict(s) and s.rollout.graph_mode not in ("eager", "piecewise"):
         return f"graph_mode={s.rollout.graph_mode}"
 
 
+SEED_EVIDENCE = "seed_logdiff0_with_cache_and_chunking"
+BREAKS_BI = "bi_breaks_with_chunked_prefill_prefix_cache_preemption"
+
+
+def _scheduling(s, what: str):
+    """Error, or a warning on the seed's stack, which reported logdiff 0 with it on."""
+    v = s.cluster.versions
+    if facts.supports(SEED_EVIDENCE, v) and not facts.supports(BREAKS_BI, v):
+        return WARNING, (f"{what} on: the seed ran it at logdiff 0 on this stack, but the trainer "
+                         "recomputes without it (unproven in general)")
+    return ERROR, f"{what} reuses or splits work under a different batch than the trainer's"
+
+
 @rule("TOP-CACHE-001", ERROR, "prefix caching off in strict mode",
-      ("rollout.prefix_caching",), "set rollout.prefix_caching=false")
+      ("rollout.prefix_caching", "alignment.mode", "cluster.versions.profile",
+       "cluster.versions.vllm_ascend"), "set rollout.prefix_caching=false",
+      facts=(BREAKS_BI, SEED_EVIDENCE))
 def prefix_cache(s):
-    """A cached prefix was computed in another batch and chunking than the trainer's recompute."""
+    """A cached prefix was computed in another batch and chunking than the trainer's recompute;
+    vllm-ascend's own docs say it breaks batch invariance from 0.28.0rc1. A warning on the seed
+    stack, where the seed ran verl's default (on) and reported logdiff 0."""
     if is_strict(s) and s.rollout.prefix_caching:
-        return "prefix caching reuses KV computed under a different batch composition"
+        return _scheduling(s, "prefix caching")
+
+
+@rule("TOP-CACHE-002", ERROR, "chunked prefill off in strict mode",
+      ("rollout.chunked_prefill", "alignment.mode", "cluster.device", "cluster.versions.profile",
+       "cluster.versions.vllm_ascend"), "set rollout.chunked_prefill=false (with block_size=128)",
+      facts=(BREAKS_BI, SEED_EVIDENCE, "verl_defaults_cache_and_chunking_on"))
+def chunked_prefill(s):
+    """A chunked prefill splits a prompt's attention over steps the trainer does not; vllm-ascend's
+    own docs say it breaks batch invariance from 0.28.0rc1 (and verl turns it on by default). A
+    warning on the seed stack, where the seed ran it and reported logdiff 0."""
+    if is_strict(s) and on_npu(s) and s.rollout.chunked_prefill:  # the reference engines align it
+        return _scheduling(s, "chunked prefill")
 
 
 @rule("TOP-COLL-001", ERROR, "deterministic, order-preserving collectives when anything is parallel",
@@ -145,14 +186,23 @@ def calc_logprobs(s):
 
 
 @rule("TOP-LOGP-002", ERROR, "log-prob mode agrees with the trainer's full-vocabulary log-softmax",
-      ("rollout.logprobs_mode", "rollout.top_p", "rollout.top_k"),
-      "set rollout.top_p=1.0 and rollout.top_k=-1, or rollout.logprobs_mode=raw_logprobs")
+      ("rollout.logprobs_mode", "rollout.temperature", "rollout.top_p", "rollout.top_k"),
+      "set rollout.logprobs_mode=auto (raw_logprobs at temperature 1, else processed_logprobs with "
+      "rollout.top_p=1.0 and rollout.top_k=-1)", facts=("raw_logprobs_before_temperature",))
 def logprobs_mode(s):
-    """processed_logprobs renormalise over the top-p/top-k set; the trainer normalises over the vocab."""
+    """The trainer takes log_softmax(logits / temperature) over the whole vocabulary.
+    processed_logprobs renormalise over the top-p/top-k set; raw_logprobs are taken before the
+    temperature, so they match only at temperature 1."""
     r = s.rollout
-    if is_strict(s) and r.logprobs_mode == "processed_logprobs" and (r.top_p < 1.0 or r.top_k > 0):
+    mode = "raw_logprobs" if r.logprobs_mode == "auto" and r.temperature == 1.0 else \
+        "processed_logprobs" if r.logprobs_mode == "auto" else r.logprobs_mode
+    if not is_strict(s):
+        return None
+    if mode == "processed_logprobs" and (r.top_p < 1.0 or r.top_k > 0):
         return f"processed_logprobs with top_p={r.top_p}, top_k={r.top_k}"
-    if is_strict(s) and r.logprobs_mode.endswith("logits"):
+    if mode == "raw_logprobs" and r.temperature != 1.0:
+        return f"raw_logprobs are pre-temperature but temperature={r.temperature}"
+    if mode.endswith("logits"):
         return f"logprobs_mode={r.logprobs_mode} returns logits, not log-probs"
 
 

@@ -1,4 +1,5 @@
 """Memory fit: layouts whose states cannot live on one device are rejected before launch."""
+from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, rule
 from topl.launcher.memory_estimate import estimate
 
@@ -31,10 +32,17 @@ def rollout_fit(s):
 
 
 @rule("TOP-MEM-003", WARNING, "the KV cache holds max_num_seqs full-length sequences",
-      ("rollout.max_num_seqs", "train.max_prompt_length", "train.max_response_length"),
-      "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)")
+      ("rollout.max_num_seqs", "train.max_prompt_length", "train.max_response_length",
+       "alignment.mode", "cluster.versions.vllm_ascend"),
+      "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)",
+      facts=("bi_breaks_with_chunked_prefill_prefix_cache_preemption",))
 def rollout_concurrency(s):
-    """Preemption recomputes prefixes: not wrong, but a different batch history and slower."""
+    """Preemption recomputes a request's generated tokens through the prefill path, not the decode
+    path it first took: a different batch history, and slower. An error in strict mode where
+    vllm-ascend's docs say preemption breaks batch invariance (0.28.0rc1 on)."""
     e = estimate(s)
     if 1 <= e["kv_seqs"] < s.rollout.max_num_seqs:
-        return f"KV room for ~{int(e['kv_seqs'])} full-length sequences, max_num_seqs={s.rollout.max_num_seqs}"
+        msg = f"KV room for ~{int(e['kv_seqs'])} full-length sequences, max_num_seqs={s.rollout.max_num_seqs}"
+        breaks = facts.supports("bi_breaks_with_chunked_prefill_prefix_cache_preemption", s.cluster.versions)
+        return (ERROR, msg + ": preemption breaks batch invariance") if s.alignment.mode == "strict" \
+            and s.cluster.device == "npu" and breaks else msg

@@ -86,9 +86,10 @@ def cites(fid: str) -> list[str]:
 def why(fid: str, versions: Any = None) -> str:
     """One line for people: what holds, for which versions, and where that was read."""
     f = fact(fid)
-    scope = f"{f.package} {f.when}" if f.when else f.package
+    scope = f"no {f.package} release" if f.when is None else \
+        f"{f.package} {f.when}" if f.when else f"every {f.package}"
     if f.patch:
-        scope += f" or with patch {f.patch.partition(':')[2]}"
+        scope += f"; with patch {f.patch.partition(':')[2]}"
     head = f"{f.text} [{scope}]"
     if versions is not None:
         head += f" (declared {f.package} {_declared(versions, f.package)}: " \
@@ -96,5 +97,16 @@ def why(fid: str, versions: Any = None) -> str:
     return f"{head} — {'; '.join(cites(fid))}"
 
 
-__all__ = ["FACTS", "BY_ID", "Evidence", "Fact", "cites", "fact", "holds", "supports", "value",
-           "version", "why"]
+__all__ = [
+    "BY_ID",
+    "FACTS",
+    "Evidence",
+    "Fact",
+    "cites",
+    "fact",
+    "holds",
+    "supports",
+    "value",
+    "version",
+    "why",
+]

@@ -139,7 +139,7 @@ def _read_github(repo: str, ref: str, paths: set[str]) -> dict[str, str | None]:
         if mirror:
             git = Path(mirror) / repo.replace("/", "+") / "repo"
             r = subprocess.run(["git", "--git-dir", str(git), "show", f"{commit}:{p}"],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, check=False)
             out[p] = r.stdout if r.returncode == 0 else None
         else:
             body = _get(f"{RAW}/{repo}/{commit}/{p}")

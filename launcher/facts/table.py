@@ -10,7 +10,7 @@ of a declared patch list (`verl_patches:vllm_pp`) that makes the fact hold on an
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 # GitHub sources, pinned: a branch or short name as the user declares it -> the commit read.
 COMMITS = {
@@ -43,11 +43,14 @@ class Fact:
     id: str
     package: str  # cluster.versions key that decides: vllm_ascend, verl, torch_npu, mindspeed, cann ...
     text: str  # what holds, one line, for people
-    when: Optional[str]  # PEP 440 specifier where it holds; "" always; None in no release
+    when: str | None  # PEP 440 specifier where it holds; "" always; None in no release
     evidence: tuple[Evidence, ...] = ()
     patch: str = ""  # "<versions list>:<name>" that makes it hold on any version
     source: str = ""  # a source that is not a package file (docs, announcement)
     unchecked: str = ""  # why the checker cannot re-read it, when it cannot
+    # how an installed package shows it, for `topl doctor`: (module, file in it, needle); the
+    # same needle is cited in `evidence` for a real release
+    detect: tuple[str, str, str] = ()
     value: Any = True
     otherwise: Any = False
 
@@ -68,6 +71,8 @@ FA3_PATCH = "patch/vllm_ascend_patches/vllm_ascend_true_on_policy.patch"
 # raw_logprobs are computed in forward() before self.sample(), which applies the temperature
 RAW_BEFORE_T = ('re:logprobs_mode == "raw_logprobs":\\s+raw_logprobs = self\\.compute_logprobs\\(logits\\)'
                 '.*self\\.sample\\(logits, sampling_metadata.*def sample\\(.*logits = self\\.apply_temperature\\(')
+FA3_DOC = "docs/source/user_guide/feature_guide/flash_attention.md"
+FA3_PIECEWISE = 'Please use `compilation_config={"cudagraph_mode": "PIECEWISE"}` when enabling FA3.'
 BI_DOC = "docs/source/user_guide/feature_guide/batch_invariance.md"
 SEED_SCRIPT = "scripts/grpo/run_grpo_qwen3_30b_megatron_npu.sh"
 
@@ -77,9 +82,11 @@ FACTS: tuple[Fact, ...] = (
          "the FA3 attention backend (AscendFABackend, num_splits=1) is in vllm-ascend",
          ">=0.20.2rc1", patch="vllm_ascend_patches:true_on_policy", evidence=(
              va("0.18.0", "attention/fa3_v1.py", "AscendFABackend", present=False),
+             va("0.23.0.post1", "attention/fa3_v1.py", "class AscendFABackend"),
              va("0.23.0.post1", "attention/fa3_v1.py", "num_splits=1"),
              va("0.30.0rc2", "attention/fa3_v1.py", "num_splits=1"),
-             seed(FA3_PATCH, "+class AscendFABackend(AttentionBackend)"))),
+             seed(FA3_PATCH, "+class AscendFABackend(AttentionBackend)")),
+         detect=("vllm_ascend", "attention/fa3_v1.py", "class AscendFABackend")),
     Fact("fa3_by_attention_backend", "vllm_ascend",
          "FA3 is chosen by attention_backend=FLASH_ATTN together with VLLM_BATCH_INVARIANT=1",
          ">=0.20.2rc1,<0.27.1rc1", patch="vllm_ascend_patches:true_on_policy", evidence=(
@@ -98,7 +105,8 @@ FACTS: tuple[Fact, ...] = (
              va("0.30.0rc2", "ascend_config.py",
                 "re:class RlConfig.*enable_training_consistency: bool.*enable_batch_invariant: bool"),
              va("0.30.0rc2", "platform.py",
-                "if not attn_selector_config.use_pcp and _validate_fa3_backend"))),
+                "if not attn_selector_config.use_pcp and _validate_fa3_backend")),
+         detect=("vllm_ascend", "ascend_config.py", "class RlConfig")),
     Fact("fa3_rejects_full_decode_only", "vllm_ascend",
          "FA3 refuses cudagraph_mode FULL_DECODE_ONLY (and nothing else) when not eager",
          ">=0.20.2rc1", patch="vllm_ascend_patches:true_on_policy", evidence=(
@@ -118,6 +126,11 @@ FACTS: tuple[Fact, ...] = (
          ">=0.20.2rc1", patch="vllm_ascend_patches:true_on_policy", evidence=(
              va("0.23.0.post1", "platform.py", "FA3 backend does not support MLA and SFA."),
              va("0.30.0rc2", "platform.py", "FA3 backend does not support MLA and SFA."))),
+    Fact("fa3_docs_piecewise_only", "vllm_ascend",
+         "vllm-ascend's FA3 docs: no ACL graph capture, use cudagraph_mode PIECEWISE with FA3",
+         ">=0.20.2rc1", patch="vllm_ascend_patches:true_on_policy", evidence=(
+             Evidence("vllm-ascend", "0.23.0.post1", FA3_DOC, FA3_PIECEWISE),
+             Evidence("vllm-ascend", "0.30.0rc2", FA3_DOC, FA3_PIECEWISE))),
     Fact("full_and_piecewise_downgraded", "vllm_ascend",
          "vllm-ascend turns cudagraph_mode FULL_AND_PIECEWISE into PIECEWISE", "<0.21.0rc1",
          evidence=(
@@ -172,14 +185,18 @@ FACTS: tuple[Fact, ...] = (
              seed("patch/verl_patches/verl_per_request_seed_v0.8.0.patch",
                   "actor_rollout_ref.rollout.per_request_seed"),
              seed("patch/verl_patch_selector.py",
-                  '_PER_REQUEST_SEED_MARKER = "maybe_apply_per_request_seed"'))),
+                  '_PER_REQUEST_SEED_MARKER = "maybe_apply_per_request_seed"'),
+             seed("patch/verl_patches/verl_npu_pp_per_request_seed_v0.8.0.patch",
+                  "+def maybe_apply_per_request_seed")),
+         detect=("verl", "workers/rollout/utils.py", "maybe_apply_per_request_seed")),
     Fact("vllm_pp_npu", "verl",
          "vLLM pipeline parallel on NPU (engine_kwargs PP counted in the replica; the seed's patch"
          " adds ensure_rollout_config)", None, patch="verl_patches:vllm_pp", evidence=(
              verl("0.9.1", "workers/config/rollout.py", "def ensure_rollout_config", present=False),
              seed("patch/verl_patch_selector.py", '_PP_MARKER = "ensure_rollout_config"'),
              seed("patch/verl_patches/verl_npu_pp_per_request_seed_v0.8.0.patch",
-                  "def ensure_rollout_config"))),
+                  "def ensure_rollout_config")),
+         detect=("verl", "workers/config/rollout.py", "def ensure_rollout_config")),
     Fact("verl_default_full_and_piecewise", "verl",
          "verl asks vLLM for cudagraph_mode FULL_AND_PIECEWISE unless "
          "engine_kwargs.vllm.compilation_config sets it", ">=0.8.0", evidence=(
@@ -204,7 +221,8 @@ FACTS: tuple[Fact, ...] = (
              Evidence("torch-npu", "2.9.0", "torch_npu/npu/__init__.py", "set_deterministic_level",
                       present=False),
              Evidence("torch-npu", "2.10.0.post4", "torch_npu/npu/__init__.py",
-                      "def set_deterministic_level"))),
+                      "def set_deterministic_level")),
+         detect=("torch_npu", "npu/__init__.py", "def set_deterministic_level")),
     Fact("torch_npu_pins_torch", "torch_npu",
          "a torch_npu release requires one exact torch release (its own version without .postN)",
          "", evidence=(
@@ -218,9 +236,17 @@ FACTS: tuple[Fact, ...] = (
              Evidence("github:Ascend/MindSpeed", "core_r0.16.0",
                       "mindspeed/features_manager/batch_invariant/batch_invariant.py",
                       '"--use-flash-attn-npu-batch-invariant"'),
+             Evidence("github:Ascend/MindSpeed", "core_r0.16.0",
+                      "mindspeed/features_manager/batch_invariant/batch_invariant.py",
+                      '"--use-batch-invariant-ops"'),
+             Evidence("github:Ascend/MindSpeed", "core_r0.16.0",
+                      "mindspeed/features_manager/batch_invariant/batch_invariant.py",
+                      'importlib.util.find_spec("flash_attn_npu") is None'),
              Evidence("github:Ascend/MindSpeed", "master",
                       "mindspeed/features_manager/batch_invariant/batch_invariant.py",
-                      "--use-batch-invariant-ops", present=False))),
+                      "--use-batch-invariant-ops", present=False)),
+         detect=("mindspeed", "features_manager/batch_invariant/batch_invariant.py",
+                 '"--use-batch-invariant-ops"')),
     # ---- CANN (not on PyPI: from its documentation)
     Fact("hccl_strict_orders_on_a3", "cann",
          "on A3, HCCL_DETERMINISTIC=strict fixes the reduction order (CANN 8.5: same as true)",
