@@ -1,10 +1,15 @@
 """Write tests/data/seed/<config>.yaml: the seed's 12 configurations, resolved, with file:line.
 
     python scripts/seed_facts.py /path/to/verl-ascend-recipe   # a git checkout of the seed fork
+    python scripts/seed_facts.py /path/to/verl-ascend-recipe --recipes   # also recipes/seed_*.yaml
 
 Each script is read as data by topl's own bash reader (nothing runs) with ENABLE_TRUE_ON_POLICY
 set to 1 or 0 and every other knob at the script's default. The output holds facts (keys, values,
 lines), not the scripts; review a diff of it against the scripts when the seed changes.
+
+`--recipes` rewrites recipes/seed_<model>_<algo>_<on|off>.yaml with `topl recipes import` on the
+seed's stack (strict: collective hccl_strict) plus the choices below, each a verl default the seed
+relies on; review the diff, then tests/test_seed.py checks them against the data.
 """
 
 import subprocess
@@ -13,13 +18,35 @@ from pathlib import Path
 
 import yaml
 
-from topl.launcher.script_import import read_script
+from topl.launcher.script_import import build_recipe, read_script, recipe_text
 
 REPO = "psyloy/verl-ascend-recipe"
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "seed"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "data" / "seed"
 
 
-def main(checkout: str) -> None:
+def write_recipe(s, model: str, algo: str, mode: str, path: str) -> None:
+    imp = build_recipe(
+        s, {"collective": "hccl_strict" if mode == "on" else "default", "model": model}
+    )
+    assert not imp.round_trip, imp.round_trip
+    r = imp.recipe
+    # verl@0.8.0:trainer/config/rollout/rollout.yaml defaults the seed runs with
+    r["rollout"].update(chunked_prefill=True, max_num_seqs=1024)
+    if mode == "off":
+        r["rollout"]["prefix_caching"] = True
+    r.setdefault("verl_overrides", {})["trainer.total_training_steps"] = (
+        None  # epochs bound the run
+    )
+    switch = "1" if mode == "on" else "0"
+    text = recipe_text(imp, f"{REPO}:{path} with ENABLE_TRUE_ON_POLICY={switch}")
+    title = f"# The seed's {algo.upper()} {model} script, true on-policy {mode}, key by key (docs/seed.md).\n"
+    (ROOT / "recipes" / f"seed_{model}_{algo}_{mode}.yaml").write_text(
+        text.replace("# Imported from", title + "# Imported from")
+    )
+
+
+def main(checkout: str, recipes: bool = False) -> None:
     git = ["git", "-C", checkout]
     commit = subprocess.run(
         [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
@@ -59,7 +86,9 @@ def main(checkout: str) -> None:
                     head + yaml.safe_dump(data, sort_keys=False, width=100)
                 )
                 print(name, len(over), "overrides,", len(s.env), "env")
+                if recipes:
+                    write_recipe(s, model, algo, mode, path)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--recipes" in sys.argv[2:])
