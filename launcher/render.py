@@ -196,7 +196,7 @@ VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
 def renders(s, field_: str) -> bool:
     """Whether a table row is rendered on this stack."""
     fact = GATED_ON_NPU.get(field_)
-    return not (fact and s.cluster.device == "npu" and not facts.supports(fact, s.cluster.versions))
+    return not (fact and on_npu(s) and not facts.supports(fact, s.cluster.versions))
 
 
 def logprobs_mode(s) -> str:
@@ -227,13 +227,13 @@ def sampling_seed(s) -> str:
     replica the same seed (facts: full_determinism_fixes_replica_seed)."""
     want = s.rollout.per_request_seed
     if want is None:
-        want = s.alignment.mode == "strict" and facts.supports("per_request_seed", s.cluster.versions)
+        want = is_strict(s) and facts.supports("per_request_seed", s.cluster.versions)
     return "per_request" if want else "none"
 
 
 def stack_overrides(s) -> list[tuple[str, Any]]:
     """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
-    v, npu, strict = s.cluster.versions, s.cluster.device == "npu", s.alignment.mode == "strict"
+    v, npu, strict = s.cluster.versions, on_npu(s), is_strict(s)
     out: list[tuple[str, Any]] = []
     if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
         rl = f"{VLLM}.additional_config.rl_config"

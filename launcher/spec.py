@@ -126,12 +126,12 @@ class RolloutSpec:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling (1.0: off)
     top_k: int = -1  # top-k sampling (-1: off)
-    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits | auto (raw at temperature 1, else processed)
+    logprobs_mode: str = "processed_logprobs"  # raw_logprobs | processed_logprobs | *_logits | auto (raw at T=1, else processed)
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     log_prob_micro_batch_size_per_gpu: int = 2  # verl rollout.log_prob_micro_batch_size_per_gpu
-    # verl's full_determinism is never used (one seed per replica: n equal samples).
-    per_request_seed: Optional[bool] = None  # one seed per request (the seed's verl patch only); None: on in strict mode where the stack has it
+    # verl's full_determinism is never rendered: one seed per replica makes the n samples equal
+    per_request_seed: Optional[bool] = None  # one seed per request (a verl patch); None: on in strict where the stack has it
 
 
 @dataclass
@@ -163,7 +163,7 @@ class StackVersions:
     torch_npu: str = "2.10.0.post4"  # torch_npu
     mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
     verl_patches: List[str] = field(default_factory=list)  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
-    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 backend + batch-invariant ops)
+    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
     flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 

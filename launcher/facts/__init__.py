@@ -16,9 +16,10 @@ import re
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from topl.launcher.facts.table import FACTS, Evidence, Fact
+from topl.launcher.versions import parse
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 _NUM = re.compile(r"(\d+(?:\.\d+)*)(?:\.?(rc|RC)\.?(\d+))?(\.post\d+)?")
@@ -33,10 +34,7 @@ def version(package: str, text: Any) -> Version | None:
     m = _NUM.match(s)
     if not m:
         return None
-    try:
-        return Version(m.group(1) + (f"rc{m.group(3)}" if m.group(2) else "") + (m.group(4) or ""))
-    except InvalidVersion:
-        return None
+    return parse(m.group(1) + (f"rc{m.group(3)}" if m.group(2) else "") + (m.group(4) or ""))
 
 
 def fact(fid: str) -> Fact:
