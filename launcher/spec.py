@@ -60,6 +60,17 @@ class AlgorithmSpec:
     entrypoint: str = "verl.trainer.main_ppo"  # python -m module that runs the job
     config_name: Optional[str] = None  # --config-name for the entrypoint (None: by train engine)
     extra_overrides: Dict[str, Any] = field(default_factory=dict)  # verl keys this algorithm sets
+    # Optional knobs below: None leaves verl's own default (the key is not rendered).
+    entropy_coeff: Optional[float] = None  # entropy bonus weight (verl default 0)
+    ppo_epochs: Optional[int] = None  # passes over each batch (verl default 1)
+    use_kl_in_reward: Optional[bool] = None  # KL penalty inside the reward (verl default false)
+    gen_batch_size: Optional[int] = None  # prompts generated per try (DAPO: 2 x train batch)
+    reward_manager: Optional[str] = None  # verl reward manager name (dapo, naive ...)
+    # Explicit verl-level overlong shaping (imported scripts, the seed recipes): when set it
+    # replaces the rendering derived from overlong_buffer_fraction.
+    overlong_buffer: Optional[bool] = None  # DAPO overlong reward shaping on
+    overlong_buffer_len: Optional[int] = None  # tokens before max_resp_len where the penalty starts
+    overlong_max_resp_len: Optional[int] = None  # response length the shaping measures against
 
 
 @dataclass
@@ -87,6 +98,18 @@ class TrainSpec:
     dtype: str = "bfloat16"  # parameter / compute dtype
     epochs: int = 1  # trainer.total_epochs
     steps: int = 100  # trainer.total_training_steps
+    # Optional knobs below: None leaves verl's / MindSpeed's own default (the key is not rendered).
+    grad_offload: Optional[bool] = None  # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
+    ppo_max_token_len_per_gpu: Optional[int] = None  # token budget per device with dynamic bsz
+    recompute_granularity: Optional[str] = None  # activation recompute: full | selective
+    recompute_method: Optional[str] = None  # uniform | block
+    recompute_num_layers: Optional[int] = None  # layers per recompute unit
+    # MindSpeed fused kernels on the training side; the seed's vLLM-side patch was aligned
+    # against the path they select, so the seed's values matter for logdiff 0.
+    use_fused_rmsnorm: Optional[bool] = None  # fused RMSNorm kernel
+    use_fused_rotary_pos_emb: Optional[bool] = None  # fused rotary embedding kernel
+    apply_rope_fusion: Optional[bool] = None  # Megatron's RoPE fusion switch
+    use_flash_attn: Optional[bool] = None  # flash attention kernel (with attention_backend=flash)
 
 
 @dataclass
@@ -127,6 +150,8 @@ class CollectiveSpec:
     op_expansion_mode: Optional[str] = None  # HCCL_OP_EXPANSION_MODE (AIV or None)
     hccl_algo: Optional[str] = None  # HCCL_ALGO pinned on every rank (None: library choice)
     order: str = "ring"  # reduction order of all-reduce partials: ring | tree (used in emulation)
+    connect_timeout_s: int = 1800  # HCCL_CONNECT_TIMEOUT on NPU (the seed: 3600)
+    exec_timeout_s: int = 3600  # HCCL_EXEC_TIMEOUT on NPU
 
 
 @dataclass
@@ -197,6 +222,8 @@ class JobSpec:
     experiment: str = "${model.name}_${algorithm.name}_${alignment.mode}"  # trainer.experiment_name
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
+    # Recipes that reproduce a script (`topl recipes import`) keep its remaining overrides here.
+    verl_overrides: Dict[str, Any] = field(default_factory=dict)  # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
 
 
 def register_configs() -> None:
