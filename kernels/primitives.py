@@ -132,11 +132,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fused: boo
     return (xf * cos[:, None] + torch.cat([-x2, x1], -1) * sin[:, None]).to(dt)
 
 
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x) with a row's bits independent of the tensor's shape, rounded once.
+
+    torch's CPU fp32 `silu` (and `sigmoid`) take another code path for the elements left over
+    after the last full vector, so a row's result depends on the batch size whenever the width
+    is not a multiple of the vector length (measured on torch 2.13 CPU; bf16 / fp16 silu compute
+    in fp32 and do not). `exp` and the division are elementwise-exact, so x / (1 + exp(-x)) in fp32
+    is batch-invariant for every dtype.
+    """
+    if x.is_cuda:
+        return torch.nn.functional.silu(x)
+    xf = x.float()
+    return (xf / (1.0 + torch.exp(-xf))).to(x.dtype)
+
+
 def swiglu(gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
     """silu(gate) * up. Unfused (Megatron native): silu rounded, then multiply; fused: one fp32 pass."""
     if fused:
-        return (torch.nn.functional.silu(gate.float()) * up.float()).to(gate.dtype)
-    return torch.nn.functional.silu(gate) * up
+        return (silu(gate.float()) * up.float()).to(gate.dtype)
+    return silu(gate) * up
 
 
 def log_softmax(logits: torch.Tensor, fp32: bool) -> torch.Tensor:
