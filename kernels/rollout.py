@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from topl.kernels import primitives as P
-from topl.kernels.attention import attend
+from topl.kernels.attention import attend_paged
 from topl.kernels.model import Model, Side
 
 
@@ -126,13 +126,12 @@ class RolloutEngine:
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
-            outs = []
             for (r, n), (a, b) in zip(items, spans):
                 self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
-                kc, vc = self.cache.read(i, r, r.cached + n)
-                plan = side.decode if (n == 1 and r.output) else side.prefill
-                outs.append(attend(q[a:b], pos[a:b], kc, vc, plan, m.scale))
-            h, pending = m.post_attention(i, h, torch.cat(outs), side)
+            plans = [side.decode if (n == 1 and r.output) else side.prefill for r, n in items]
+            attn = attend_paged(q, self.cache.k[i], self.cache.v[i], [r.blocks for r, _ in items], spans, pos,
+                                plans, m.scale)  # the whole batch in one call, as vLLM's backend
+            h, pending = m.post_attention(i, h, attn, side)
         last = torch.tensor([b - 1 for _, b in spans], device=m.device)
         keys = m.row_keys
         m.row_keys = [keys[i] for i in last.tolist()]
