@@ -1,6 +1,9 @@
 """Errors meant for people: what went wrong, where the value came from, how to fix it."""
 from __future__ import annotations
 
+# The one severity vocabulary: contract violations and doctor findings both use it.
+ERROR, WARNING, OK = "error", "warning", "ok"
+
 
 class ToplError(Exception):
     """A problem with the user's input. The CLI prints it without a traceback and exits 2."""

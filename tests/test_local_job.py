@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from topl.kernels.local_job import run_local
+from topl.launcher.backends.local import run_local
 from topl.launcher.errors import ToplError
 from helpers import run_topl
 

@@ -1,7 +1,7 @@
 """The consistency contract: `check(composed)` runs every rule and returns the violations."""
 from __future__ import annotations
 
-from topl.launcher.contract import consistency, memory, resources, stack  # noqa: F401  (register rules)
+from topl.launcher.contract import consistency, memory_fit, resources, stack  # noqa: F401  (register rules)
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 
 
