@@ -47,65 +47,67 @@ def num_splits(sequences: int, heads: int, max_q_rows: int, max_keys: int, tile:
     return max(1, min(-(-SMS // work), -(-max_keys // tile), 128))
 
 
-def ranges(pos: int, plan: Plan, splits: int = 1) -> list[tuple[int, int, int, int]]:
-    """KV ranges (start, end_visible, end_tile, split) a query at `pos` reduces over, in order."""
-    t = plan.tile
-    out = [(s, min(s + t, pos + 1), s + t) for s in range(0, pos + 1, t)]
-    per = -(-len(out) // splits) if plan.tiles == "split" else len(out)
-    return [(s, e, et, j // per) for j, (s, e, et) in enumerate(out)]
-def _partial(q, k, v, plan: Plan, limit: torch.Tensor | None, dtype):
-    """(max, sum, unnormalised out) of one KV range for rows q [R, H, D]; k, v [n, H, D] (fp32).
+def _partial(q, k, v, plan: Plan, vis: torch.Tensor, valid: torch.Tensor, dtype):
+    """(max, sum, unnormalised out) of one whole KV tile for rows q [R, H, D]; k, v [R, tile, H, D]
+    (each row's own sequence's tile, fp32, zero past the sequence's end), `vis` [R] keys of the tile
+    each row may see, `valid` [R] keys that exist. Every reduction runs over the full tile width,
+    whatever the row, so a row's bits do not depend on where its tile ends or which rows share the call.
 
     As in FlashAttention, P is rounded to the model dtype for the P@V product (fp32 accumulate),
-    so the max each tile is shifted by shows up in the result. `limit` [R] (padded-tile
-    semantics): the max is taken over the whole tile, then keys past `limit` are zeroed."""
-    s = (q[:, :, None, :] * k.transpose(0, 1)[None]).sum(-1)  # [R, H, n], reduced over D per element
+    so the max each tile is shifted by shows up in the result. Padded-tile semantics
+    (plan.visible False): the max is taken over every existing key, then keys past `vis` are zeroed."""
+    s = (q[:, :, None, :] * k.transpose(1, 2)).sum(-1)  # [R, H, n], reduced over D per element
+    idx = torch.arange(k.shape[1])
+    see = idx[None, :] < vis[:, None]
+    s = s.masked_fill(~(see if plan.visible else idx[None, :] < valid[:, None])[:, None, :], float("-inf"))
     m = s.amax(-1)
     p = torch.exp(s - m[..., None])
-    if limit is not None:
-        idx = torch.arange(k.shape[0])
-        p = p.masked_fill(idx[None, None, :] > limit[:, None, None], 0.0)
+    if not plan.visible:
+        p = p.masked_fill(~see[:, None, :], 0.0)
     pb = p.to(dtype)
     l = p.sum(-1) if plan.fp32 else pb.sum(-1).float()
-    return m, l, (pb.float()[..., None] * v.transpose(0, 1)[None]).sum(-2)
+    return m, l, (pb.float()[..., None] * v.transpose(1, 2)).sum(-2)
 
 
 def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tensor, plan: Plan,
-           scale: float, splits: int = 1) -> torch.Tensor:
-    """Causal attention for rows q [R, H, D] at `positions` over keys k, v [L, KVH, D] of one sequence.
+           scale: float, splits: int = 1, seq: list[int] | None = None, lens: list[int] | None = None
+           ) -> torch.Tensor:
+    """Causal attention for rows q [R, H, D] at `positions` over keys k, v [L, KVH, D] of one
+    sequence, or of a batch: k, v [S, L, KVH, D] (padded), row i in sequence seq[i] of lens[...] keys.
 
-    Rows that share a KV range are reduced together; every reduction is per row and per element,
-    so a row's result depends on its own ranges only (and, for a "split" plan, on `splits`).
+    All rows reduce tile j together (over the full tile width); every reduction is per row and per
+    element, so a row's result depends on its own keys and position only (and, for a "split" plan,
+    on `splits`), not on the other rows or sequences in the call.
     """
     if q.is_cuda:
         return _attend_cuda(q, positions, k, v, plan, scale, splits)
+    if k.dim() == 3:
+        k, v, seq, lens = k[None], v[None], [0] * q.shape[0], [k.shape[0]]
     r, h, d = q.shape
-    group = h // k.shape[1]
-    kf = k.float().repeat_interleave(group, dim=1)
-    vf = v.float().repeat_interleave(group, dim=1)
+    group = h // k.shape[2]
+    t = plan.tile
+    pad = (-k.shape[1]) % t  # whole tiles: zero keys past the end, never seen (masked)
+    kf = torch.nn.functional.pad(k.float(), (0, 0, 0, 0, 0, pad)).repeat_interleave(group, dim=2)
+    vf = torch.nn.functional.pad(v.float(), (0, 0, 0, 0, 0, pad)).repeat_interleave(group, dim=2)
     qf = q.float() * scale
-    plans = [ranges(p, plan, splits) for p in positions]
-    n_max = max(len(x) for x in plans)
+    pos_t, seq_t, len_t = torch.tensor(positions), torch.tensor(seq), torch.tensor(lens)
+    n_tiles = pos_t // t + 1  # tiles each row reduces over (left-aligned on every plan)
+    per = -(-n_tiles // splits) if plan.tiles == "split" else n_tiles  # tiles per split, per row
     state_m = torch.full((r, h), float("-inf"))
     state_l = torch.zeros(r, h)
     state_o = torch.zeros(r, h, d)
     partials, done = [], []  # oneshot: every tile; split: every finished split (m, l, o, rows)
-    for j in range(n_max):
-        groups: dict[tuple[int, int], list[int]] = {}
-        for i, pl in enumerate(plans):
-            if j < len(pl):
-                s, e_vis, e_tile, _ = pl[j]
-                end = e_vis if plan.visible else min(e_tile, k.shape[0])
-                groups.setdefault((s, end), []).append(i)
+    for j in range(int(n_tiles.max())):
+        s = j * t
+        present = n_tiles > j
+        idx = present.nonzero()[:, 0]
+        rows_seq = seq_t[idx]
         pm, pl_, po = torch.full((r, h), float("-inf")), torch.zeros(r, h), torch.zeros(r, h, d)
-        for (s, end), rows in groups.items():
-            idx = torch.tensor(rows)
-            limit = None if plan.visible else torch.tensor([positions[i] - s for i in rows])
-            m, l, o = _partial(qf[idx], kf[s:end], vf[s:end], plan, limit, q.dtype)
-            pm[idx], pl_[idx], po[idx] = m, l, o
-        present = torch.tensor([j < len(pl) for pl in plans])
+        m, l, o = _partial(qf[idx], kf[rows_seq, s:s + t], vf[rows_seq, s:s + t], plan,
+                           (pos_t[idx] + 1 - s).clamp(max=t), (len_t[rows_seq] - s).clamp(max=t), q.dtype)
+        pm[idx], pl_[idx], po[idx] = m, l, o
         if plan.merge == "online":
-            new_split = torch.tensor([0 < j < len(pl) and pl[j][3] != pl[j - 1][3] for pl in plans])
+            new_split = present & (j % per == 0) & (j > 0)
             if new_split.any():  # split-KV: close the finished split, start the next from empty
                 done.append((state_m.clone(), state_l.clone(), state_o.clone(), new_split))
                 state_m = torch.where(new_split[:, None], float("-inf"), state_m)
@@ -145,23 +147,32 @@ def attend_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
     pos[a:b] attend over the keys 0..pos[b-1] of that request, read from cache pages
     k_pages / v_pages [blocks, block_size, KVH, D] through its block table; plans[n] per item.
 
-    A native split-KV plan takes its split count from the whole batch (how many requests, how
-    many query rows), so the batch's composition changes the reduction; the aligned plan does not.
+    Items with the same plan are reduced together, tile by tile (decode rows of every request in
+    one pass). A native split-KV plan takes its split count from the whole batch (how many
+    requests, how many query rows), so the batch's composition changes the reduction; the aligned
+    plan does not.
     """
     bs = k_pages.shape[1]
-    split_items = [n for n, p in enumerate(plans) if p.tiles == "split"]
+    lens = [pos[b - 1] + 1 for a, b in spans]
     splits = 1
-    if split_items:
-        splits = num_splits(len(spans), q.shape[1], max(b - a for a, b in spans),
-                            max(pos[b - 1] + 1 for a, b in spans), plans[split_items[0]].tile)
-    outs = []
-    for table, (a, b), plan in zip(tables, spans, plans):
-        length = pos[b - 1] + 1
-        idx = torch.arange(length, device=k_pages.device)
-        blocks = torch.as_tensor(table, device=k_pages.device)[idx // bs]
-        k, v = k_pages[blocks, idx % bs], v_pages[blocks, idx % bs]
-        outs.append(attend(q[a:b], pos[a:b], k, v, plan, scale, splits))
-    return torch.cat(outs)
+    if any(p.tiles == "split" for p in plans):
+        splits = num_splits(len(spans), q.shape[1], max(b - a for a, b in spans), max(lens), plans[0].tile)
+    out = torch.empty_like(q)
+    for plan in dict.fromkeys(plans):
+        items = [n for n, p in enumerate(plans) if p == plan]
+        width = max(lens[n] for n in items)
+        ks, vs = [], []
+        for n in items:  # this request's keys, gathered from its pages and padded to the longest
+            idx = torch.arange(lens[n], device=k_pages.device)
+            blocks = torch.as_tensor(tables[n], device=k_pages.device)[idx // bs]
+            fill = (0, 0, 0, 0, 0, width - lens[n])
+            ks.append(torch.nn.functional.pad(k_pages[blocks, idx % bs], fill))
+            vs.append(torch.nn.functional.pad(v_pages[blocks, idx % bs], fill))
+        rows = torch.cat([torch.arange(*spans[n]) for n in items])
+        seq = [i for i, n in enumerate(items) for _ in range(*spans[n])]
+        out[rows] = attend(q[rows], [pos[i] for i in rows.tolist()], torch.stack(ks), torch.stack(vs), plan,
+                           scale, splits, seq, [lens[n] for n in items])
+    return out
 
 
 def _attend_cuda(q, positions, k, v, plan: Plan, scale: float, splits: int = 1) -> torch.Tensor:

@@ -174,6 +174,12 @@ class RolloutEngine:
 
     def generate(self, requests: list[Request], sp: SamplingParams) -> list[Request]:
         """Run until every request finished; arrivals are honoured step by step."""
+        longest = max((len(r.prompt) for r in requests), default=0)
+        if not self.chunked and longest > self.budget:
+            # vLLM refuses this at start-up (SchedulerConfig._verify_args: "max_num_batched_tokens
+            # (...) is smaller than max_model_len"); without chunking such a prompt never fits a step
+            raise ValueError(f"chunked prefill is off and a prompt has {longest} tokens, more than "
+                             f"max_num_batched_tokens={self.budget}: raise the budget or chunk")
         pending = sorted(requests, key=lambda r: (r.arrival, r.id))
         active: list[Request] = []
         step = 0
