@@ -53,8 +53,13 @@ def main(argv: list[str]) -> int:
              else [int(s) for s in a.seeds.split(",")])
     points = [(m, s, d, c, b) for s, m, d, c, b in itertools.product(seeds, MODELS, DTYPES, CHUNKED, BATCHES)]
     t0 = time.perf_counter()
+    results = []
     with ProcessPoolExecutor(a.jobs) as pool:
-        results = list(pool.map(point, points))
+        for r in pool.map(point, points):  # in order; one line per point as it completes
+            results.append(r)
+            print(f"{r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
+                  f"max |Δ log p| = {r['max_abs_logprob_diff']:.3e} ({r['tokens']} tokens, {r['wall_s']:.1f} s)",
+                  flush=True)
     bad = [r for r in results if r["max_abs_logprob_diff"] != 0]
     for r in bad:
         print(f"DIFFERS {r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
