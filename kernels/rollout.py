@@ -75,8 +75,9 @@ class SamplingParams:
     processed_logprobs: bool = False  # old spelling of logprobs_mode="processed_logprobs"
     eos: int | None = None
     # What the rollout records per token, as vLLM's `logprobs_mode` (see `_sample`):
-    # raw_logprobs | processed_logprobs | raw_logits | processed_logits.
-    logprobs_mode: str = "raw_logprobs"
+    # raw_logprobs | processed_logprobs | raw_logits | processed_logits. Default: verl's
+    # verl@0.9.1:verl/workers/config/rollout.py:197 (processed_logprobs).
+    logprobs_mode: str = "processed_logprobs"
 
     @property
     def mode(self) -> str:
