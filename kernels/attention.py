@@ -80,7 +80,14 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
     on `splits`), not on the other rows or sequences in the call.
     """
     if q.is_cuda:
-        return _attend_cuda(q, positions, k, v, plan, scale, splits)
+        if k.dim() == 3:
+            return _attend_cuda(q, positions, k, v, plan, scale, splits)
+        out = torch.empty_like(q)  # a batch: one sequence at a time
+        for s in range(k.shape[0]):
+            rows = [i for i, x in enumerate(seq) if x == s]
+            out[rows] = _attend_cuda(q[rows], [positions[i] for i in rows], k[s, :lens[s]], v[s, :lens[s]], plan,
+                                     scale, splits)
+        return out
     if k.dim() == 3:
         k, v, seq, lens = k[None], v[None], [0] * q.shape[0], [k.shape[0]]
     r, h, d = q.shape

@@ -127,7 +127,7 @@ class RolloutEngine:
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
-            for (r, n), (a, b) in zip(items, spans):
+            for (r, _), (a, b) in zip(items, spans):
                 self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
             plans = [side.decode if (n == 1 and r.output) else side.prefill for r, n in items]
             attn = attend_paged(q, self.cache.k[i], self.cache.v[i], [r.blocks for r, _ in items], spans, pos,
