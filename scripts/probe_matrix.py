@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-MODELS, DTYPES, CHUNKED, BATCHES = ("tiny_dense", "tiny_moe"), ("bfloat16", "float16", "float32"), (True, False), (1, 16)
+MODELS, DTYPES, CHUNKED = ("tiny_dense", "tiny_moe"), ("bfloat16", "float16", "float32"), (True, False)
 
 
 def arch_of(name: str):
@@ -47,11 +47,13 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-20", help="a range a-b or a comma list")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--batches", default="1,16", help="requests per point, a comma list of 1 and 16")
     ap.add_argument("--json", help="write every point here")
     a = ap.parse_args(argv)
     seeds = (range(int(a.seeds.split("-")[0]), int(a.seeds.split("-")[1]) + 1) if "-" in a.seeds
              else [int(s) for s in a.seeds.split(",")])
-    points = [(m, s, d, c, b) for s, m, d, c, b in itertools.product(seeds, MODELS, DTYPES, CHUNKED, BATCHES)]
+    batches = [int(b) for b in a.batches.split(",")]
+    points = [(m, s, d, c, b) for s, m, d, c, b in itertools.product(seeds, MODELS, DTYPES, CHUNKED, batches)]
     t0 = time.perf_counter()
     results = []
     with ProcessPoolExecutor(a.jobs) as pool:
