@@ -20,7 +20,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
-from topl.launcher.contract import RULES, ERROR
+from topl.launcher.contract import ERROR, RULES
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import world_size
 from topl.launcher.tree import get_path, parent_of
