@@ -48,7 +48,8 @@ class Composed:
             if k in self.sources:
                 return self.sources[k]
             parts.pop()
-        return SCHEMA_SOURCE
+        below = sorted({v for k, v in self.sources.items() if k.startswith(key + ".")})
+        return ", ".join(below) if below else SCHEMA_SOURCE  # a container: where its entries came from
 
     def value(self, key: str) -> Any:
         return OmegaConf.select(self.cfg, key, throw_on_missing=False)

@@ -20,7 +20,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
-from topl.launcher.contract import RULES, ERROR
+from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
 from topl.launcher.render import get_path
 
@@ -148,9 +148,10 @@ class Planner:
 
         spec, _ = self.spec(point)
         errs, warns = [], []
-        for r in RULES:
-            if r.check(spec):
-                (errs if r.severity == ERROR else warns).append(r.id)
+        for r, _msg in evaluate(spec):  # the same rules, in the same order, as `topl check`
+            bucket = errs if r.severity == ERROR else warns
+            if r.id not in bucket:
+                bucket.append(r.id)
         try:
             e = estimate(spec)
             tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)

@@ -88,7 +88,8 @@ def prefix_cache(s):
 
 
 @rule("TOP-COLL-001", ERROR, "deterministic, order-preserving collectives when anything is parallel",
-      ("collective.hccl_deterministic", "train.tp", "train.ep", "rollout.tp", "rollout.ep"),
+      ("alignment.mode", "collective.hccl_deterministic", "train.tp", "train.ep", "train.cp", "rollout.tp",
+       "rollout.ep", "rollout.dp"),
       "use collective=hccl_strict")
 def strict_collectives(s):
     """HCCL picks algorithms by message size; only HCCL_DETERMINISTIC=strict keeps the order fixed."""
@@ -168,9 +169,10 @@ def micro_batches(s):
         return f"micro batch sizes differ: {sorted(sizes)}"
 
 
-@rule("TOP-LOGP-004", WARNING, "dynamic batch size changes batch composition per step",
-      ("train.use_dynamic_bsz",), "set train.use_dynamic_bsz=false unless every op is batch-invariant")
+@rule("TOP-LOGP-004", ERROR, "no dynamic batch size in strict mode",
+      ("alignment.mode", "train.use_dynamic_bsz"), "set train.use_dynamic_bsz=false")
 def dynamic_bsz(s):
-    """Token-budget micro-batching regroups sequences each step; only batch-invariant ops survive it."""
+    """Token-budget micro-batching regroups sequences each step, so the recompute sees other batch
+    shapes than the rollout did: as much a mismatch as unequal static micro batches (TOP-LOGP-003)."""
     if is_strict(s) and s.train.use_dynamic_bsz:
         return "use_dynamic_bsz=true"
