@@ -19,7 +19,7 @@ commands:
                    --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
-  rules     print the consistency contract's rule catalog             (--json, --markdown)
+  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
@@ -85,6 +85,11 @@ def cmd_rules(args: list[str]) -> int:
                            "fix": r.fix, "why": r.why} for r in RULES], indent=1))
     elif "--markdown" in args:
         print(rules_markdown())
+    elif "--constraints" in args:
+        from topl.launcher.constraints import table
+        from topl.launcher.spec import JobSpec
+
+        print(table(JobSpec))
     else:
         from rich.console import Console
         from rich.table import Table

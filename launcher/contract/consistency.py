@@ -4,7 +4,8 @@ from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, rule
 
 
 @rule("TOP-ALN-001", ERROR, "strict alignment turns every switch on",
-      tuple(f"alignment.{k}" for k in Alignment.SWITCHES), "set the switch back to true, or use alignment=off")
+      ("alignment.mode", *(f"alignment.{k}" for k in Alignment.SWITCHES)),
+      "set the switch back to true, or use alignment=off")
 def all_switches(s):
     """Any one switch off re-opens a path where the engines add in a different order (see `topl probe`)."""
     off = [k for k in Alignment.SWITCHES if not getattr(s.alignment, k)]
@@ -21,8 +22,8 @@ def off_policy(s):
 
 
 @rule("TOP-ALN-003", ERROR, "mitigated mode configures verl's rollout correction",
-      ("alignment.rollout_correction.rollout_is", "alignment.rollout_correction.rollout_rs",
-       "alignment.rollout_correction.bypass_mode"),
+      ("alignment.mode", "alignment.rollout_correction.rollout_is",
+       "alignment.rollout_correction.rollout_rs", "alignment.rollout_correction.bypass_mode"),
       "set alignment.rollout_correction.rollout_is=token (and bypass_mode=false to keep the diff metrics)")
 def mitigation_set(s):
     """TIS/MIS only act when an IS or RS level is set; bypass_mode skips the diff metrics entirely."""
@@ -42,7 +43,7 @@ def fa3_backend(s):
 
 
 @rule("TOP-ATTN-002", ERROR, "no MLA / SFA attention in strict mode",
-      ("model.attention", "model.name"), "use a GQA model, or alignment=mitigated for MLA models")
+      ("alignment.mode", "model.attention", "model.name"), "use a GQA model, or alignment=mitigated for MLA models")
 def no_mla(s):
     """vllm-ascend batch invariance and the FA3 consistency backend reject MLA / SFA attention."""
     if is_strict(s) and s.model.attention != "gqa":
@@ -50,7 +51,7 @@ def no_mla(s):
 
 
 @rule("TOP-ATTN-003", ERROR, "no sliding-window attention in strict mode",
-      ("model.sliding_window",), "use a full-attention model, or alignment=mitigated")
+      ("alignment.mode", "model.sliding_window"), "use a full-attention model, or alignment=mitigated")
 def no_sliding(s):
     """rl_config.enable_training_consistency rejects sliding window: tiles would not match."""
     if is_strict(s) and s.model.sliding_window:
@@ -58,7 +59,7 @@ def no_sliding(s):
 
 
 @rule("TOP-ATTN-004", ERROR, "KV tile, decode split and cache block agree",
-      ("alignment.kv_tile", "rollout.block_size", "cluster.device"),
+      ("alignment.mode", "alignment.kv_tile", "rollout.block_size", "cluster.device"),
       "set alignment.kv_tile to a multiple of rollout.block_size (128 and 128 on Ascend)")
 def tile_vs_block(s):
     """The training tile must start and end on cache-block boundaries, or decode splits differ;
@@ -72,7 +73,7 @@ def tile_vs_block(s):
 
 
 @rule("TOP-GRAPH-001", ERROR, "eager or piecewise graphs in strict mode",
-      ("rollout.graph_mode",), "set rollout.graph_mode=eager (or piecewise)")
+      ("alignment.mode", "rollout.graph_mode"), "set rollout.graph_mode=eager (or piecewise)")
 def graph_mode(s):
     """Full-graph capture bakes batch-size-specific kernels (vllm-ascend refuses FULL with batch invariance)."""
     if is_strict(s) and s.rollout.graph_mode not in ("eager", "piecewise"):
@@ -80,7 +81,7 @@ def graph_mode(s):
 
 
 @rule("TOP-CACHE-001", ERROR, "prefix caching off in strict mode",
-      ("rollout.prefix_caching",), "set rollout.prefix_caching=false")
+      ("alignment.mode", "rollout.prefix_caching"), "set rollout.prefix_caching=false")
 def prefix_cache(s):
     """A cached prefix was computed in another batch and chunking than the trainer's recompute."""
     if is_strict(s) and s.rollout.prefix_caching:
@@ -99,7 +100,8 @@ def strict_collectives(s):
 
 
 @rule("TOP-COLL-002", ERROR, "LCCL determinism on the AIV path within 8 ranks",
-      ("collective.op_expansion_mode", "collective.lccl_deterministic", "rollout.tp", "train.tp"),
+      ("alignment.mode", "collective.op_expansion_mode", "collective.lccl_deterministic",
+       "rollout.tp", "train.tp"),
       "set collective.lccl_deterministic=true (collective=hccl_strict), and keep tp <= 8 on AIV")
 def lccl_aiv(s):
     """With HCCL_OP_EXPANSION_MODE=AIV small collectives go through LCCL, deterministic only with
@@ -113,7 +115,7 @@ def lccl_aiv(s):
 
 
 @rule("TOP-COLL-003", ERROR, "no non-deterministic HCCL algorithm pinned",
-      ("collective.hccl_algo",), "unset collective.hccl_algo or pin a ring/tree algorithm on every rank")
+      ("alignment.mode", "collective.hccl_algo"), "unset collective.hccl_algo or pin a ring/tree algorithm on every rank")
 def hccl_algo(s):
     """HCCL's `pipeline` algorithm reduces in a data-dependent order."""
     if is_strict(s) and s.collective.hccl_algo and "pipeline" in s.collective.hccl_algo:
@@ -121,7 +123,7 @@ def hccl_algo(s):
 
 
 @rule("TOP-TP-001", ERROR, "the same tensor-parallel reduction pattern on both sides",
-      ("train.tp", "rollout.tp"), "use the same tp for train and rollout (the seed: tp=1 and pipeline parallel)")
+      ("alignment.mode", "train.tp", "rollout.tp"), "use the same tp for train and rollout (the seed: tp=1 and pipeline parallel)")
 def same_tp(s):
     """A TP=k row-parallel layer sums k partials in the collective's order; TP=1 sums them in the
     GEMM. Different k means a different addition order in every o_proj and down_proj."""
@@ -130,7 +132,7 @@ def same_tp(s):
 
 
 @rule("TOP-TP-002", WARNING, "expert parallel alignment is unproven on Ascend",
-      ("train.ep", "rollout.ep", "model.num_experts"), "prefer ep=1 with pipeline parallelism, as the seed does")
+      ("alignment.mode", "train.ep", "rollout.ep", "model.num_experts"), "prefer ep=1 with pipeline parallelism, as the seed does")
 def ep_unproven(s):
     """The seed reports TP+EP 'extremely difficult to align' and used PP instead."""
     if is_strict(s) and is_moe(s) and max(s.train.ep, s.rollout.ep) > 1:
@@ -146,7 +148,7 @@ def calc_logprobs(s):
 
 
 @rule("TOP-LOGP-002", ERROR, "log-prob mode agrees with the trainer's full-vocabulary log-softmax",
-      ("rollout.logprobs_mode", "rollout.top_p", "rollout.top_k"),
+      ("alignment.mode", "rollout.logprobs_mode", "rollout.top_p", "rollout.top_k"),
       "set rollout.top_p=1.0 and rollout.top_k=-1, or rollout.logprobs_mode=raw_logprobs")
 def logprobs_mode(s):
     """processed_logprobs renormalise over the top-p/top-k set; the trainer normalises over the vocab."""
@@ -158,8 +160,8 @@ def logprobs_mode(s):
 
 
 @rule("TOP-LOGP-003", ERROR, "log-prob micro batch sizes match on both sides",
-      ("rollout.log_prob_micro_batch_size_per_gpu", "train.log_prob_micro_batch_size_per_gpu",
-       "train.ppo_micro_batch_size_per_gpu"),
+      ("alignment.mode", "rollout.log_prob_micro_batch_size_per_gpu",
+       "train.log_prob_micro_batch_size_per_gpu", "train.ppo_micro_batch_size_per_gpu"),
       "set rollout.log_prob_micro_batch_size_per_gpu = train.ppo_micro_batch_size_per_gpu")
 def micro_batches(s):
     """A different micro batch makes old_log_prob differ from log_prob (verl pitfall, facts §3.5)."""

@@ -21,7 +21,8 @@ def vllm_pp(s):
 
 
 @rule("TOP-STACK-002", ERROR, "vllm-ascend new enough for rl_config and the FA3 backend",
-      ("cluster.versions.vllm_ascend", "cluster.versions.flash_attn_npu"),
+      ("alignment.mode", "cluster.versions.vllm_ascend", "cluster.versions.flash_attn_npu",
+       "cluster.device"),
       "use vllm-ascend >= 0.18.0 with flash-attention-npu installed")
 def vllm_ascend_version(s):
     """rl_config.enable_training_consistency (FA3, num_splits=1) arrived with vllm-ascend 0.18."""
@@ -33,7 +34,7 @@ def vllm_ascend_version(s):
 
 
 @rule("TOP-STACK-003", ERROR, "torch and torch_npu versions match",
-      ("cluster.versions.torch", "cluster.versions.torch_npu"), "install the torch_npu release built for your torch")
+      ("cluster.versions.torch", "cluster.versions.torch_npu", "cluster.device"), "install the torch_npu release built for your torch")
 def torch_match(s):
     """torch_npu is built against one torch minor version; a mismatch fails or misbehaves at import."""
     t, n = _v(s.cluster.versions.torch), _v(s.cluster.versions.torch_npu)
@@ -42,7 +43,7 @@ def torch_match(s):
 
 
 @rule("TOP-STACK-004", ERROR, "batch-invariant ops installed for strict runs on NPU",
-      ("cluster.versions.batch_invariant_ops",), "install CANN batch_invariant_ops and declare it")
+      ("alignment.mode", "cluster.versions.batch_invariant_ops", "cluster.device"), "install CANN batch_invariant_ops and declare it")
 def bi_ops(s):
     """Without the package the patch only logs a warning and training silently runs off-policy."""
     if is_strict(s) and on_npu(s) and not s.cluster.versions.batch_invariant_ops:
@@ -50,7 +51,7 @@ def bi_ops(s):
 
 
 @rule("TOP-STACK-005", ERROR, "the alignment patch module is set for strict runs on NPU",
-      ("cluster.external_modules",), "set cluster.external_modules to the true on-policy patch module")
+      ("alignment.mode", "cluster.external_modules", "cluster.device"), "set cluster.external_modules to the true on-policy patch module")
 def patch_module(s):
     """vLLM-Ascend follows Megatron's op choices only through the runtime patches (VERL_USE_EXTERNAL_MODULES)."""
     if is_strict(s) and on_npu(s) and not s.cluster.external_modules:
@@ -58,7 +59,7 @@ def patch_module(s):
 
 
 @rule("TOP-STACK-006", WARNING, "CANN new enough for strong matmul consistency",
-      ("cluster.versions.cann",), "use CANN >= 8.5 (set_deterministic_level(2))")
+      ("alignment.mode", "cluster.versions.cann", "cluster.device"), "use CANN >= 8.5 (set_deterministic_level(2))")
 def cann_version(s):
     """torch_npu.npu.set_deterministic_level(2) needs CANN >= 8.5."""
     if is_strict(s) and on_npu(s) and _v(s.cluster.versions.cann) < Version("8.5"):
