@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
-
+from typing import Any
 
 
 def c(default: Any, *, ge=None, gt=None, le=None, ne=None, one_of=None, each_of=None,
       src: str = ""):
     """A dataclass field with a constraint: bounds (ge/gt/le/ne), one_of (allowed values),
     each_of (allowed items of a comma-separated string), src (who enforces it)."""
-    meta = {k: v for k, v in dict(ge=ge, gt=gt, le=le, ne=ne, one_of=one_of,
-                                                      each_of=each_of).items()
-            if v is not None}
+    given = {"ge": ge, "gt": gt, "le": le, "ne": ne, "one_of": one_of, "each_of": each_of}
+    meta = {k: v for k, v in given.items() if v is not None}
     meta["src"] = src
     return dataclasses.field(default=default, metadata=meta)
 

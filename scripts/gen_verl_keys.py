@@ -22,7 +22,7 @@ def collect() -> dict:
     from omegaconf import OmegaConf
 
     spec = importlib.util.find_spec("verl")
-    conf = Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+    conf = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
     version = importlib.metadata.version("verl")
     keys, free = set(), set()
 

@@ -6,8 +6,16 @@ reads the spec through a recording view, so a violation lists exactly the keys t
 """
 from __future__ import annotations
 
-from topl.launcher.contract import fields  # noqa: F401  (registers TOP-SPEC-001 first)
-from topl.launcher.contract import consistency, engines, env, memory, resources, stack, verl_keys  # noqa: F401
+from topl.launcher.contract import (  # noqa: F401
+    consistency,
+    engines,
+    env,
+    fields,
+    memory,
+    resources,
+    stack,
+    verl_keys,
+)
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 from topl.launcher.contract.fields import FIELD_RULE, field_problems
 from topl.launcher.contract.view import Reads, View
@@ -46,4 +54,4 @@ def errors(violations: list[Violation]) -> list[Violation]:
     return [v for v in violations if v.severity == ERROR]
 
 
-__all__ = ["check", "evaluate", "errors", "RULES", "Rule", "Violation", "ERROR", "WARNING"]
+__all__ = ["ERROR", "RULES", "WARNING", "Rule", "Violation", "check", "errors", "evaluate"]

@@ -57,6 +57,6 @@ def env_owner(s):
 def env_names(s):
     """A name with '=', a space or a dot cannot reach a process environment (Ray rejects it,
     a shell splits it)."""
-    bad = [k for k in s.cluster.env.keys() if not _NAME.match(str(k))]
+    bad = [k for k in s.cluster.env if not _NAME.match(str(k))]
     if bad:
         return f"invalid variable name(s): {', '.join(map(repr, bad))}"

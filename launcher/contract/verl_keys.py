@@ -25,7 +25,7 @@ STRICT_OWNED = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema() -> tuple[frozenset, tuple[str, ...], str]:
     data = json.loads(files("topl.launcher.contract").joinpath("verl_keys.json").read_text())
     return frozenset(data["keys"]), tuple(data["free_form"]), data["source"]
@@ -52,7 +52,7 @@ def _entries(s):
 
     view = s.algorithm.extra_overrides
     out = []
-    for top in view.keys():
+    for top in view:
         value = view[top]
         out += extra_items({top: value})
     return out

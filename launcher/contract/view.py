@@ -63,7 +63,7 @@ class DictView:
         self._reads.add(self._key, self._d)
         return list(self._d)
 
-    __iter__ = lambda self: iter(self.keys())  # noqa: E731
+    __iter__ = lambda self: iter(self.keys())
 
     def items(self):
         return [(k, self._entry(k)) for k in self.keys()]
