@@ -18,7 +18,6 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
-
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
@@ -92,7 +91,7 @@ def _set(obj, dotted: str, value: Any) -> None:
     setattr(obj, parts[-1], _coerce(value, _hints(type(obj))[parts[-1]], dotted))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 

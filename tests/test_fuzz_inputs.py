@@ -10,7 +10,6 @@ import typing
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from topl.launcher.cli import main
 from topl.launcher.spec import JobSpec
 
