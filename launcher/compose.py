@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from topl.launcher import recipes
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec, register_configs
+from topl.launcher.tree import flatten
 
 SCHEMA_SOURCE = "topl schema default"
 
@@ -59,15 +60,10 @@ class Composed:
         return OmegaConf.to_object(self.cfg)
 
 
-def _flatten(node: Any, prefix: str) -> list[str]:
-    if isinstance(node, dict):
-        keys = []
-        for k, v in node.items():
-            if k in ("defaults", "hydra") and not prefix:
-                continue
-            keys += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return keys
-    return [prefix] if prefix else []
+def _value_keys(data: dict, package: str) -> list[str]:
+    """Dotted keys a config file sets (its `defaults` list and `hydra` section are not values)."""
+    values = {k: v for k, v in data.items() if package or k not in ("defaults", "hydra")}
+    return list(flatten(values, package))
 
 
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
@@ -154,6 +150,15 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
 
 
+def from_hydra_job(cfg: DictConfig, hydra_overrides: list[str], choices: dict, root,
+                   user_overrides: list[str]) -> Composed:
+    """The Composed of a job Hydra composed itself (`topl launch -m`: one per sweep point)."""
+    typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
+    chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
+    sources = _sources(loader_for(root), hydra_overrides, root)
+    return Composed(typed, sources, user_overrides, chosen, str(root.source) if root else None)
+
+
 def loader_for(root):
     """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -184,7 +189,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""
         data = OmegaConf.to_container(result.config, resolve=False)
-        for key in _flatten(data, package if package not in ("_global_",) else ""):
+        for key in _value_keys(data, package if package not in ("_global_",) else ""):
             sources[key] = label
     parser = OverridesParser.create()
     for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):

@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-ERROR, WARNING, OK = "error", "warning", "ok"
+from topl.launcher.errors import ERROR, OK, WARNING
+from topl.launcher.spec import is_strict, on_npu
+from topl.launcher.versions import parse as _v
 
 
 @dataclass
@@ -37,13 +39,6 @@ def _version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
-        return None
-
-
-def _v(text: str | None) -> Version | None:
-    try:
-        return Version(text) if text else None
-    except InvalidVersion:
         return None
 
 
@@ -113,15 +108,9 @@ def accelerator() -> str:
 def worker_env(spec) -> dict[str, str]:
     """The environment a Ray worker of this job sees: the node's, plus what the rendered
     invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
-    from topl.launcher.render import render
+    from topl.launcher.render import ray_worker_env
 
-    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
-    fwd = {}
-    for o in render(spec).overrides:
-        if o.startswith(prefix):
-            k, _, val = o[len(prefix):].partition("=")
-            fwd[k] = val.strip('"')
-    return {**os.environ, **fwd}
+    return {**os.environ, **ray_worker_env(spec)}
 
 
 def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
@@ -130,7 +119,7 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
     from topl.launcher.render import env_vars
 
     env = worker_env(spec) if env is None else dict(env)
-    npu, strict = spec.cluster.device == "npu", spec.alignment.mode == "strict"
+    npu, strict = on_npu(spec), is_strict(spec)
     v = spec.cluster.versions
     out: list[Finding] = []
 

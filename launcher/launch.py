@@ -1,141 +1,96 @@
-"""`topl launch`: a Hydra app. Validate, write the run directory, start the backend."""
+"""One launch: the context a `topl launch` carries to every job, and what one job does
+(check, write the run directory, run the doctor for remote backends, start the backend)."""
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from topl.launcher.errors import ToplError
-
-TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor")
-HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
-                          "--config-dir", "-cd", "--experimental-rerun")
-_state: dict = {}
+from topl.launcher.cli.output import print_violations
 
 
-def _split(args: list[str]) -> tuple[set[str], list[str], list[str]]:
-    """topl flags, Hydra flags (with their values), and overrides."""
-    topl, hydra_flags, overrides = set(), [], []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in TOPL_FLAGS:
-            topl.add(a)
-        elif a.startswith("-"):
-            hydra_flags.append(a)
-            if a in HYDRA_FLAGS_WITH_VALUE and i + 1 < len(args) and not args[i + 1].startswith("-") and "=" not in args[i + 1]:
-                hydra_flags.append(args[i + 1])
-                i += 1
-        else:
-            overrides.append(a)
-        i += 1
-    return topl, hydra_flags, overrides
+@dataclass
+class LaunchContext:
+    """What one `topl launch` carries from its command line to every job Hydra runs."""
+
+    dry_run: bool = False  # write the run directory, start nothing
+    follow: bool = False  # ray_job: stream the job's logs until it ends
+    skip_doctor: bool = False  # remote backends: do not check the target stack first
+    root: object = None  # the recipe's temporary Hydra search-path root (recipes.RecipeRoot)
+    user_overrides: list[str] = field(default_factory=list)  # as the user typed them
+    prepared: tuple | None = None  # single run: (Composed, violations), made once up front
+    rc: int = 0  # the worst exit code of the jobs run so far
 
 
-def _task(cfg: DictConfig) -> None:
-    """Runs once per job (once per sweep point under -m)."""
+def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
+    """One job (once per sweep point under -m): check, write the run dir, start the backend."""
     from hydra.core.hydra_config import HydraConfig
 
-    from topl.launcher import backends, rundir
-    from topl.launcher.compose import Composed, _sources, loader_for
+    from topl.launcher import rundir
+    from topl.launcher.compose import from_hydra_job
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
-    from topl.launcher.spec import JobSpec
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    task_overrides = list(hc.overrides.task)
-    root = _state.get("root")
-    sources = _sources(loader_for(root), task_overrides, root)
-    cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
-    choices = {k: v for k, v in hc.runtime.choices.items() if v is not None and "hydra/" not in k}
-    composed = Composed(cfg, sources, _state.get("user_overrides", task_overrides), choices,
-                        str(root.source) if root else None)
-    violations = check(composed)
-    for v in violations:
-        print(v.render(), file=sys.stderr)
+    if ctx.prepared is not None:
+        composed, violations = ctx.prepared
+    else:
+        task_overrides = list(hc.overrides.task)
+        composed = from_hydra_job(cfg, task_overrides, dict(hc.runtime.choices), ctx.root,
+                                  ctx.user_overrides or task_overrides)
+        violations = check(composed)
+    print_violations(violations)
     spec = composed.to_object()
     if errors(violations):
-        _state["rc"] = 2
+        ctx.rc = 2
         print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
         return
     inv = render(spec)
     rundir.write(run_dir, composed, inv, violations)
     print(f"topl: run directory {run_dir}")
-    if "--dry-run" in _state.get("flags", ()):
+    if ctx.dry_run:
         print(inv.command(spec.cluster.python))
-        _state["rc"] = 0
         return
     backend = spec.cluster.backend
-    if backend != "local":
-        if not _doctor_ok(spec, run_dir):
-            _state["rc"] = 2
-            return
+    if backend != "local" and not doctor_ok(ctx, spec, run_dir):
+        ctx.rc = 2
+        return
     if backend == "local":
-        from topl.kernels.local_job import run_local
+        from topl.launcher.backends.local import run_local
 
         rc = run_local(spec, run_dir)
     elif backend == "subprocess":
-        rc = backends.run_subprocess(inv, run_dir, spec.cluster.python)
+        from topl.launcher.backends.subprocess import run_subprocess
+
+        rc = run_subprocess(inv, run_dir, spec.cluster.python)
     else:
-        rc = backends.run_ray_job(inv, run_dir, spec.cluster.ray_address, "--follow" in _state["flags"],
-                                  python=spec.cluster.python)
-    _state["rc"] = max(_state.get("rc", 0), rc)
+        from topl.launcher.backends.ray_job import run_ray_job
+
+        rc = run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python)
+    ctx.rc = max(ctx.rc, rc)
 
 
-def _doctor_ok(spec, run_dir: Path) -> bool:
+def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:
     """Remote backends: check the stack where the job will run before starting it."""
-    import json
+    from topl.launcher.cli import doctor
 
-    from topl.launcher import doctor_cli
-
-    if "--skip-doctor" in _state.get("flags", ()):
-        print("topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing batch_invariant_ops or "
-              "an unpatched verl will only show up as logdiff != 0 or a crash hours in", file=sys.stderr)
+    if ctx.skip_doctor:
+        print("topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing "
+              "batch_invariant_ops or an unpatched verl will only show up as logdiff != 0 or a "
+              "crash hours in", file=sys.stderr)
         return True
-    nodes = doctor_cli.run(spec, spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None)
+    address = spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None
+    nodes = doctor.run(spec, address)
     (run_dir / "doctor.json").write_text(json.dumps(nodes, indent=1))
     bad = [(n["node"], f) for n in nodes for f in n["findings"] if f["severity"] == "error"]
     for node, f in bad:
-        print(f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n  fix: {f['fix']}",
-              file=sys.stderr)
+        print(f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n"
+              f"  fix: {f['fix']}", file=sys.stderr)
     if bad:
-        print("topl: the doctor found errors; nothing started (--skip-doctor to override, loudly)", file=sys.stderr)
+        print("topl: the doctor found errors; nothing started (--skip-doctor to override, loudly)",
+              file=sys.stderr)
     return not bad
-
-
-def main(args: list[str]) -> int:
-    import hydra
-
-    from topl.launcher.compose import compose_job, conf_dir, split_recipe
-    from topl.launcher.contract import check, errors
-    from topl.launcher.spec import register_configs
-
-    flags, hydra_flags, overrides = _split(args)
-    informational = any(f in ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help") for f in hydra_flags)
-    multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
-    if not informational and not multirun:
-        # compose once up front: bad input is a readable error and exit 2, before Hydra makes a run dir
-        vs = check(compose_job(overrides))
-        if errors(vs):
-            for v in vs:
-                print(v.render(), file=sys.stderr)
-            print("topl: rejected before launch; nothing started", file=sys.stderr)
-            return 2
-    hydra_overrides, root = split_recipe(overrides)
-    _state.update(root=root, user_overrides=overrides, flags=flags, rc=0)
-    register_configs()
-    app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base=None)(_task)
-    saved = sys.argv
-    sys.argv = ["topl", *hydra_flags, *hydra_overrides]
-    try:
-        app()
-    except SystemExit as e:
-        if e.code not in (0, None):
-            return 2 if informational or multirun else int(e.code) if isinstance(e.code, int) else 1
-    except ToplError:
-        raise
-    finally:
-        sys.argv = saved
-    return _state.get("rc", 0)

@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
-from topl.launcher.render import get_path
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec import JobSpec, world_size
+from topl.launcher.tree import get_path, parent_of
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
@@ -78,17 +78,15 @@ def expand(overrides: list[str]) -> list[list[str]]:
 
 
 def _set(obj, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
+    obj, leaf = parent_of(obj, dotted)
     if isinstance(obj, dict):
-        obj[parts[-1]] = value
+        obj[leaf] = value
         return
     fields = {f.name: f for f in dataclasses.fields(obj)}
-    if parts[-1] not in fields:
+    if leaf not in fields:
         raise ToplError(f"unknown key {dotted}", where=f"`{dotted}=...`",
                         fix="check the spelling (`topl launch --cfg job` lists every key)")
-    setattr(obj, parts[-1], _coerce(value, _hints(type(obj))[parts[-1]], dotted))
+    setattr(obj, leaf, _coerce(value, _hints(type(obj))[leaf], dotted))
 
 
 @functools.cache
@@ -152,7 +150,7 @@ class Planner:
         return spec, sources
 
     def verdict(self, point: list[Item]) -> Verdict:
-        from topl.launcher.memory import estimate
+        from topl.launcher.memory_estimate import estimate
 
         spec, _ = self.spec(point)
         errs, warns = [], []
@@ -166,7 +164,7 @@ class Planner:
         except (ValueError, ZeroDivisionError):
             tg = rg = None
         return Verdict([t for t, _, _ in point], not errs, errs, warns, tg, rg,
-                       spec.cluster.nodes * spec.cluster.devices_per_node)
+                       world_size(spec))
 
 
 def _replayable(text: str, key: str, value) -> bool:

@@ -11,6 +11,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from topl.launcher.spec import is_strict, on_npu
+from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
+
 ARR = "actor_rollout_ref"
 
 # Containers that are empty dicts in verl 0.9.1: new keys below them need `+`.
@@ -135,13 +138,6 @@ def plus(key: str) -> str:
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
 
 
-def get_path(spec, dotted: str):
-    """spec.a.b for "a.b"."""
-    for part in dotted.split("."):
-        spec = getattr(spec, part)
-    return spec
-
-
 # Variables the determinism settings decide, and the spec fields that decide them: set them through
 # those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
 ENV_OWNERS: dict[str, tuple[str, ...]] = {
@@ -165,7 +161,7 @@ def env_vars(s) -> dict[str, str]:
 
 def derived_env(s) -> dict[str, str]:
     """The environment the spec's own fields decide (without cluster.env)."""
-    c, strict, npu = s.collective, s.alignment.mode == "strict", s.cluster.device == "npu"
+    c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
         env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1", HCCL_CONNECT_TIMEOUT="1800",
@@ -206,7 +202,7 @@ def overrides(s) -> list[tuple[str, Any]]:
     if s.algorithm.use_critic:
         out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
                 ("critic.model.path", s.model.hf_path)]
-    if s.alignment.mode == "strict":
+    if is_strict(s):
         out.append((f"{ARR}.rollout.full_determinism", True))
         rl = f"{ARR}.rollout.engine_kwargs.vllm.additional_config.rl_config"
         if s.cluster.device == "npu":
@@ -237,9 +233,15 @@ def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
+def ray_worker_env(s) -> dict[str, str]:
+    """What the rendered job forwards to every Ray worker (`ray_kwargs...runtime_env.env_vars`)."""
+    return env_vars(s)
+
+
 def render(s) -> Invocation:
     """JobSpec -> Invocation; env vars are also forwarded to every Ray worker via runtime_env."""
     env = env_vars(s)
-    pairs = overrides(s) + [(f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in env.items()]
+    forwarded = ray_worker_env(s).items()
+    pairs = overrides(s) + [(f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in forwarded]
     config_name = s.algorithm.config_name or "ppo_trainer"
     return Invocation(s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env)

@@ -218,9 +218,25 @@ class JobSpec:
 
 
 def register_configs() -> None:
-    """Put the schema in Hydra's ConfigStore; every group file is validated against it."""
-    from hydra_plugins.topl_sweeper.topl_sweeper import ToplSweeperConf
+    """Put the schema in Hydra's ConfigStore; every group file is validated against it.
+    (The sweeper plugin registers its own config when Hydra's plugin discovery imports it.)"""
+    ConfigStore.instance().store(name="topl_schema", node=JobSpec)
 
-    cs = ConfigStore.instance()
-    cs.store(name="topl_schema", node=JobSpec)
-    cs.store(group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl")
+
+# Small facts about a spec, said once (contract rules, memory estimates, render, doctor, backends).
+def world_size(s) -> int:
+    """Devices the job uses."""
+    return s.cluster.nodes * s.cluster.devices_per_node
+
+
+def is_strict(s) -> bool:
+    """True on-policy: rollout and training must agree bit for bit."""
+    return s.alignment.mode == "strict"
+
+
+def is_moe(s) -> bool:
+    return s.model.num_experts > 0
+
+
+def on_npu(s) -> bool:
+    return s.cluster.device == "npu"

@@ -95,10 +95,9 @@ def rollout(n_req: int):
     import types
 
     from topl.kernels.alignment import Alignment
-    from topl.kernels.model import Model
+    from topl.kernels.model import Model, sides
     from topl.kernels.probe import make_requests
     from topl.kernels.rollout import RolloutEngine, SamplingParams
-    from topl.kernels.model import sides
 
     print("\n### Reference rollout engine, 2 layers at Qwen3-30B-A3B widths (MoE), tokens/s\n")
     print("| engine | aligned tok/s | unaligned tok/s | ratio (time) |\n|---|---|---|---|")

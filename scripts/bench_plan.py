@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from topl.launcher.compose import conf_dir, split_recipe
-from topl.launcher.spec import register_configs
 from topl.launcher.plan import Planner, expand, expand_items
+from topl.launcher.spec import register_configs
 
 SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.tp=1,2,4,8", "train.pp=1,2,4,8,16",
          "train.ep=1,2,4,8,16", "rollout.tp=1,2,4,8", "rollout.pp=1,2,4", "rollout.dp=1,2",

@@ -1,8 +1,8 @@
 """Composition: provenance, recipes from anywhere, and bad input as one readable message."""
 import pytest
+from helpers import STRICT_A3, run_topl
 
 from topl.launcher.errors import ToplError
-from helpers import STRICT_A3, run_topl
 
 
 def test_sources_follow_composition_order(compose):
@@ -10,7 +10,8 @@ def test_sources_follow_composition_order(compose):
     assert c.source("rollout.tp") == "command line `rollout.tp=4`"
     assert c.source("train.pp") == "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"
     assert c.source("model.num_experts") == "conf/model/qwen3_30b_a3b.yaml"
-    assert c.source("train.cp") == "conf/train/megatron.yaml"
+    assert c.source("cluster.devices_per_node") == "conf/cluster/atlas_a3.yaml"
+    assert c.source("train.cp") == "topl schema default"  # conf/ restates no default
     assert c.source("train.dtype") == "topl schema default"
     assert c.choices["cluster"] == "atlas_a3"
 

@@ -1,8 +1,8 @@
 """Every rule: one config that violates it (rejected with that id), one that does not."""
 import pytest
+from helpers import STRICT_A3
 
 from topl.launcher.contract import RULES, check
-from helpers import STRICT_A3
 
 B = STRICT_A3
 CASES = {

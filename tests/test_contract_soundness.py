@@ -51,7 +51,7 @@ def test_a_violation_reports_the_key_that_triggered_it(compose):
                                                          "alignment.mode=strict"]))}
     keys = vs["TOP-COLL-001"].keys
     assert keys["train.cp"] == {"value": 2, "source": "command line `train.cp=2`"}
-    assert keys["collective.hccl_deterministic"]["source"] == "conf/collective/default.yaml"
+    assert keys["collective.hccl_deterministic"]["value"] == "false"
 
 
 def test_strict_env_override_names_both_sources(compose):

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from helpers import run_topl
 
 from topl.kernels import dump
 from topl.kernels import primitives as P
@@ -12,7 +13,6 @@ from topl.kernels.diagnose import diagnose, ulp_distance
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import make_requests, probe
 from topl.kernels.training import TrainingEngine
-from helpers import run_topl
 
 STRICT = Alignment(kv_tile=8)
 

@@ -1,7 +1,7 @@
 """The README is the front door: its rule table is the code's catalog."""
 from pathlib import Path
 
-from topl.launcher.cli import rules_markdown
+from topl.launcher.cli.rules import rules_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -3,7 +3,6 @@ import json
 import sys
 
 import pytest
-
 from helpers import STRICT_A3, run_topl
 
 VERSIONS = ["cluster.versions.torch=2.13.0", "cluster.versions.torch_npu=2.13.0"]

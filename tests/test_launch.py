@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import run_topl
 
 FAKE_VERL = '''

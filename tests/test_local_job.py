@@ -2,10 +2,10 @@
 import json
 
 import pytest
-
-from topl.kernels.local_job import run_local
-from topl.launcher.errors import ToplError
 from helpers import run_topl
+
+from topl.launcher.backends.local import run_local
+from topl.launcher.errors import ToplError
 
 
 def steps_of(run_dir):

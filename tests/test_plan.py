@@ -3,6 +3,7 @@ import csv
 import json
 
 import pytest
+from helpers import run_topl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -10,7 +11,6 @@ from topl.launcher.compose import loader_for
 from topl.launcher.contract import check, errors
 from topl.launcher.errors import ToplError
 from topl.launcher.plan import expand, plan
-from helpers import run_topl
 
 SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.tp=1,2,4", "train.pp=4,8", "train.ep=1,2",
          "rollout.tp=1,2", "rollout.pp=1,2"]

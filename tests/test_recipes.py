@@ -3,11 +3,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import compose_verl, hf_config_dir, run_topl, verl_config_dir
 
 from topl.launcher import recipes
 from topl.launcher.contract import check, errors
 from topl.launcher.render import render
-from helpers import compose_verl, hf_config_dir, run_topl, verl_config_dir
 
 SHIPPED = sorted(recipes.available())
 BAD = sorted((Path(__file__).parent / "bad_recipes").glob("*.yaml"))

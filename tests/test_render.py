@@ -2,11 +2,9 @@
 import json
 
 import pytest
+from helpers import STRICT_A3, compose_verl, hf_config_dir, run_topl, verl_config_dir  # noqa: E402
 
 from topl.launcher.render import FREE_FORM, NEW_KEYS, fmt, render
-from helpers import STRICT_A3, run_topl
-
-from helpers import compose_verl, hf_config_dir, verl_config_dir  # noqa: E402
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 

@@ -9,12 +9,11 @@ differs, so a token's output has the same bits on all three paths.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
-
-import os
 
 Q_TOKENS = 16  # queries per program on every path (rows = Q_TOKENS x G)
 NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V tile prefetch depth (no effect on numerics)

@@ -5,11 +5,11 @@ whatever M is, no split-K, one program per row for the reductions.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
-
-import os
 
 # Tile plan: fixed for every M (a row's K loop and MMA shape never change with the batch).
 # TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).

@@ -11,7 +11,7 @@ from topl.launcher.contract import (  # noqa: F401
     engines,
     env,
     fields,
-    memory,
+    memory_fit,
     resources,
     stack,
     verl_keys,

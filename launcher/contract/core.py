@@ -5,7 +5,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-ERROR, WARNING = "error", "warning"
+from topl.launcher.errors import ERROR, WARNING  # noqa: F401  (re-exported to the rules)
+from topl.launcher.spec import is_moe, is_strict, on_npu, world_size  # noqa: F401  (same)
 
 
 @dataclass
@@ -52,19 +53,3 @@ def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str):
         return fn
 
     return deco
-
-
-def world_size(s) -> int:
-    return s.cluster.nodes * s.cluster.devices_per_node
-
-
-def is_moe(s) -> bool:
-    return s.model.num_experts > 0
-
-
-def is_strict(s) -> bool:
-    return s.alignment.mode == "strict"
-
-
-def on_npu(s) -> bool:
-    return s.cluster.device == "npu"

@@ -103,7 +103,7 @@ def sp_needs_tp(s):
       "use model=tiny_dense or model=tiny_moe locally, or a cluster with backend subprocess/ray_job")
 def local_model_size(s):
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
-    from topl.launcher.memory import param_counts
+    from topl.launcher.memory_estimate import param_counts
 
     if s.cluster.backend == "local":
         total = param_counts(s.model)["total"]

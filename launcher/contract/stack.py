@@ -1,14 +1,12 @@
 """The declared target stack supports what the spec asks for."""
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
+from topl.launcher.versions import UNKNOWN, parse
 
 
 def _v(text: str) -> Version:
-    try:
-        return Version(str(text))
-    except InvalidVersion:
-        return Version("0")
+    return parse(text) or UNKNOWN
 
 
 @rule("TOP-STACK-001", ERROR, "vLLM pipeline parallel needs verl's PP patch",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,13 @@ class ToplSweeperConf:
     max_batch_size: Optional[int] = None  # jobs handed to the launcher at once (None: all)
     params: Optional[Dict[str, str]] = None  # sweep parameters from config, as in BasicSweeper
     on_invalid: str = "skip"  # skip: drop invalid points and run the rest | fail: run nothing
+    # `recipe=NAME` as the user wrote it: `topl launch` hands Hydra a temporary copy of the recipe
+    # (set by `topl launch`; the sweeper validates points against the user's spelling)
+    recipe: Optional[str] = None
+
+
+# The plugin registers its own config, as Hydra's sweepers do (discovery imports this module).
+ConfigStore.instance().store(group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl")
 
 
 def write_reports(sweep_dir: Path, verdicts) -> None:
@@ -41,21 +49,26 @@ def write_reports(sweep_dir: Path, verdicts) -> None:
 
 class ToplSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 on_invalid: str = "skip"):
+                 on_invalid: str = "skip", recipe: Optional[str] = None):
         super().__init__(max_batch_size=max_batch_size, params=params)
         if on_invalid not in ("skip", "fail"):
             raise HydraException(f"hydra.sweeper.on_invalid={on_invalid!r}: use skip or fail")
         self.on_invalid = on_invalid
+        self.recipe = recipe
+
+    def _as_user_wrote(self, override: str) -> str:
+        key, sep, _ = override.partition("=")
+        if sep and self.recipe and key.lstrip("+") == "recipe":
+            return f"{key}={self.recipe}"
+        return override
 
     def sweep(self, arguments: List[str]) -> Any:
-        from topl.launcher import launch
         from topl.launcher.errors import ToplError
         from topl.launcher.plan import Planner, expand, expand_items
 
         params = self._parse_config()
         to_launch = expand(params + list(arguments))
-        user = launch._state.get("user_overrides")  # recipe paths as the user gave them
-        items = expand_items(params + list(user if user is not None else arguments))
+        items = expand_items(params + [self._as_user_wrote(a) for a in arguments])
         if len(items) != len(to_launch):
             raise HydraException("topl sweeper: sweep expansion mismatch")
         planner = Planner()

@@ -1,8 +1,9 @@
 """`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] [--dump DIR]`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from topl.launcher.cli.output import print_json, print_table
 
 
 def model_for(spec):
@@ -38,33 +39,30 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
     return out
 
 
+def _fmt(key: str, v) -> str:
+    if not isinstance(v, float):
+        return str(v)
+    return f"{v:.3f}" if key in ("rollout_s", "train_s", "bitwise_equal_fraction") else f"{v:.3e}"
+
+
 def main(args: list[str]) -> int:
+    from topl.launcher.cli.argv import parse
     from topl.launcher.compose import compose_job
 
-    from topl.launcher.argv import flag, option
-
-    as_json, args = flag(args, "--json")
-    prompts, args = option(args, "--prompts", "16")
-    arrival, args = option(args, "--arrival", "staggered")
-    dump_dir, args = option(args, "--dump", "")
-    spec = compose_job(args).to_object()
+    options = {"--prompts": "16", "--arrival": "staggered", "--dump": ""}
+    flags, overrides = parse(args, flags=("--json",), options=options)
+    as_json, prompts, arrival, dump_dir = flags.json, flags.prompts, flags.arrival, flags.dump
+    spec = compose_job(overrides).to_object()
     out = run(spec, int(prompts), arrival, dump_dir or None)
     if dump_dir:
         out["dumps"] = [f"{dump_dir}/rollout", f"{dump_dir}/training"]
     if as_json:
-        print(json.dumps(out, indent=1))
+        print_json(out)
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title=f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
-                        f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}")
-        t.add_column("metric")
-        t.add_column("value", justify="right")
-        for k, v in out.items():
-            t.add_row(k, f"{v:.3e}" if isinstance(v, float) and k not in ("rollout_s", "train_s", "bitwise_equal_fraction")
-                      else (f"{v:.3f}" if isinstance(v, float) else str(v)))
-        Console().print(t)
+        title = (f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
+                 f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}")
+        rows = [(k, _fmt(k, v)) for k, v in out.items()]
+        print_table(title, ("metric", "value"), rows, justify={"value": "right"})
         verdict = "bitwise equal: on-policy" if out["max_abs_logprob_diff"] == 0 else "log-probs differ: off-policy"
         print(verdict)
     return 0 if (out["max_abs_logprob_diff"] == 0 or spec.alignment.mode != "strict") else 1

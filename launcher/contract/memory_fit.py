@@ -1,6 +1,6 @@
 """Memory fit: layouts whose states cannot live on one device are rejected before launch."""
 from topl.launcher.contract.core import ERROR, WARNING, rule
-from topl.launcher.memory import GB, rollout_fit, train_bytes
+from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
 
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
 

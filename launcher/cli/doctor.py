@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+from topl.launcher.cli.output import print_json, print_table
+
 MARK = "TOPL_DOCTOR_JSON="
 
 
@@ -59,7 +61,7 @@ def on_ray(address: str, spec) -> list[dict]:
     from topl.launcher.render import render
 
     client = JobSubmissionClient(address)
-    entry = f"{sys.executable} -m topl.launcher.doctor_cli --node"
+    entry = f"{sys.executable} -m topl.launcher.cli.doctor --node"
     env = {**render(spec).env, "TOPL_DOCTOR_SPEC": spec_to_json(spec)}  # the job's own runtime_env
     try:
         job = client.submit_job(entrypoint=entry, runtime_env={"env_vars": env})
@@ -88,34 +90,35 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
 def report(nodes: list[dict], as_json: bool) -> int:
     bad = any(f["severity"] == "error" for n in nodes for f in n["findings"])
     if as_json:
-        print(json.dumps({"ok": not bad, "nodes": nodes}, indent=1))
+        print_json({"ok": not bad, "nodes": nodes})
         return 2 if bad else 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
+    console = None
     for n in nodes:
-        t = Table(title=f"topl doctor: {n['node']}")
-        for col in ("id", "severity", "check", "found", "needed", "fix"):
-            t.add_column(col)
+        rows = []
         for f in n["findings"]:
             color = {"error": "red", "warning": "yellow"}.get(f["severity"], "green")
-            t.add_row(f["id"], f"[{color}]{f['severity']}[/]", f["what"], f["found"], f["needed"], f["fix"])
-        console.print(t)
+            rows.append((f["id"], f"[{color}]{f['severity']}[/]", f["what"], f["found"], f["needed"], f["fix"]))
+        columns = ("id", "severity", "check", "found", "needed", "fix")
+        console = print_table(f"topl doctor: {n['node']}", columns, rows, console=console)
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
     n_err = sum(f["severity"] == "error" for n in nodes for f in n["findings"])
     console.print(f"{'FAILED' if bad else 'OK'}: {n_err} error(s) on {len(nodes)} node(s)")
     return 2 if bad else 0
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.argv import flag, option
+    from topl.launcher.cli.argv import parse
     from topl.launcher.compose import compose_job
 
-    as_json, args = flag(args, "--json")
-    address, args = option(args, "--ray", optional_value=True)
+    flags, overrides = parse(args, flags=("--json",), optional=("--ray",))
+    composed = compose_job(overrides)
+    address = flags.ray
     if address == "":  # --ray alone: the spec's cluster.ray_address
-        address = compose_job(args).cfg.cluster.ray_address or "http://127.0.0.1:8265"
-    return report(run(compose_job(args).to_object(), address), as_json)
+        address = composed.cfg.cluster.ray_address or "http://127.0.0.1:8265"
+    return report(run(composed.to_object(), address), flags.json)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--node"]:

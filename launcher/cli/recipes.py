@@ -1,20 +1,13 @@
 """`topl recipes [--json]`, `topl recipes show NAME`, `topl recipes diff A B`."""
 from __future__ import annotations
 
-import json
-
 from omegaconf import OmegaConf
 
 from topl.launcher import recipes
+from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json
 from topl.launcher.errors import ToplError
-
-
-def _flat(node, prefix=""):
-    out = {}
-    for k, v in node.items():
-        key = f"{prefix}{k}"
-        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
-    return out
+from topl.launcher.tree import flatten
 
 
 def resolved(name: str) -> dict:
@@ -24,12 +17,12 @@ def resolved(name: str) -> dict:
 
 
 def main(args: list[str]) -> int:
-    as_json = "--json" in args
-    args = [a for a in args if a != "--json"]
+    flags, args = parse(args, flags=("--json",))
+    as_json = flags.json
     if not args:
         rows = [{"name": n, "description": recipes.description(p), "path": str(p)} for n, p in recipes.available().items()]
         if as_json:
-            print(json.dumps(rows, indent=1))
+            print_json(rows)
         else:
             width = max((len(r["name"]) for r in rows), default=0)
             for r in rows:
@@ -37,13 +30,16 @@ def main(args: list[str]) -> int:
         return 0
     if args[0] == "show" and len(args) == 2:
         data = resolved(args[1])
-        print(json.dumps(data, indent=1, default=str) if as_json else OmegaConf.to_yaml(OmegaConf.create(data)))
+        if as_json:
+            print_json(data)
+        else:
+            print(OmegaConf.to_yaml(OmegaConf.create(data)))
         return 0
     if args[0] == "diff" and len(args) == 3:
-        a, b = _flat(resolved(args[1])), _flat(resolved(args[2]))
+        a, b = flatten(resolved(args[1])), flatten(resolved(args[2]))
         rows = [{"key": k, "a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
         if as_json:
-            print(json.dumps({"a": args[1], "b": args[2], "differences": rows}, indent=1, default=str))
+            print_json({"a": args[1], "b": args[2], "differences": rows})
         else:
             width = max((len(r["key"]) for r in rows), default=3)
             print(f"{'key':<{width}}  {args[1]}  ->  {args[2]}")

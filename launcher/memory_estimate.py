@@ -1,6 +1,8 @@
 """Memory-fit estimates per device, from the model's architecture facts."""
 from __future__ import annotations
 
+from topl.launcher.spec import world_size
+
 GB = 1e9
 
 
@@ -26,7 +28,7 @@ def megatron_train_bytes(s) -> float:
     shard = dense / (tp*pp) + expert / (ep*etp*pp); dense dp = world/(tp*pp*cp), expert dp =
     world/(ep*etp*pp). Offload flags move the matching term to host memory.
     """
-    t, world = s.train, s.cluster.nodes * s.cluster.devices_per_node
+    t, world = s.train, world_size(s)
     pc = param_counts(s.model)
     shards = [(pc["dense"] / (t.tp * t.pp), max(world // (t.tp * t.pp * t.cp), 1)),
               (pc["expert"] / (t.ep * t.etp * t.pp), max(world // (t.ep * t.etp * t.pp), 1))]

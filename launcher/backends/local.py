@@ -1,0 +1,102 @@
+"""The local backend: the job spec -> the embedded RL loop on the reference engines, with a
+progress bar, verl's metrics file, a plot and a summary table."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from topl.launcher.errors import ToplError
+from topl.launcher.spec import is_strict
+
+
+def loop_config(spec):
+    """The plain arguments the kernels' RL loop reads, taken from the job spec."""
+    from topl.kernels.rl_loop import LoopConfig
+
+    r, t, a = spec.rollout, spec.train, spec.algorithm
+    return LoopConfig(
+        model=spec.model, alignment=spec.alignment, steps=t.steps, batch_size=t.train_batch_size,
+        n=r.n, max_response_length=t.max_response_length, dtype=t.dtype, train_tp=t.tp,
+        rollout_tp=r.tp, order=spec.collective.order, block_size=r.block_size,
+        max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
+        chunked_prefill=r.chunked_prefill, micro_batch=t.ppo_micro_batch_size_per_gpu,
+        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high,
+        use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef, lr=spec.local.lr, seed=spec.local.seed,
+    )
+
+
+def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+    """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from topl.kernels import rl_loop
+
+    if spec.algorithm.name != "grpo" or spec.algorithm.use_critic:
+        raise ToplError(f"the local backend runs GRPO; algorithm={spec.algorithm.name} is not embedded yet",
+                        where="algorithm", fix="use algorithm=grpo locally, or cluster.backend=subprocess/ray_job")
+    console = Console(quiet=quiet)
+    metrics_path, history = run_dir / "metrics.jsonl", []
+    strict = is_strict(spec)
+    rc = 0
+    with Progress(TextColumn("[bold]GRPO[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TextColumn("{task.description}"), TimeRemainingColumn(), console=console) as bar:
+        job = bar.add_task("", total=spec.train.steps)
+        for step, data in enumerate(rl_loop.run(loop_config(spec)), start=1):
+            history.append(data)
+            with metrics_path.open("a") as f:
+                f.write(json.dumps({"step": step, "data": data}) + "\n")
+            bar.update(job, advance=1, description=f"reward {data['critic/rewards/mean']:.3f}  "
+                                                   f"max|Δlogp| {data['topl/max_abs_logprob_diff']:.2e}")
+            if strict and data["topl/max_abs_logprob_diff"] != 0.0:
+                console.print(f"[red]error[/]: step {step}: topl/max_abs_logprob_diff = "
+                              f"{data['topl/max_abs_logprob_diff']:.3e} (training/rollout_probs_diff_max = "
+                              f"{data['training/rollout_probs_diff_max']:.3e}) under alignment=strict: the run "
+                              "went off-policy; stopping. Find the cause: `topl probe` with one switch off at a time.")
+                rc = 1
+                break
+    if history and spec.local.plot:
+        plot(history, run_dir / "metrics.png", spec)
+    summary(console, history, spec, run_dir)
+    return rc
+
+
+def plot(history: list[dict], path: Path, spec) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = range(1, len(history) + 1)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+    ax1.plot(steps, [h["critic/rewards/mean"] for h in history], marker="o")
+    ax1.set(title="reward (critic/rewards/mean)", xlabel="step")
+    diffs = [h["topl/max_abs_logprob_diff"] for h in history]
+    ax2.plot(steps, diffs, marker="o", color="tab:red")
+    ax2.set(title="max |Δ log p| rollout vs training", xlabel="step")
+    if any(d > 0 for d in diffs):
+        ax2.set_yscale("log")
+    fig.suptitle(f"{spec.model.name} GRPO, alignment={spec.alignment.mode}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def summary(console, history: list[dict], spec, run_dir: Path) -> None:
+    from rich.table import Table
+
+    if not history:
+        return
+    t = Table(title=f"topl local GRPO: {spec.model.name}, alignment={spec.alignment.mode}")
+    t.add_column("")
+    t.add_column("first step", justify="right")
+    t.add_column("last step", justify="right")
+    for key in ("critic/rewards/mean", "topl/max_abs_logprob_diff", "topl/bitwise_equal_fraction",
+                "rollout_corr/k3_kl", "actor/ratio_max_abs_dev", "timing_s/step"):
+        t.add_row(key, f"{history[0][key]:.4g}", f"{history[-1][key]:.4g}")
+    console.print(t)
+    worst = max(h["topl/max_abs_logprob_diff"] for h in history)
+    console.print(f"steps: {len(history)}   max |Δ log p| over the run: {worst:.3e}   "
+                  f"({'on-policy: importance ratio exactly 1' if worst == 0 else 'off-policy'})")
+    console.print(f"metrics: {run_dir / 'metrics.jsonl'}   plot: {run_dir / 'metrics.png'}")

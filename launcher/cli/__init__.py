@@ -1,0 +1,62 @@
+"""`topl` command line: launch, check, render, rules, recipes, probe.
+
+Everything after the subcommand that is not a topl flag is a Hydra override; `topl launch` is a
+real `@hydra.main` app, so `-m`, `--cfg job`, `--info` and the `.hydra/` folder work as in Hydra.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from topl.launcher.errors import ToplError
+
+USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
+
+commands:
+  launch    validate, write a run directory, start the backend (Hydra app: -m, --cfg job, --info)
+            flags: --dry-run (write the run dir, start nothing), --follow (ray_job: stream logs),
+                   --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly)
+  check     validate only; exit 0 when no error, 2 when rejected        (--json)
+  render    print the verl command the spec becomes                   (--json)
+  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
+  recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
+  plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
+  doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
+  probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
+  diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
+
+examples:
+  topl launch                                   # the embedded default: true on-policy GRPO here
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2
+  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json
+"""
+
+
+# One module per command, imported when run: `topl rules` must not pay for torch or Hydra.
+COMMANDS = ("launch", "check", "render", "rules", "recipes", "probe", "plan", "doctor", "diagnose")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"error: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
+    except ToplError as e:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if "--json" in rest:  # machines get JSON for bad input too
+            from topl.launcher.cli.output import print_json
+
+            print_json({"ok": False, "error": e.to_dict()})
+        else:
+            print(e.render(), file=sys.stderr)
+        return e.exit_code
+    except BrokenPipeError:
+        return 0

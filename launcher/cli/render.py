@@ -1,0 +1,28 @@
+"""`topl render [OVERRIDES] [--json]`: print the verl command the spec becomes."""
+from __future__ import annotations
+
+import sys
+
+from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json, print_violations
+
+
+def main(args: list[str]) -> int:
+    from topl.launcher.compose import compose_job
+    from topl.launcher.contract import check, errors
+    from topl.launcher.render import render
+
+    flags, overrides = parse(args, flags=("--json",))
+    composed = compose_job(overrides)
+    vs = check(composed)
+    if errors(vs):
+        print_violations(vs)
+        print("topl render: the spec is rejected; fix the errors above", file=sys.stderr)
+        return 2
+    spec = composed.to_object()
+    inv = render(spec)
+    if flags.json:
+        print_json(inv.to_dict(spec.cluster.python))
+    else:
+        print(inv.command(spec.cluster.python))
+    return 0
