@@ -5,6 +5,7 @@ declare its own without importing the launcher. `problems(spec)` checks every fi
 spec; `table()` lists them for the README. Each constraint that mirrors another package's check
 names it in `src` (`package@version:path:symbol`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def c(default: Any, *, ge=None, gt=None, le=None, ne=None, one_of=None, each_of=None,
-      src: str = ""):
+def c(
+    default: Any, *, ge=None, gt=None, le=None, ne=None, one_of=None, each_of=None, src: str = ""
+):
     """A dataclass field with a constraint: bounds (ge/gt/le/ne), one_of (allowed values),
     each_of (allowed items of a comma-separated string), src (who enforces it)."""
     given = {"ge": ge, "gt": gt, "le": le, "ne": ne, "one_of": one_of, "each_of": each_of}
@@ -69,8 +71,12 @@ def violated(value, meta) -> bool:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if isinstance(value, float) and math.isnan(value):
             return any(k in meta for k in ("ge", "gt", "le", "ne"))
-        return (("ge" in meta and value < meta["ge"]) or ("gt" in meta and value <= meta["gt"])
-                or ("le" in meta and value > meta["le"]) or ("ne" in meta and value == meta["ne"]))
+        return (
+            ("ge" in meta and value < meta["ge"])
+            or ("gt" in meta and value <= meta["gt"])
+            or ("le" in meta and value > meta["le"])
+            or ("ne" in meta and value == meta["ne"])
+        )
     return False
 
 
@@ -96,8 +102,14 @@ def problems(spec, prefix: str = "") -> list[Problem]:
         if dataclasses.is_dataclass(value):
             out += problems(value, key + ".")
         elif "src" in f.metadata and violated(value, f.metadata):
-            out.append(Problem(key, value, f"{key}={_show(value)}: must be {describe(f.metadata)}",
-                               f.metadata["src"] or "topl"))
+            out.append(
+                Problem(
+                    key,
+                    value,
+                    f"{key}={_show(value)}: must be {describe(f.metadata)}",
+                    f.metadata["src"] or "topl",
+                )
+            )
     return out
 
 

@@ -5,6 +5,7 @@
 
 verl is found with importlib.util.find_spec, never imported (its import needs torch and ray).
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -43,9 +44,13 @@ def collect() -> dict:
                 walk(OmegaConf.to_container(cfg, resolve=False), "")
     finally:
         GlobalHydra.instance().clear()
-    return {"source": f"verl@{version}:verl/trainer/config/ppo_trainer.yaml "
-                      "(composed with model_engine=dp and =megatron)",
-            "version": version, "keys": sorted(keys), "free_form": sorted(free)}
+    return {
+        "source": f"verl@{version}:verl/trainer/config/ppo_trainer.yaml "
+        "(composed with model_engine=dp and =megatron)",
+        "version": version,
+        "keys": sorted(keys),
+        "free_form": sorted(free),
+    }
 
 
 def main() -> int:

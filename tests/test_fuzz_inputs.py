@@ -1,6 +1,7 @@
 """Property-based fuzz over the spec schema and Hydra's override grammar (fixed, derandomized
 budget for CI): every input ends in exit 0 or exit 2 with one message, never a traceback or a
 hang, and `--json` always prints JSON."""
+
 import contextlib
 import dataclasses
 import io
@@ -10,11 +11,17 @@ import typing
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from topl.launcher.cli import main
 from topl.launcher.spec import JobSpec
 
-BUDGET = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
+BUDGET = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 HANG_S = 60  # one composition takes well under a second; this catches a hang, not slowness
 
 
@@ -27,23 +34,93 @@ def _leaves(cls, prefix=""):
             yield f"{prefix}{f.name}"
 
 
-KEYS = sorted(_leaves(JobSpec)) + ["train.nope", "nope", "cluster.env.HCCL_DETERMINISTIC",
-                                   "cluster.env.X", "algorithm.extra_overrides.trainer.total_epochs",
-                                   "algorithm.extra_overrides.a.b", "hydra.job.name", "train", "recipe"]
+KEYS = sorted(_leaves(JobSpec)) + [
+    "train.nope",
+    "nope",
+    "cluster.env.HCCL_DETERMINISTIC",
+    "cluster.env.X",
+    "algorithm.extra_overrides.trainer.total_epochs",
+    "algorithm.extra_overrides.a.b",
+    "hydra.job.name",
+    "train",
+    "recipe",
+]
 GROUPS = ["model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"]
-OPTIONS = ["tiny_dense", "qwen3_30b_a3b", "megatron", "fsdp", "vllm_ascend", "strict", "mitigated", "off",
-           "hccl_strict", "atlas_a3", "qwen3_4b_grpo_a2_strict", "bogus", "null", "../conf/config", ""]
+OPTIONS = [
+    "tiny_dense",
+    "qwen3_30b_a3b",
+    "megatron",
+    "fsdp",
+    "vllm_ascend",
+    "strict",
+    "mitigated",
+    "off",
+    "hccl_strict",
+    "atlas_a3",
+    "qwen3_4b_grpo_a2_strict",
+    "bogus",
+    "null",
+    "../conf/config",
+    "",
+]
 ATOMS = st.one_of(
-    st.integers(-3, 70000).map(str), st.sampled_from(["0", "-1", "1e309", "nan", "inf", "-inf", "0x10"]),
-    st.floats(allow_nan=True, allow_infinity=True).map(repr), st.sampled_from(["true", "false", "null", "~"]),
-    st.sampled_from(["'2'", '"2"', "'a b'", "\"x,y\"", "''", "\\'", "'", '"', "${train.tp}",
-                     "${nope}", "${oc.env:HOME}", "${", "}", "{a:1}", "{}", "[1,2]", "[]", "[",
-                     "a=b", "a:b", "a b", "é", "\x00", "\\", "$", "@", "#c"]),
+    st.integers(-3, 70000).map(str),
+    st.sampled_from(["0", "-1", "1e309", "nan", "inf", "-inf", "0x10"]),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["true", "false", "null", "~"]),
+    st.sampled_from(
+        [
+            "'2'",
+            '"2"',
+            "'a b'",
+            '"x,y"',
+            "''",
+            "\\'",
+            "'",
+            '"',
+            "${train.tp}",
+            "${nope}",
+            "${oc.env:HOME}",
+            "${",
+            "}",
+            "{a:1}",
+            "{}",
+            "[1,2]",
+            "[]",
+            "[",
+            "a=b",
+            "a:b",
+            "a b",
+            "é",
+            "\x00",
+            "\\",
+            "$",
+            "@",
+            "#c",
+        ]
+    ),
     st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12),
 )
-SWEEPS = st.sampled_from(["1,2", "1,2,4", "range(1,3)", "range(0,5,2)", "choice(1,2)", "interval(0,1)",
-                          "glob(*)", "shuffle(1,2)", "shuffle(range(1,3))", "sort(2,1)", "tag(x,1,2)",
-                          "choice()", "range(1)", "1,", ",", "a,b"])
+SWEEPS = st.sampled_from(
+    [
+        "1,2",
+        "1,2,4",
+        "range(1,3)",
+        "range(0,5,2)",
+        "choice(1,2)",
+        "interval(0,1)",
+        "glob(*)",
+        "shuffle(1,2)",
+        "shuffle(range(1,3))",
+        "sort(2,1)",
+        "tag(x,1,2)",
+        "choice()",
+        "range(1)",
+        "1,",
+        ",",
+        "a,b",
+    ]
+)
 VALUES = st.one_of(ATOMS, SWEEPS)
 
 

@@ -1,7 +1,9 @@
 """`topl plan` gives every point the verdict `topl check` gives it, for every override form
 Hydra accepts in a sweep (shuffle, quoted values, +/++, choice/range/glob, dict entries)."""
+
 import pytest
 from helpers import STRICT_A3
+
 from topl.launcher.contract import check, errors
 from topl.launcher.errors import ToplError
 from topl.launcher.plan import expand, plan

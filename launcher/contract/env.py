@@ -1,4 +1,5 @@
 """Env set through `cluster.env` against the determinism settings the contract checked."""
+
 import re
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
@@ -23,14 +24,21 @@ def _overrides(s) -> list[tuple[str, str, str | None]]:
 
 
 def _say(items) -> str:
-    return "; ".join(f"cluster.env.{n}={v!r} overrides {n}={'unset' if d is None else repr(d)} "
-                     f"that {' + '.join(ENV_OWNERS[n])} decide" for n, v, d in items)
+    return "; ".join(
+        f"cluster.env.{n}={v!r} overrides {n}={'unset' if d is None else repr(d)} "
+        f"that {' + '.join(ENV_OWNERS[n])} decide"
+        for n, v, d in items
+    )
 
 
-@rule("TOP-ENV-001", ERROR, "no determinism variable overridden through cluster.env in strict mode",
-      ("alignment.mode", "cluster.env", *sorted({f for fs in ENV_OWNERS.values() for f in fs})),
-      "remove the variable from cluster.env and set the field that decides it "
-      "(collective=..., alignment=..., cluster.external_modules)")
+@rule(
+    "TOP-ENV-001",
+    ERROR,
+    "no determinism variable overridden through cluster.env in strict mode",
+    ("alignment.mode", "cluster.env", *sorted({f for fs in ENV_OWNERS.values() for f in fs})),
+    "remove the variable from cluster.env and set the field that decides it "
+    "(collective=..., alignment=..., cluster.external_modules)",
+)
 def strict_env(s):
     """Workers get cluster.env last, so it silently replaces the determinism settings the contract
     just checked (HCCL_DETERMINISTIC, VLLM_BATCH_INVARIANT, the NZ switch, ...)."""
@@ -40,9 +48,13 @@ def strict_env(s):
             return _say(bad)
 
 
-@rule("TOP-ENV-002", WARNING, "determinism variables come from the spec, not cluster.env",
-      ("alignment.mode", "cluster.env", *sorted({f for fs in ENV_OWNERS.values() for f in fs})),
-      "set the field that decides the variable instead of cluster.env")
+@rule(
+    "TOP-ENV-002",
+    WARNING,
+    "determinism variables come from the spec, not cluster.env",
+    ("alignment.mode", "cluster.env", *sorted({f for fs in ENV_OWNERS.values() for f in fs})),
+    "set the field that decides the variable instead of cluster.env",
+)
 def env_owner(s):
     """Outside strict mode it is allowed, but the contract and `topl render` describe the field's
     value while the workers run with the variable's."""
@@ -52,8 +64,13 @@ def env_owner(s):
             return _say(bad)
 
 
-@rule("TOP-ENV-003", ERROR, "cluster.env names are environment variable names",
-      ("cluster.env",), "use names of letters, digits and _ (not starting with a digit)")
+@rule(
+    "TOP-ENV-003",
+    ERROR,
+    "cluster.env names are environment variable names",
+    ("cluster.env",),
+    "use names of letters, digits and _ (not starting with a digit)",
+)
 def env_names(s):
     """A name with '=', a space or a dot cannot reach a process environment (Ray rejects it,
     a shell splits it)."""

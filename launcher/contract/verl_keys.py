@@ -4,6 +4,7 @@ verl_keys.json is generated from the installed verl's Hydra config (scripts/gen_
 a test fails when it drifts). Extra overrides reach verl last, after everything the contract
 checked, so a key topl renders from a spec field must not be set again there.
 """
+
 import functools
 import json
 from importlib.resources import files
@@ -42,7 +43,7 @@ def known(key: str) -> bool:
 def _bare(key) -> tuple[str, str]:
     k = str(key)
     prefix = k[: len(k) - len(k.lstrip("+~"))]
-    return prefix, k[len(prefix):]
+    return prefix, k[len(prefix) :]
 
 
 def _entries(s):
@@ -58,10 +59,14 @@ def _entries(s):
     return out
 
 
-@rule("TOP-VERL-001", ERROR, "extra_overrides name keys verl 0.9.1 has (`+` only for new keys)",
-      ("algorithm.extra_overrides",),
-      "fix the key's spelling (verl's config: `python -m verl.trainer.main_ppo --cfg job`), or prefix a "
-      "genuinely new key with +")
+@rule(
+    "TOP-VERL-001",
+    ERROR,
+    "extra_overrides name keys verl 0.9.1 has (`+` only for new keys)",
+    ("algorithm.extra_overrides",),
+    "fix the key's spelling (verl's config: `python -m verl.trainer.main_ppo --cfg job`), or prefix a "
+    "genuinely new key with +",
+)
 def verl_schema(s):
     """Hydra rejects an unknown key without `+` and a `+` on a key that exists, after the cluster is
     allocated; the key list is verl@0.9.1:verl/trainer/config/ppo_trainer.yaml, composed."""
@@ -74,9 +79,13 @@ def verl_schema(s):
         return f"not in {schema()[2].split(':')[0]}'s config as written: {', '.join(bad)}"
 
 
-@rule("TOP-VERL-002", ERROR, "extra_overrides do not re-set what topl renders from the spec",
-      ("algorithm.extra_overrides", "alignment.mode"),
-      "set the spec field instead of the verl key (`topl render` shows which field renders it)")
+@rule(
+    "TOP-VERL-002",
+    ERROR,
+    "extra_overrides do not re-set what topl renders from the spec",
+    ("algorithm.extra_overrides", "alignment.mode"),
+    "set the spec field instead of the verl key (`topl render` shows which field renders it)",
+)
 def verl_collision(s):
     """An extra override is applied after topl's own; the contract checked the spec field, verl
     would get another value. In strict mode the batch-composition, graph-capture and consistency
@@ -93,6 +102,8 @@ def verl_collision(s):
         bare = _bare(key)[1]
         owned = any(bare == o or bare.startswith(o + ".") for o in STRICT_OWNED)
         if bare in rendered or (owned and is_strict(s)):
-            bad.append(f"{bare} ({'rendered by topl' if bare in rendered else 'owned by strict mode'})")
+            bad.append(
+                f"{bare} ({'rendered by topl' if bare in rendered else 'owned by strict mode'})"
+            )
     if bad:
         return "extra_overrides set " + ", ".join(bad)

@@ -1,4 +1,5 @@
 """A read-recording view of the job spec: a rule reports exactly the fields it read."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,7 +64,8 @@ class DictView:
         self._reads.add(self._key, self._d)
         return list(self._d)
 
-    __iter__ = lambda self: iter(self.keys())
+    def __iter__(self):
+        return iter(self.keys())
 
     def items(self):
         return [(k, self._entry(k)) for k in self.keys()]
