@@ -72,15 +72,42 @@ def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | 
     for o in overrides:
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
-            path = recipes.resolve(value)
-            recipes.load_checked(path)
-            root = recipes.RecipeRoot(path)
-            atexit.register(root.cleanup)
-            o = f"recipe={root.name}"
+            values = _recipe_sweep(o) or [value]
+            names = []
+            for v in values:
+                path = recipes.resolve(v)
+                recipes.load_checked(path)
+                if root is None:
+                    root = recipes.RecipeRoot(path)
+                    atexit.register(root.cleanup)
+                    names.append(root.name)
+                else:
+                    names.append(root.add(path))
+            root.user_value = ",".join(values)  # the sweep as the user spelled it, in order
+            o = f"recipe={','.join(names)}"
         out.append(o)
     if root:
         out.append(f"hydra.searchpath=[file://{root.dir}]")
     return out, root
+
+
+def _recipe_sweep(override: str) -> list[str] | None:
+    """The recipes of a sweep over recipes (`recipe=a,b`, `choice(a,b)`, `glob(qwen3_4b_*)`), in
+    Hydra's order; None when the value is one recipe."""
+    from hydra.core.override_parser.types import Glob
+
+    try:
+        ov = OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None  # not a sweep Hydra can read: resolved (and refused) as one name
+    if not ov.is_sweep_override():
+        return None
+    if isinstance(ov.value(), Glob):
+        return ov.value().filter(list(recipes.available()))
+    if not ov.is_discrete_sweep():
+        raise ToplError(f"{override}: a sweep over recipes needs a list, choice() or glob()",
+                        where=override, fix="e.g. recipe=a,b")
+    return [str(v) for v in ov.sweep_string_iterator()]
 
 
 def _friendly(e: Exception, overrides: list[str]) -> ToplError:
@@ -156,7 +183,8 @@ def from_hydra_job(cfg: DictConfig, hydra_overrides: list[str], choices: dict, r
     typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
     sources = _sources(loader_for(root), hydra_overrides, root)
-    return Composed(typed, sources, user_overrides, chosen, str(root.source) if root else None)
+    recipe = str(root.source_of(chosen.get("recipe"))) if root else None
+    return Composed(typed, sources, user_overrides, chosen, recipe)
 
 
 def loader_for(root):
@@ -184,7 +212,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):
-            label = _label(root.source)
+            label = _label(root.source_of(file.stem))
         else:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""

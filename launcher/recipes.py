@@ -96,14 +96,27 @@ def description(path: Path) -> str:
 
 
 class RecipeRoot:
-    """A temporary Hydra search-path root whose `recipe/` group holds the chosen recipe file."""
+    """A temporary Hydra search-path root whose `recipe/` group holds the chosen recipe file(s)
+    (several for a sweep over recipes, `recipe=a,b`)."""
 
     def __init__(self, path: Path):
-        self.source = path
         self.dir = Path(tempfile.mkdtemp(prefix="topl-recipe-"))
         (self.dir / "recipe").mkdir()
-        self.name = path.stem
-        shutil.copyfile(path, self.dir / "recipe" / f"{self.name}.yaml")
+        self.sources: dict[str, Path] = {}  # option name in the root -> the user's file
+        self.name = self.add(path)
+        self.source = path
+
+    def add(self, path: Path) -> str:
+        """Copy one more recipe in; its option name (the file's stem, made unique)."""
+        name, i = path.stem, 1
+        while name in self.sources and self.sources[name] != path:
+            name, i = f"{path.stem}_{i}", i + 1
+        self.sources[name] = path
+        shutil.copyfile(path, self.dir / "recipe" / f"{name}.yaml")
+        return name
+
+    def source_of(self, name: str | None) -> Path:
+        return self.sources.get(name or "", self.source)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

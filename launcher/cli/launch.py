@@ -67,9 +67,8 @@ def main(args: list[str]) -> int:
             return 2
         ctx.prepared = (composed, vs)
     hydra_overrides, ctx.root = split_recipe(overrides)
-    recipe = next((o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("recipe=")), None)
-    if multirun and ctx.root is not None and recipe:
-        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(recipe)}")
+    if multirun and ctx.root is not None:  # the sweeper validates the recipes as the user named them
+        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(ctx.root.user_value)}")
     register_configs()
 
     def task(cfg: DictConfig) -> None:
