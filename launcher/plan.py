@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
+from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.tree import get_path, parent_of
 
@@ -66,6 +68,8 @@ def expand_items(overrides: list[str]) -> list[list[Item]]:
             # one list of strings, each parsed back: shuffle() reorders every iterator afresh, so
             # zipping sweep_string_iterator with sweep_iterator pairs strings with other values
             texts = list(ov.sweep_string_iterator())
+            if ov.key_or_group == "recipe" and isinstance(ov.value(), Glob):
+                texts = ov.value().filter(list(available()))  # recipes live outside conf/
             typed = _parse([f"{key}={t}" for t in texts]) if texts else []
             final[key] = [(f"{key}={t}", ov.key_or_group, o.value()) for t, o in zip(texts, typed)]
         else:

@@ -171,3 +171,12 @@ def test_check_json_is_always_json(overrides):
     assert doc["ok"] is (rc == 0)
     if "error" in doc:
         assert doc["error"]["message"]
+
+
+@settings(BUDGET, max_examples=40)
+@given(st.lists(override(), min_size=1, max_size=2))
+def test_plan_json_is_always_json(overrides):
+    rc, out, err = run(["plan", "--json", "recipe=qwen3_4b_grpo_a3_strict", *overrides])
+    assert rc in (0, 2), (overrides, rc, err)
+    doc = json.loads(out)
+    assert ("error" in doc) is (rc == 2)

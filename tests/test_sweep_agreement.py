@@ -58,3 +58,13 @@ def test_points_check_rejects_as_input_errors_are_plan_errors(compose, bad):
         compose(STRICT_A3 + [bad[0].split("=")[0] + "=" + bad[0].split("=")[1].split(",")[0]])
     with pytest.raises(ToplError):
         plan(STRICT_A3 + bad)
+
+
+def test_glob_over_recipes(compose):
+    sweep = ["recipe=glob(qwen3_4b_grpo_a3*)"]
+    assert [p[0] for p in expand(sweep)] == [
+        "recipe=qwen3_4b_grpo_a3_mitigated",
+        "recipe=qwen3_4b_grpo_a3_off",
+        "recipe=qwen3_4b_grpo_a3_strict",
+    ]
+    _agree(compose, sweep)
