@@ -91,6 +91,25 @@ def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | 
     return out, root
 
 
+def _strict_bools(hydra_overrides: list[str]) -> None:
+    """OmegaConf reads 2, "yes" or "on" as true for a bool field; on the command line a switch is
+    `true` or `false`, so `rollout.prefix_caching=2` is a typo, not a yes."""
+    import typing
+
+    for ov in OverridesParser.create().parse_overrides(
+            [o for o in hydra_overrides if not o.startswith("hydra.")]):
+        if ov.is_sweep_override() or ov.is_delete():
+            continue
+        node, typ = JobSpec, None
+        for part in ov.key_or_group.split("."):
+            hints = typing.get_type_hints(node) if isinstance(node, type) else {}
+            typ = hints.get(part)
+            node = typ
+        if typ is bool and not isinstance(ov.value(), bool):
+            raise ToplError(f"{ov.key_or_group}={ov.get_value_element_as_str()}: a switch is true or false",
+                            where=f"command line `{ov.input_line}`", fix=f"write {ov.key_or_group}=true or =false")
+
+
 def _recipe_sweep(override: str) -> list[str] | None:
     """The recipes of a sweep over recipes (`recipe=a,b`, `choice(a,b)`, `glob(qwen3_4b_*)`), in
     Hydra's order; None when the value is one recipe."""
@@ -169,6 +188,7 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     with open_dict(cfg):
         del cfg["hydra"]
     _check_no_targets(cfg, overrides)
+    _strict_bools(hydra_overrides)
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now

@@ -10,6 +10,7 @@ from helpers import STRICT_A3, run_topl, verl_config_dir
 
 from topl.launcher.contract import RULES, check
 from topl.launcher.contract.view import Reads, View
+from topl.launcher.errors import ToplError
 from topl.launcher.recipes import recipes_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,3 +201,19 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose):
     assert "TOP-VERL-001" in {v.rule for v in check(bad)}
     with pytest.raises(HydraException):
         compose_verl(render(bad.to_object()))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "rollout.prefix_caching=2",
+        "++alignment.batch_invariant=672",
+        "rollout.prefix_caching='yes'",
+        "cluster.versions.batch_invariant_ops=0",
+    ],
+)
+def test_a_switch_is_true_or_false(compose, override):
+    """OmegaConf would read these as booleans; on the command line they are typos."""
+    with pytest.raises(ToplError) as e:
+        compose(STRICT_A3 + [override])
+    assert "true or false" in e.value.render()
