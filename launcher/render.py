@@ -247,9 +247,29 @@ def stack_overrides(s) -> list[tuple[str, Any]]:
         out.append((f"{ARR}.rollout.per_request_seed", True))
     return out
 
+# Variables the determinism settings decide, and the spec fields that decide them: set them through
+# those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
+ENV_OWNERS: dict[str, tuple[str, ...]] = {
+    "HCCL_DETERMINISTIC": ("collective.hccl_deterministic",),
+    "LCCL_DETERMINISTIC": ("collective.lccl_deterministic",),
+    "HCCL_OP_EXPANSION_MODE": ("collective.op_expansion_mode",),
+    "HCCL_ALGO": ("collective.hccl_algo",),
+    "VLLM_BATCH_INVARIANT": ("alignment.mode",),
+    "VLLM_ASCEND_ENABLE_NZ": ("alignment.mode", "cluster.device"),
+    "CLOSE_MATMUL_K_SHIFT": ("alignment.mode", "cluster.device"),
+    "ATB_MATMUL_SHUFFLE_K_ENABLE": ("alignment.mode", "cluster.device"),
+    "ATB_LLM_LCOC_ENABLE": ("alignment.mode", "cluster.device"),
+    "VERL_USE_EXTERNAL_MODULES": ("cluster.external_modules",),
+}
+
 
 def env_vars(s) -> dict[str, str]:
-    """Environment every process (driver and each Ray worker) must see."""
+    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env."""
+    return {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
+
+
+def derived_env(s) -> dict[str, str]:
+    """The environment the spec's own fields decide (without cluster.env)."""
     c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
@@ -271,7 +291,6 @@ def env_vars(s) -> dict[str, str]:
                 env["VLLM_ASCEND_ENABLE_NZ"] = "0"
     if s.cluster.external_modules:
         env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
-    env.update({k: str(v) for k, v in s.cluster.env.items()})
     return env
 
 
@@ -285,6 +304,9 @@ def overrides(s) -> list[tuple[str, Any]]:
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
             *graph_overrides(s),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
+            # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:
+            # ActorRolloutRefWorker.init_model)
+            (f"{ARR}.rollout.log_prob_use_dynamic_bsz", s.train.use_dynamic_bsz),
             ("trainer.logger", ["console", "file"])]
     if s.algorithm.use_kl_loss:
         out.append((f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", s.train.log_prob_micro_batch_size_per_gpu))
@@ -305,9 +327,18 @@ def overrides(s) -> list[tuple[str, Any]]:
     if s.alignment.mode == "mitigated":
         out += [(f"algorithm.rollout_correction.{k}", getattr(rc, k))
                 for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
-    for k, v in s.algorithm.extra_overrides.items():
-        out.append((k, v))
+    out += extra_items(s.algorithm.extra_overrides)
     return with_verl_overrides(out, s.verl_overrides)
+
+
+def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
+    """extra_overrides as (dotted verl key, value): nested mappings (what `+algorithm.extra_overrides.
+    a.b=1` composes into) become dotted keys, as verl's override grammar needs."""
+    out = []
+    for k, v in extra.items():
+        key = f"{prefix}{k}"
+        out += extra_items(v, key + ".") if isinstance(v, dict) and v else [(key, v)]
+    return out
 
 
 def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
