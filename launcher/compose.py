@@ -48,7 +48,8 @@ class Composed:
             if k in self.sources:
                 return self.sources[k]
             parts.pop()
-        return SCHEMA_SOURCE
+        below = sorted({v for k, v in self.sources.items() if k.startswith(key + ".")})
+        return ", ".join(below) if below else SCHEMA_SOURCE  # a container: where its entries came from
 
     def value(self, key: str) -> Any:
         return OmegaConf.select(self.cfg, key, throw_on_missing=False)
@@ -71,14 +72,59 @@ def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | 
     for o in untrusted.guard_overrides(overrides):
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
-            if root is not None:
-                root.cleanup()
-            root = recipes.RecipeRoot(recipes.resolve(value))
-            o = f"recipe={root.name}"
+            values = _recipe_sweep(o) or [value]
+            names = []
+            for v in values:
+                path = recipes.resolve(v)
+                if root is None:
+                    root = recipes.RecipeRoot(path)
+                    names.append(root.name)
+                else:
+                    names.append(root.add(path))
+            root.user_value = ",".join(values)  # the sweep as the user spelled it, in order
+            o = f"recipe={','.join(names)}"
         out.append(o)
     if root:
         out.append(f"hydra.searchpath=[file://{root.dir}]")
     return out, root
+
+
+def _strict_bools(hydra_overrides: list[str]) -> None:
+    """OmegaConf reads 2, "yes" or "on" as true for a bool field; on the command line a switch is
+    `true` or `false`, so `rollout.prefix_caching=2` is a typo, not a yes."""
+    import typing
+
+    for ov in OverridesParser.create().parse_overrides(
+            [o for o in hydra_overrides if not o.startswith("hydra.")]):
+        if ov.is_sweep_override() or ov.is_delete():
+            continue
+        node, typ = JobSpec, None
+        for part in ov.key_or_group.split("."):
+            hints = typing.get_type_hints(node) if isinstance(node, type) else {}
+            typ = hints.get(part)
+            node = typ
+        if typ is bool and not isinstance(ov.value(), bool):
+            raise ToplError(f"{ov.key_or_group}={ov.get_value_element_as_str()}: a switch is true or false",
+                            where=f"command line `{ov.input_line}`", fix=f"write {ov.key_or_group}=true or =false")
+
+
+def _recipe_sweep(override: str) -> list[str] | None:
+    """The recipes of a sweep over recipes (`recipe=a,b`, `choice(a,b)`, `glob(qwen3_4b_*)`), in
+    Hydra's order; None when the value is one recipe."""
+    from hydra.core.override_parser.types import Glob
+
+    try:
+        ov = OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None  # not a sweep Hydra can read: resolved (and refused) as one name
+    if not ov.is_sweep_override():
+        return None
+    if isinstance(ov.value(), Glob):
+        return ov.value().filter(list(recipes.available()))
+    if not ov.is_discrete_sweep():
+        raise ToplError(f"{override}: a sweep over recipes needs a list, choice() or glob()",
+                        where=override, fix="e.g. recipe=a,b")
+    return [str(v) for v in ov.sweep_string_iterator()]
 
 
 def _friendly(e: Exception, overrides: list[str]) -> ToplError:
@@ -149,6 +195,7 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
     with open_dict(cfg):
         del cfg["hydra"]
     _check_no_code(cfg, overrides)
+    _strict_bools(hydra_overrides)
     redact.remember(OmegaConf.to_container(cfg.cluster.env) if "cluster" in cfg else {})
     try:
         _refuse_unknown(cfg, JobSpec, "")
@@ -187,7 +234,8 @@ def from_hydra_job(cfg: DictConfig, hydra_overrides: list[str], choices: dict, r
     redact.remember(OmegaConf.to_container(typed.cluster.env))
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
     sources = _sources(loader_for(root), hydra_overrides, root)
-    return Composed(typed, sources, user_overrides, chosen, str(root.source) if root else None)
+    recipe = str(root.source_of(chosen.get("recipe"))) if root else None
+    return Composed(typed, sources, user_overrides, chosen, recipe)
 
 
 def loader_for(root):
@@ -215,7 +263,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):
-            label = _label(root.files.get(file.stem, root.source))
+            label = _label(root.source_of(file.stem))
         else:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""

@@ -72,20 +72,34 @@ def description(path: Path) -> str:
 
 
 class RecipeRoot:
-    """A private temporary Hydra search-path root whose `recipe/` group holds the chosen recipe and
-    the recipes it includes, written from the bytes that were validated (never re-read)."""
+    """A private temporary Hydra search-path root whose `recipe/` group holds the chosen recipe(s)
+    (several for a sweep over recipes, `recipe=a,b`) and the recipes they include, written from
+    the bytes that were validated (never re-read)."""
 
     def __init__(self, path: Path):
         self.source = path
-        self.name = path.stem
         self.files: dict[str, Path] = {}  # recipe name in the root -> its source file
+        self.user_value = path.stem  # the recipe override as the user spelled it (sweeps: a,b)
         self.dir = Path(tempfile.mkdtemp(prefix="topl-recipe-"))  # mode 0700
         try:
             (self.dir / "recipe").mkdir(mode=0o700)
-            self._add(self.name, load_checked(path), [])
+            self.name = self.add(path)
         except BaseException:
             self.cleanup()
             raise
+
+    def add(self, path: Path) -> str:
+        """Read, validate and write one more top-level recipe; its option name in the root (the
+        file's stem, made unique when two files share it)."""
+        name, i = path.stem, 1
+        while name in self.files and self.files[name] != path:
+            name, i = f"{path.stem}_{i}", i + 1
+        if name not in self.files:
+            self._add(name, load_checked(path), [])
+        return name
+
+    def source_of(self, name: str | None) -> Path:
+        return self.files.get(name or "", self.source)
 
     def _add(self, name: str, recipe: untrusted.Recipe, chain: list[str]) -> None:
         if name in chain or len(chain) >= untrusted.MAX_INCLUDES:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topl.launcher import facts
+from topl.launcher.errors import ToplError
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
 
@@ -28,6 +29,12 @@ NEW_KEYS = {
     f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant",
     f"{ARR}.actor.megatron.override_transformer_config.batch_invariant_mode",
     f"{ARR}.actor.megatron.override_transformer_config.use_batch_invariant_ops",
+    # MindSpeed TransformerConfig switches: verl 0.9.1's override_transformer_config holds only
+    # recompute_* and attention_backend (verl@0.9.1:trainer/config/engine/megatron.yaml)
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
 # Keys a verl source patch adds (the seed's per-request seed): present on a patched verl only.
 PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
@@ -37,6 +44,9 @@ PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
 # seed passes them without `+` to dapo_megatron_trainer: psyloy/verl-ascend-recipe@0674dbf:
 # true_on_policy/scripts/dapo/run_dapo_qwen3_4b_megatron_npu.sh:REWARD).
 DAPO_RECIPE_KEYS = ("reward.reward_kwargs.",)
+
+# Hydra instantiation keys: a verbatim verl override naming one would make verl build an object.
+CODE_KEYS = {"_target_", "_partial_", "_call_"}
 
 # spec field -> verl key (a callable value derives it)
 VERL_KEYS: dict[str, str] = {
@@ -83,6 +93,18 @@ VERL_KEYS: dict[str, str] = {
     "project": "trainer.project_name",
     "experiment": "trainer.experiment_name",
     "seed": f"{ARR}.rollout.seed",
+    # optional rows: a None field is not rendered (verl keeps its default)
+    "algorithm.entropy_coeff": f"{ARR}.actor.entropy_coeff",  # verl@0.9.1:trainer/config/actor/actor.yaml
+    "algorithm.ppo_epochs": f"{ARR}.actor.ppo_epochs",  # same file
+    "algorithm.use_kl_in_reward": "algorithm.use_kl_in_reward",  # verl@0.9.1:trainer/config/algorithm.py:AlgoConfig
+    "algorithm.gen_batch_size": "data.gen_batch_size",  # verl@0.9.1:trainer/config/data/legacy_data.yaml
+    "algorithm.reward_manager": "reward.reward_manager.name",  # verl@0.9.1:workers/config/reward.py:RewardManagerConfig
+    # DAPO overlong shaping: verl@0.9.1:experimental/reward_loop/reward_manager/dapo.py reads
+    # reward_kwargs.overlong_buffer_cfg / max_resp_len; the DAPO recipe config declares them
+    "algorithm.overlong_buffer": "reward.reward_kwargs.overlong_buffer_cfg.enable",
+    "algorithm.overlong_buffer_len": "reward.reward_kwargs.overlong_buffer_cfg.len",
+    "algorithm.overlong_max_resp_len": "reward.reward_kwargs.max_resp_len",
+    "train.ppo_max_token_len_per_gpu": f"{ARR}.actor.ppo_max_token_len_per_gpu",  # actor.yaml
 }
 MEGATRON_KEYS = {
     "train.tp": f"{ARR}.actor.megatron.tensor_model_parallel_size",
@@ -93,6 +115,16 @@ MEGATRON_KEYS = {
     "train.sequence_parallel": f"{ARR}.actor.megatron.sequence_parallel",
     "train.param_offload": f"{ARR}.actor.megatron.param_offload",
     "train.optimizer_offload": f"{ARR}.actor.megatron.optimizer_offload",
+    # verl@0.8.0:workers/config/engine.py:McoreEngineConfig.grad_offload (gone in 0.9.1)
+    "train.grad_offload": f"{ARR}.actor.megatron.grad_offload",
+    # verl@0.9.1:trainer/config/engine/megatron.yaml override_transformer_config.recompute_*
+    "train.recompute_granularity": f"{ARR}.actor.megatron.override_transformer_config.recompute_granularity",
+    "train.recompute_method": f"{ARR}.actor.megatron.override_transformer_config.recompute_method",
+    "train.recompute_num_layers": f"{ARR}.actor.megatron.override_transformer_config.recompute_num_layers",
+    "train.use_fused_rmsnorm": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    "train.use_fused_rotary_pos_emb": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    "train.apply_rope_fusion": f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    "train.use_flash_attn": f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
 FSDP_KEYS = {
     "train.fsdp_size": f"{ARR}.actor.fsdp_config.fsdp_size",
@@ -145,7 +177,10 @@ def fmt(v: Any) -> str:
 
 
 def plus(key: str) -> str:
-    """`+key` where verl 0.9.1 has no such key; `++key` where a patch adds it (either way works)."""
+    """`+key` where verl 0.9.1 has no such key; `++key` where a patch adds it (either way works);
+    a verbatim `+key` / `++key` (verl_overrides) stays as written."""
+    if key.startswith("+"):
+        return key
     if key in PATCHED_KEYS:
         return f"++{key}"
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
@@ -212,14 +247,36 @@ def stack_overrides(s) -> list[tuple[str, Any]]:
         out.append((f"{ARR}.rollout.per_request_seed", True))
     return out
 
+# Variables the determinism settings decide, and the spec fields that decide them: set them through
+# those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
+ENV_OWNERS: dict[str, tuple[str, ...]] = {
+    "HCCL_DETERMINISTIC": ("collective.hccl_deterministic",),
+    "LCCL_DETERMINISTIC": ("collective.lccl_deterministic",),
+    "HCCL_OP_EXPANSION_MODE": ("collective.op_expansion_mode",),
+    "HCCL_ALGO": ("collective.hccl_algo",),
+    "VLLM_BATCH_INVARIANT": ("alignment.mode",),
+    "VLLM_ASCEND_ENABLE_NZ": ("alignment.mode", "cluster.device"),
+    "CLOSE_MATMUL_K_SHIFT": ("alignment.mode", "cluster.device"),
+    "ATB_MATMUL_SHUFFLE_K_ENABLE": ("alignment.mode", "cluster.device"),
+    "ATB_LLM_LCOC_ENABLE": ("alignment.mode", "cluster.device"),
+    "VERL_USE_EXTERNAL_MODULES": ("cluster.external_modules",),
+}
+
 
 def env_vars(s) -> dict[str, str]:
-    """Environment every process (driver and each Ray worker) must see."""
+    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env,
+    then topl's guard (strict runs)."""
+    env = {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
+    return {**env, **guard_env(s, env)}
+
+
+def derived_env(s) -> dict[str, str]:
+    """The environment the spec's own fields decide (without cluster.env)."""
     c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
-        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1", HCCL_CONNECT_TIMEOUT="1800",
-                   HCCL_EXEC_TIMEOUT="3600")
+        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1",
+                   HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s), HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s))
     if c.op_expansion_mode:
         env["HCCL_OP_EXPANSION_MODE"] = c.op_expansion_mode
     if c.hccl_deterministic != "false":
@@ -236,8 +293,6 @@ def env_vars(s) -> dict[str, str]:
                 env["VLLM_ASCEND_ENABLE_NZ"] = "0"
     if s.cluster.external_modules:
         env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
-    env.update({k: str(v) for k, v in s.cluster.env.items()})
-    env.update(guard_env(s, env))
     return env
 
 
@@ -272,10 +327,14 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, rendered_value(s, field_)) for field_, verl in table.items() if renders(s, field_)]
+    out += [(verl, v) for field_, verl in table.items()
+            if renders(s, field_) and (v := rendered_value(s, field_)) is not None]  # None: verl's default
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
             *graph_overrides(s),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
+            # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:
+            # ActorRolloutRefWorker.init_model)
+            (f"{ARR}.rollout.log_prob_use_dynamic_bsz", s.train.use_dynamic_bsz),
             ("trainer.logger", ["console", "file"])]
     if s.algorithm.use_kl_loss:
         out.append((f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", s.train.log_prob_micro_batch_size_per_gpu))
@@ -296,9 +355,30 @@ def overrides(s) -> list[tuple[str, Any]]:
     if s.alignment.mode == "mitigated":
         out += [(f"algorithm.rollout_correction.{k}", getattr(rc, k))
                 for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
-    for k, v in s.algorithm.extra_overrides.items():
-        out.append((k, v))
+    out += extra_items(s.algorithm.extra_overrides)
+    return with_verl_overrides(out, s.verl_overrides)
+
+
+def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
+    """extra_overrides as (dotted verl key, value): nested mappings (what `+algorithm.extra_overrides.
+    a.b=1` composes into) become dotted keys, as verl's override grammar needs."""
+    out = []
+    for k, v in extra.items():
+        key = f"{prefix}{k}"
+        out += extra_items(v, key + ".") if isinstance(v, dict) and v else [(key, v)]
     return out
+
+
+def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last)."""
+    out = dict(pairs)
+    for k, v in verbatim.items():
+        if set(k.lstrip("+").split(".")) & CODE_KEYS:
+            raise ToplError(f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
+                            where="verl_overrides", fix=f"remove `{k}`")
+        out.pop(k.lstrip("+"), None)
+        out[k] = v
+    return list(out.items())
 
 
 def overlong_buffer_len(s) -> int:
@@ -316,8 +396,11 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     if a.filter_groups:  # verl@0.9.1:verl/trainer/config/algorithm.py:FilterGroupsConfig
         out += [("algorithm.filter_groups.enable", True), ("algorithm.filter_groups.metric", a.filter_groups_metric),
                 ("algorithm.filter_groups.max_num_gen_batches", a.max_num_gen_batches)]
-    if a.overlong_buffer_fraction > 0:  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
-        cfg = "reward.reward_kwargs.overlong_buffer_cfg"
+    cfg = "reward.reward_kwargs.overlong_buffer_cfg"
+    if a.overlong_buffer is not None:  # explicit verl-level fields (VERL_KEYS rows) say the rest
+        if a.overlong_buffer:
+            out.append((f"{cfg}.penalty_factor", a.overlong_penalty_factor))
+    elif a.overlong_buffer_fraction > 0:  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
         out += [("reward.reward_manager.name", "dapo"), (f"{cfg}.enable", True), (f"{cfg}.len", overlong_buffer_len(s)),
                 (f"{cfg}.penalty_factor", a.overlong_penalty_factor),
                 ("reward.reward_kwargs.max_resp_len", s.train.max_response_length)]

@@ -32,6 +32,8 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     spec = c.to_object()
     inv = render(spec)
     assert inv.entrypoint == ("recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo")
+    if name.startswith("seed_"):
+        return  # they target the seed's verl 0.8.0 stack: test_seed.py composes them with its keys
     if verl_config_dir() is None:
         pytest.skip("verl 0.9.1 not installed")
     from verl.utils.config import validate_config

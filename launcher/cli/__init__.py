@@ -23,8 +23,9 @@ commands:
                    --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
-  rules     print the consistency contract's rule catalog             (--json, --markdown)
+  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
+            `recipes import SCRIPT.sh`: a bash launch script -> a recipe + report by line
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
@@ -59,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     except ToplError as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(e.render(), file=sys.stderr)
+        if "--json" in rest:  # machines get JSON for bad input too
+            from topl.launcher.cli.output import print_json
+
+            print_json({"ok": False, "error": e.to_dict()})
+        else:
+            print(e.render(), file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:
         return 0

@@ -99,9 +99,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         hydra_overrides = [o for o in hydra_overrides if not o.lstrip("+").startswith(key + "=")]
         hydra_overrides.append(f"{key}={_quoted(str(made))}")
-    recipe = next((o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("recipe=")), None)
-    if multirun and root is not None and recipe:
-        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(recipe)}")
+    if multirun and root is not None:  # the sweeper validates the recipes as the user named them
+        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(root.user_value)}")
     register_configs()
 
     def task(cfg: DictConfig) -> None:

@@ -5,7 +5,8 @@ from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_np
 
 
 @rule("TOP-ALN-001", ERROR, "strict alignment turns every switch on",
-      tuple(f"alignment.{k}" for k in Alignment.SWITCHES), "set the switch back to true, or use alignment=off")
+      ("alignment.mode", *(f"alignment.{k}" for k in Alignment.SWITCHES)),
+      "set the switch back to true, or use alignment=off")
 def all_switches(s):
     """Any one switch off re-opens a path where the engines add in a different order (see `topl probe`)."""
     off = [k for k in Alignment.SWITCHES if not getattr(s.alignment, k)]
@@ -22,8 +23,8 @@ def off_policy(s):
 
 
 @rule("TOP-ALN-003", ERROR, "mitigated mode configures verl's rollout correction",
-      ("alignment.rollout_correction.rollout_is", "alignment.rollout_correction.rollout_rs",
-       "alignment.rollout_correction.bypass_mode"),
+      ("alignment.mode", "alignment.rollout_correction.rollout_is",
+       "alignment.rollout_correction.rollout_rs", "alignment.rollout_correction.bypass_mode"),
       "set alignment.rollout_correction.rollout_is=token (and bypass_mode=false to keep the diff metrics)")
 def mitigation_set(s):
     """TIS/MIS only act when an IS or RS level is set; bypass_mode skips the diff metrics entirely."""
@@ -49,8 +50,8 @@ def fa3_backend(s):
 
 
 @rule("TOP-ATTN-002", ERROR, "no MLA / SFA attention in strict mode",
-      ("model.attention", "alignment.mode"), "use a GQA model, or alignment=mitigated for MLA models",
-      facts=("fa3_rejects_mla",))
+      ("alignment.mode", "model.attention", "model.name"),
+      "use a GQA model, or alignment=mitigated for MLA models", facts=("fa3_rejects_mla",))
 def no_mla(s):
     """The FA3 backend raises ValueError for MLA / SFA attention (batch invariance alone does not)."""
     if is_strict(s) and s.model.attention != "gqa":
@@ -58,7 +59,7 @@ def no_mla(s):
 
 
 @rule("TOP-ATTN-003", ERROR, "no sliding-window attention in strict mode",
-      ("model.sliding_window", "alignment.mode"), "use a full-attention model, or alignment=mitigated",
+      ("alignment.mode", "model.sliding_window"), "use a full-attention model, or alignment=mitigated",
       facts=("fa3_rejects_sliding_window",))
 def no_sliding(s):
     """The FA3 backend raises ValueError for sliding-window attention: its tiles would not match."""
@@ -67,7 +68,7 @@ def no_sliding(s):
 
 
 @rule("TOP-ATTN-004", ERROR, "KV tile, decode split and cache block agree",
-      ("alignment.kv_tile", "rollout.block_size", "cluster.device"),
+      ("alignment.mode", "alignment.kv_tile", "rollout.block_size", "cluster.device"),
       "set alignment.kv_tile to a multiple of rollout.block_size (128 and 128 on Ascend)")
 def tile_vs_block(s):
     """The training tile must start and end on cache-block boundaries, or decode splits differ;
@@ -81,7 +82,7 @@ def tile_vs_block(s):
 
 
 @rule("TOP-GRAPH-001", ERROR, "eager or piecewise graphs in strict mode",
-      ("rollout.graph_mode", "alignment.mode"), "set rollout.graph_mode=eager (or piecewise)",
+      ("alignment.mode", "rollout.graph_mode"), "set rollout.graph_mode=eager (or piecewise)",
       facts=("fa3_docs_piecewise_only", "fa3_rejects_full_decode_only", "verl_default_full_and_piecewise"))
 def graph_mode(s):
     """Full-graph capture bakes batch-size-specific kernels. FA3 raises for FULL_DECODE_ONLY and
@@ -105,7 +106,7 @@ def _scheduling(s, what: str):
 
 
 @rule("TOP-CACHE-001", ERROR, "prefix caching off in strict mode",
-      ("rollout.prefix_caching", "alignment.mode", "cluster.versions.profile",
+      ("alignment.mode", "rollout.prefix_caching", "cluster.versions.profile",
        "cluster.versions.vllm_ascend"), "set rollout.prefix_caching=false",
       facts=(BREAKS_BI, SEED_EVIDENCE))
 def prefix_cache(s):
@@ -129,7 +130,8 @@ def chunked_prefill(s):
 
 
 @rule("TOP-COLL-001", ERROR, "deterministic, order-preserving collectives when anything is parallel",
-      ("collective.hccl_deterministic", "train.tp", "train.ep", "rollout.tp", "rollout.ep"),
+      ("alignment.mode", "collective.hccl_deterministic", "train.tp", "train.ep", "train.cp", "rollout.tp",
+       "rollout.ep", "rollout.dp"),
       "use collective=hccl_strict")
 def strict_collectives(s):
     """HCCL picks algorithms by message size; only HCCL_DETERMINISTIC=strict keeps the order fixed."""
@@ -139,7 +141,8 @@ def strict_collectives(s):
 
 
 @rule("TOP-COLL-002", ERROR, "LCCL determinism on the AIV path within 8 ranks",
-      ("collective.op_expansion_mode", "collective.lccl_deterministic", "rollout.tp", "train.tp"),
+      ("alignment.mode", "collective.op_expansion_mode", "collective.lccl_deterministic",
+       "rollout.tp", "train.tp"),
       "set collective.lccl_deterministic=true (collective=hccl_strict), and keep tp <= 8 on AIV")
 def lccl_aiv(s):
     """With HCCL_OP_EXPANSION_MODE=AIV small collectives go through LCCL, deterministic only with
@@ -153,7 +156,7 @@ def lccl_aiv(s):
 
 
 @rule("TOP-COLL-003", ERROR, "no non-deterministic HCCL algorithm pinned",
-      ("collective.hccl_algo",), "unset collective.hccl_algo or pin a ring/tree algorithm on every rank")
+      ("alignment.mode", "collective.hccl_algo"), "unset collective.hccl_algo or pin a ring/tree algorithm on every rank")
 def hccl_algo(s):
     """HCCL's `pipeline` algorithm reduces in a data-dependent order."""
     if is_strict(s) and s.collective.hccl_algo and "pipeline" in s.collective.hccl_algo:
@@ -161,7 +164,7 @@ def hccl_algo(s):
 
 
 @rule("TOP-TP-001", ERROR, "the same tensor-parallel reduction pattern on both sides",
-      ("train.tp", "rollout.tp"), "use the same tp for train and rollout (the seed: tp=1 and pipeline parallel)")
+      ("alignment.mode", "train.tp", "rollout.tp"), "use the same tp for train and rollout (the seed: tp=1 and pipeline parallel)")
 def same_tp(s):
     """A TP=k row-parallel layer sums k partials in the collective's order; TP=1 sums them in the
     GEMM. Different k means a different addition order in every o_proj and down_proj."""
@@ -170,7 +173,7 @@ def same_tp(s):
 
 
 @rule("TOP-TP-002", WARNING, "expert parallel alignment is unproven on Ascend",
-      ("train.ep", "rollout.ep", "model.num_experts"), "prefer ep=1 with pipeline parallelism, as the seed does")
+      ("alignment.mode", "train.ep", "rollout.ep", "model.num_experts"), "prefer ep=1 with pipeline parallelism, as the seed does")
 def ep_unproven(s):
     """The seed reports TP+EP 'extremely difficult to align' and used PP instead."""
     if is_strict(s) and is_moe(s) and max(s.train.ep, s.rollout.ep) > 1:
@@ -186,7 +189,8 @@ def calc_logprobs(s):
 
 
 @rule("TOP-LOGP-002", ERROR, "log-prob mode agrees with the trainer's full-vocabulary log-softmax",
-      ("rollout.logprobs_mode", "rollout.temperature", "rollout.top_p", "rollout.top_k"),
+      ("alignment.mode", "rollout.logprobs_mode", "rollout.temperature", "rollout.top_p",
+       "rollout.top_k"),
       "set rollout.logprobs_mode=auto (raw_logprobs at temperature 1, else processed_logprobs with "
       "rollout.top_p=1.0 and rollout.top_k=-1)", facts=("raw_logprobs_before_temperature",))
 def logprobs_mode(s):
@@ -207,8 +211,8 @@ def logprobs_mode(s):
 
 
 @rule("TOP-LOGP-003", ERROR, "log-prob micro batch sizes match on both sides",
-      ("rollout.log_prob_micro_batch_size_per_gpu", "train.log_prob_micro_batch_size_per_gpu",
-       "train.ppo_micro_batch_size_per_gpu"),
+      ("alignment.mode", "rollout.log_prob_micro_batch_size_per_gpu",
+       "train.log_prob_micro_batch_size_per_gpu", "train.ppo_micro_batch_size_per_gpu"),
       "set rollout.log_prob_micro_batch_size_per_gpu = train.ppo_micro_batch_size_per_gpu")
 def micro_batches(s):
     """A different micro batch makes old_log_prob differ from log_prob (verl pitfall, facts §3.5)."""
@@ -218,9 +222,10 @@ def micro_batches(s):
         return f"micro batch sizes differ: {sorted(sizes)}"
 
 
-@rule("TOP-LOGP-004", WARNING, "dynamic batch size changes batch composition per step",
-      ("train.use_dynamic_bsz",), "set train.use_dynamic_bsz=false unless every op is batch-invariant")
+@rule("TOP-LOGP-004", ERROR, "no dynamic batch size in strict mode",
+      ("alignment.mode", "train.use_dynamic_bsz"), "set train.use_dynamic_bsz=false")
 def dynamic_bsz(s):
-    """Token-budget micro-batching regroups sequences each step; only batch-invariant ops survive it."""
+    """Token-budget micro-batching regroups sequences each step, so the recompute sees other batch
+    shapes than the rollout did: as much a mismatch as unequal static micro batches (TOP-LOGP-003)."""
     if is_strict(s) and s.train.use_dynamic_bsz:
         return "use_dynamic_bsz=true"

@@ -17,8 +17,8 @@ def vllm_pp(s):
 
 
 @rule("TOP-STACK-002", ERROR, "the stack has the FA3 attention backend for strict runs on NPU",
-      ("cluster.versions.vllm_ascend", "cluster.versions.vllm_ascend_patches",
-       "cluster.versions.flash_attn_npu"),
+      ("alignment.mode", "cluster.device", "cluster.versions.vllm_ascend",
+       "cluster.versions.vllm_ascend_patches", "cluster.versions.flash_attn_npu"),
       "use stack=release (vllm-ascend 0.23.0.post1) or stack=seed (0.18.0 + the seed's FA3 patch), "
       "with flash-attention-npu installed", facts=("fa3_backend", "rl_config"))
 def fa3_available(s):
@@ -33,7 +33,7 @@ def fa3_available(s):
 
 
 @rule("TOP-STACK-003", ERROR, "torch_npu is the build for the declared torch",
-      ("cluster.versions.torch", "cluster.versions.torch_npu"),
+      ("cluster.device", "cluster.versions.torch", "cluster.versions.torch_npu"),
       "install the torch release torch_npu requires (torch_npu X.Y.Z[.postN] needs torch X.Y.Z)",
       facts=("torch_npu_pins_torch",))
 def torch_match(s):
@@ -45,8 +45,8 @@ def torch_match(s):
 
 
 @rule("TOP-STACK-004", ERROR, "batch-invariant ops installed for strict runs on NPU",
-      ("cluster.versions.batch_invariant_ops",), "install CANN batch_invariant_ops and declare it",
-      facts=("mindspeed_bi_switches",))
+      ("alignment.mode", "cluster.device", "cluster.versions.batch_invariant_ops"),
+      "install CANN batch_invariant_ops and declare it", facts=("mindspeed_bi_switches",))
 def bi_ops(s):
     """Without the package vllm-ascend falls back to Triton batch-invariant ops or only warns, and
     MindSpeed's --use-batch-invariant-ops raises at start-up: the run is off-policy or fails."""
@@ -55,8 +55,9 @@ def bi_ops(s):
 
 
 @rule("TOP-STACK-005", ERROR, "the alignment patch module fits the stack",
-      ("cluster.external_modules", "cluster.versions.vllm_ascend",
-       "cluster.versions.vllm_ascend_patches", "cluster.versions.verl_patches"),
+      ("alignment.mode", "cluster.device", "cluster.external_modules",
+       "cluster.versions.vllm_ascend", "cluster.versions.vllm_ascend_patches",
+       "cluster.versions.verl_patches"),
       "use stack=seed (its module and versions together); on other stacks leave "
       "cluster.external_modules unset until a module for that stack exists",
       facts=("seed_patch_module", "verl_external_modules", "fa3_backend"))
@@ -78,7 +79,8 @@ def patch_module(s):
 
 
 @rule("TOP-STACK-006", WARNING, "HCCL strict determinism keeps its order on this CANN and SoC",
-      ("cluster.versions.cann", "cluster.soc", "collective.hccl_deterministic"),
+      ("alignment.mode", "cluster.device", "cluster.versions.cann", "cluster.soc",
+       "collective.hccl_deterministic"),
       "use CANN >= 9.0 on A3 (stack=seed or later)", facts=("hccl_strict_orders_on_a3",))
 def cann_version(s):
     """On A3, CANN 8.5 runs HCCL_DETERMINISTIC=strict as `true` (deterministic but without a fixed
