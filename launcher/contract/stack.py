@@ -92,7 +92,7 @@ def cann_version(s):
 
 
 @rule("TOP-STACK-007", ERROR, "MindSpeed has the batch-invariant switches topl renders",
-      ("cluster.versions.mindspeed", "train.engine"), "use MindSpeed core_r0.16.0",
+      ("alignment.mode", "cluster.device", "cluster.versions.mindspeed", "train.engine"), "use MindSpeed core_r0.16.0",
       facts=("mindspeed_bi_switches",))
 def mindspeed_switches(s):
     """use_batch_invariant_ops and use_flash_attn_npu_batch_invariant exist only on MindSpeed
