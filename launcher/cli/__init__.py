@@ -26,6 +26,8 @@ commands:
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
+  COMMAND --help    flags, override grammar and examples of one command;  topl --version
+
 examples:
   topl launch                                   # the embedded default: true on-policy GRPO here
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2
@@ -42,10 +44,22 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if argv[0] in ("-V", "--version", "version"):
+        from topl.launcher.cli.help import version
+
+        print(version())
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(f"error: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    if "-h" in rest or "--help" in rest:
+        from topl.launcher.cli.help import text
+
+        print(text(cmd))
+        if cmd != "launch":
+            return 0
+        print("Hydra's help for this app follows (config groups, the composed config):\n")
     try:
         return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
     except ToplError as e:
