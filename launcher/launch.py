@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from topl.launcher.cli.output import print_violations
+from topl.launcher.errors import ToplError
 
 
 @dataclass
@@ -23,6 +24,7 @@ class LaunchContext:
     user_overrides: list[str] = field(default_factory=list)  # as the user typed them
     prepared: tuple | None = None  # single run: (Composed, violations), made once up front
     rc: int = 0  # the worst exit code of the jobs run so far
+    preflown: bool = False  # single run: remote_preflight already passed before Hydra started
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
@@ -50,6 +52,13 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
         return
     inv = render(spec)
+    if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
+        try:
+            remote_preflight(spec)
+        except ToplError as e:
+            ctx.rc = 2
+            print(e.render(), file=sys.stderr)
+            return
     rundir.write(run_dir, composed, inv, violations)
     print(f"topl: run directory {run_dir}")
     if ctx.dry_run:
@@ -72,6 +81,15 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
 
         rc = run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python)
     ctx.rc = max(ctx.rc, rc)
+
+
+def remote_preflight(spec) -> None:
+    """A ray_job launch names its head, has Ray and reaches the head, or stops with one message
+    (exit 2) before a run directory is written."""
+    if spec.cluster.backend == "ray_job":
+        from topl.launcher.backends.ray_job import ray_client
+
+        ray_client(spec.cluster.ray_address)
 
 
 def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:

@@ -43,7 +43,8 @@ CASES = {
     "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
     "TOP-STACK-006": (B + ["cluster.versions.cann=8.3"], B),
-    "TOP-CLUS-001": (B + ["cluster.ray_address=null"], B),
+    "TOP-CLUS-001": (B, B + ["cluster.ray_address=http://head:8265"]),  # presets name no head
+    "TOP-CLUS-002": (["cluster.backend=slurm"], []),
 }
 
 
@@ -64,7 +65,8 @@ def test_rule_rejects_and_accepts(compose, rule_id):
 
 def test_shipped_defaults_pass_clean(compose):
     assert ids(compose, []) == set()
-    assert ids(compose, B) == set()
+    # a shipped cluster preset names no Ray head: a warning for `check`, a refusal for `launch`
+    assert ids(compose, B) == {"TOP-CLUS-001"}
 
 
 def test_violation_names_keys_values_and_sources(compose):

@@ -63,11 +63,17 @@ def cann_version(s):
         return f"CANN {s.cluster.versions.cann}"
 
 
-@rule("TOP-CLUS-001", ERROR, "a remote backend has somewhere to go",
+@rule("TOP-CLUS-001", WARNING, "a remote backend has somewhere to go",
       ("cluster.backend", "cluster.ray_address"), "set cluster.ray_address=http://HEAD:8265")
 def ray_address(s):
-    """The Ray Job API needs the dashboard address of the cluster head."""
+    """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
+    (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
     if s.cluster.backend == "ray_job" and not s.cluster.ray_address:
         return "backend=ray_job without cluster.ray_address"
+
+
+@rule("TOP-CLUS-002", ERROR, "a known backend", ("cluster.backend",),
+      "set cluster.backend=local | subprocess | ray_job")
+def known_backend(s):
     if s.cluster.backend not in ("local", "subprocess", "ray_job"):
         return f"unknown backend {s.cluster.backend!r} (local | subprocess | ray_job)"
