@@ -159,6 +159,8 @@ class LocalRunSpec:
     lr: float = 1e-2  # AdamW learning rate of the tiny model (algorithm.lr is the real model's)
     task: str = "reverse"  # toy task with a verifiable reward: reverse the prompt's digits
     plot: bool = True  # write metrics.png at the end
+    # a tiny model on many threads waits on hand-offs, and collapses when the machine is busy
+    threads: int = 0  # torch threads of the local job and probe; 0: OMP_NUM_THREADS, else hidden_size // 256 (1..cores)
 
 
 @dataclass

@@ -3,6 +3,8 @@ progress bar, verl's metrics file, a plot and a summary table."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from topl.launcher.errors import ToplError
@@ -26,7 +28,37 @@ def loop_config(spec):
     )
 
 
+def threads_for(spec) -> int:
+    """Intra-op threads for the reference engines (see LocalRunSpec.threads)."""
+    if spec.local.threads > 0:
+        return spec.local.threads
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, spec.model.hidden_size // 256))
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to n for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+    """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
+    with torch_threads(threads_for(spec)):
+        return _run_local(spec, run_dir, quiet)
+
+
+def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
