@@ -24,7 +24,7 @@ class LaunchContext:
     user_overrides: list[str] = field(default_factory=list)  # as the user typed them
     prepared: tuple | None = None  # single run: (Composed, violations), made once up front
     rc: int = 0  # the worst exit code of the jobs run so far
-    preflown: bool = False  # single run: remote_preflight already passed before Hydra started
+    preflown: bool = False  # single run: preflight already passed before Hydra started
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
@@ -54,7 +54,7 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     inv = render(spec)
     if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
         try:
-            remote_preflight(spec)
+            preflight(spec)
         except ToplError as e:
             ctx.rc = 2
             print(e.render(), file=sys.stderr)
@@ -83,9 +83,17 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     ctx.rc = max(ctx.rc, rc)
 
 
-def remote_preflight(spec) -> None:
-    """A ray_job launch names its head, has Ray and reaches the head, or stops with one message
-    (exit 2) before a run directory is written."""
+def preflight(spec) -> None:
+    """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
+    or one message (exit 2) before a run directory is written."""
+    if spec.cluster.backend == "local":
+        import importlib.util
+
+        from topl.launcher.cli import LOCAL_EXTRA, local_extra_error
+
+        for module in LOCAL_EXTRA:
+            if importlib.util.find_spec(module) is None:
+                raise local_extra_error("the local backend (cluster.backend=local)", module)
     if spec.cluster.backend == "ray_job":
         from topl.launcher.backends.ray_job import ray_client
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_violations
 from topl.launcher.errors import ToplError
-from topl.launcher.launch import LaunchContext, remote_preflight, run_job
+from topl.launcher.launch import LaunchContext, preflight, run_job
 
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor")
 HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
@@ -67,7 +67,7 @@ def main(args: list[str]) -> int:
             return 2
         ctx.prepared = (composed, vs)
         if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            remote_preflight(composed.to_object())
+            preflight(composed.to_object())
             ctx.preflown = True
     hydra_overrides, ctx.root = split_recipe(overrides)
     recipe = next((o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("recipe=")), None)
