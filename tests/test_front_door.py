@@ -168,3 +168,31 @@ def test_doctor_reports_a_verl_that_does_not_import(tmp_path):
     assert found["TOP-DOC-VERL-004"]["severity"] == "error"  # ... but not importable
     assert "tensordict_missing_for_the_test" in found["TOP-DOC-VERL-004"]["found"]
     assert r.returncode == 2
+
+
+ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("width", ["80", "120"])
+def test_tables_wrap_and_never_cut_ids(width):
+    from topl.launcher.contract import RULES
+
+    as_terminal = {"FORCE_COLOR": "1", "COLUMNS": width}
+    out = ANSI.sub("", run_topl("rules", env=as_terminal).stdout)
+    assert "…" not in out and all(r.id in out for r in RULES)
+    assert max(map(len, out.splitlines())) <= int(width)
+    out = ANSI.sub("", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout)
+    assert "…" not in out and out.count("TOP-MEM-001") == 4 and out.count("TOP-TP-001") == 3
+    assert max(map(len, out.splitlines())) <= int(width)
+    r = run_topl("doctor", *STRICT_A3, env=as_terminal)
+    out = ANSI.sub("", r.stdout)
+    assert "…" not in out and "TOP-DOC-ACC-001" in out and max(map(len, out.splitlines())) <= int(width)
+
+
+def test_piped_tables_are_plain():
+    out = run_topl("rules", env={"COLUMNS": "80"}).stdout  # stdout is a pipe here
+    assert "\x1b[" not in out and "│" not in out and "┃" not in out
+    assert not any(l != l.rstrip() for l in out.splitlines())
+    lines = out.splitlines()
+    assert lines[1].split() == ["rule", "severity", "what", "must", "hold", "fix"]
+    assert all(len(l.split()) >= 3 and l.startswith("TOP-") for l in lines[2:])  # one rule a line

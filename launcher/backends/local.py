@@ -60,7 +60,6 @@ def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
 
 def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from topl.kernels import rl_loop
@@ -68,7 +67,9 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     if spec.algorithm.name != "grpo" or spec.algorithm.use_critic:
         raise ToplError(f"the local backend runs GRPO; algorithm={spec.algorithm.name} is not embedded yet",
                         where="algorithm", fix="use algorithm=grpo locally, or cluster.backend=subprocess/ray_job")
-    console = Console(quiet=quiet)
+    from topl.launcher.cli.output import make_console
+
+    console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
     strict = is_strict(spec)
     rc = 0
@@ -131,4 +132,6 @@ def summary(console, history: list[dict], spec, run_dir: Path) -> None:
     worst = max(h["topl/max_abs_logprob_diff"] for h in history)
     console.print(f"steps: {len(history)}   max |Δ log p| over the run: {worst:.3e}   "
                   f"({'on-policy: importance ratio exactly 1' if worst == 0 else 'off-policy'})")
-    console.print(f"metrics: {run_dir / 'metrics.jsonl'}   plot: {run_dir / 'metrics.png'}")
+    # soft_wrap: paths stay whole (the terminal wraps them, rich would break mid-filename)
+    console.print(f"metrics: {run_dir / 'metrics.jsonl'}", soft_wrap=True, highlight=False)
+    console.print(f"plot:    {run_dir / 'metrics.png'}", soft_wrap=True, highlight=False)
