@@ -64,10 +64,11 @@ HELP = {
   --dump DIR       write boundary dumps for `topl diagnose`""",
               """  topl probe
   topl probe alignment=off --dump /tmp/d && topl diagnose /tmp/d/rollout /tmp/d/training"""),
-    "diagnose": ("topl diagnose DUMP_A DUMP_B [--json] [--plots DIR]",
+    "diagnose": ("topl diagnose DUMP_A DUMP_B [--json] [--plots DIR] [--common]",
                  "Compare two boundary dumps (HookDumper / probe --dump): the first divergence, and "
                  "whether it comes from the operator path or the framework.",
-                 "  --json           machine-readable\n  --plots DIR      per-boundary plots",
+                 "  --json           machine-readable\n  --plots DIR      per-boundary plots\n"
+                 "  --common         compare only the boundaries both dumps have (else refused)",
                  "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots"),
 }
 
