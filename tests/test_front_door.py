@@ -1,5 +1,6 @@
 """What a new user meets first: help, version, no silent cluster target, Ray missing/unreachable,
 thread count of the local job, the doctor's accelerator and verl-import checks."""
+
 import json
 import os
 import subprocess
@@ -32,8 +33,12 @@ def test_help_on_every_command(cmd):
 def test_version_names_the_checkout():
     r = run_topl("--version")
     assert r.returncode == 0 and r.stdout.startswith("topl 0.")
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(__file__))
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(__file__),
+    )
     if head.returncode == 0:  # a checkout: the SHA is printed
         assert f"(git {head.stdout.strip()})" in r.stdout
 
@@ -61,8 +66,13 @@ def test_ray_missing_is_one_message_and_no_run_dir(tmp_path):
     (fake / "__init__.py").write_text("raise ImportError('No module named ray (simulated)')\n")
     work = tmp_path / "work"
     work.mkdir()
-    r = run_topl("launch", *STRICT_A3, "cluster.ray_address=http://127.0.0.1:8265", cwd=work,
-                 env={"PYTHONPATH": str(tmp_path / "site")})
+    r = run_topl(
+        "launch",
+        *STRICT_A3,
+        "cluster.ray_address=http://127.0.0.1:8265",
+        cwd=work,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
     assert r.returncode == 2, r.stderr
     assert "needs Ray" in r.stderr and "pip install" in r.stderr and "Traceback" not in r.stderr
     assert list(work.iterdir()) == []
@@ -125,8 +135,14 @@ def test_zero3_closed_form_is_deepspeeds_estimator():
 
     logging.disable(logging.WARNING)
     for offload, params in ((False, False), (True, False), (True, True)):
-        kw = dict(total_params=30_500_000_000, largest_layer_params=622_329_856, num_gpus_per_node=16,
-                  num_nodes=2, cpu_offload=offload, cpu_offload_params=params)
+        kw = dict(
+            total_params=30_500_000_000,
+            largest_layer_params=622_329_856,
+            num_gpus_per_node=16,
+            num_nodes=2,
+            cpu_offload=offload,
+            cpu_offload_params=params,
+        )
         assert ds.estimate_zero3_model_states_mem_needs(**kw)[1] == zero3_gpu_bytes(**kw)
     logging.disable(logging.NOTSET)
 
@@ -137,21 +153,35 @@ def _accelerator_with(tmp_path, files: dict) -> str:
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
     code = "from topl.launcher.doctor import accelerator; print(accelerator())"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"},
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
 
-FAKE_TORCH = ("class cuda:\n    is_available = staticmethod(lambda: {cuda})\n"
-              "class npu:\n    is_available = staticmethod(lambda: False)\n")
+FAKE_TORCH = (
+    "class cuda:\n    is_available = staticmethod(lambda: {cuda})\n"
+    "class npu:\n    is_available = staticmethod(lambda: False)\n"
+)
 
 
 def test_doctor_names_the_accelerator(tmp_path):
-    assert _accelerator_with(tmp_path / "a", {"torch/__init__.py": FAKE_TORCH.format(cuda=True)}) == "cuda"
-    assert _accelerator_with(tmp_path / "b", {"torch/__init__.py": FAKE_TORCH.format(cuda=False)}) == "cpu"
-    npu = {"torch/__init__.py": FAKE_TORCH.format(cuda=False).replace("lambda: False", "lambda: True"),
-           "torch_npu/__init__.py": ""}
+    assert (
+        _accelerator_with(tmp_path / "a", {"torch/__init__.py": FAKE_TORCH.format(cuda=True)})
+        == "cuda"
+    )
+    assert (
+        _accelerator_with(tmp_path / "b", {"torch/__init__.py": FAKE_TORCH.format(cuda=False)})
+        == "cpu"
+    )
+    npu = {
+        "torch/__init__.py": FAKE_TORCH.format(cuda=False).replace("lambda: False", "lambda: True"),
+        "torch_npu/__init__.py": "",
+    }
     assert _accelerator_with(tmp_path / "c", npu) == "npu"
 
 
@@ -181,12 +211,18 @@ def test_tables_wrap_and_never_cut_ids(width):
     out = ANSI.sub("", run_topl("rules", env=as_terminal).stdout)
     assert "…" not in out and all(r.id in out for r in RULES)
     assert max(map(len, out.splitlines())) <= int(width)
-    out = ANSI.sub("", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout)
+    out = ANSI.sub(
+        "", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout
+    )
     assert "…" not in out and out.count("TOP-MEM-001") == 4 and out.count("TOP-TP-001") == 3
     assert max(map(len, out.splitlines())) <= int(width)
     r = run_topl("doctor", *STRICT_A3, env=as_terminal)
     out = ANSI.sub("", r.stdout)
-    assert "…" not in out and "TOP-DOC-ACC-001" in out and max(map(len, out.splitlines())) <= int(width)
+    assert (
+        "…" not in out
+        and "TOP-DOC-ACC-001" in out
+        and max(map(len, out.splitlines())) <= int(width)
+    )
 
 
 def test_piped_tables_are_plain():

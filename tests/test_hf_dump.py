@@ -1,5 +1,6 @@
 """HookDumper on real Hugging Face Qwen3 / Qwen3-MoE models (small random configs), and diagnose
 refusing dumps whose boundary sets differ."""
+
 import json
 
 import pytest
@@ -11,15 +12,23 @@ from topl.kernels.diagnose import BoundaryMismatch, diagnose
 
 transformers = pytest.importorskip("transformers")
 
-SMALL = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+SMALL = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+)
 
 
 def hf(moe: bool):
     torch.manual_seed(0)
     if moe:
-        cfg = transformers.Qwen3MoeConfig(**SMALL, moe_intermediate_size=16, num_experts=4,
-                                          num_experts_per_tok=2)
+        cfg = transformers.Qwen3MoeConfig(
+            **SMALL, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2
+        )
         return transformers.Qwen3MoeForCausalLM(cfg).eval()
     return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SMALL)).eval()
 
@@ -39,8 +48,11 @@ def test_hook_dumper_on_a_real_hf_model(tmp_path, moe):
     a, b = dump_of(model, tmp_path / "a", seq), dump_of(model, tmp_path / "b", seq)
     manifest, rows = dump.load(a)
     assert manifest["model"]["num_layers"] == 2 and manifest["weights"]
-    want = {"embed", "final_norm", "logits"} | {f"layers.{i}.{n}" for i in (0, 1)
-                                                for n in ("input_norm", "v", "attn", "o_proj", "post_attn_residual", "mlp")}
+    want = {"embed", "final_norm", "logits"} | {
+        f"layers.{i}.{n}"
+        for i in (0, 1)
+        for n in ("input_norm", "v", "attn", "o_proj", "post_attn_residual", "mlp")
+    }
     if moe:
         want |= {"layers.0.router_logits", "layers.1.router_logits"}
     assert set(rows) == want and all(len(r) == len(seq) for r in rows.values())
