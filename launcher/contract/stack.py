@@ -73,7 +73,8 @@ def ray_address(s):
 
 
 @rule("TOP-CLUS-002", ERROR, "a known backend", ("cluster.backend",),
-      "set cluster.backend=local | subprocess | ray_job")
+      "set cluster.backend to local, subprocess or ray_job")
 def known_backend(s):
+    """topl starts jobs in three ways: the embedded engines, a child process, a Ray job."""
     if s.cluster.backend not in ("local", "subprocess", "ray_job"):
         return f"unknown backend {s.cluster.backend!r} (local | subprocess | ray_job)"
