@@ -2,11 +2,18 @@
 
 Verdicts
 - operator path: the first diverging boundary's inputs are bitwise equal and its outputs differ at
-  rounding level (a few ULPs): a kernel or reduction order differs. Named with the alignment
-  switch / contract rule that addresses that boundary.
+  rounding level: a kernel or reduction order differs. Named with the alignment switch(es) / contract
+  rule that address that boundary, narrowed by sibling boundaries and by the dumps' own layouts.
 - framework difference: weights or model config differ, boundaries do not map, or the first
-  divergence is logic-level (many ULPs across most elements: an op applied at another point, a
-  different epsilon, a missing step).
+  divergence is logic-level: an op applied at another point, a different epsilon or scale, a
+  missing step.
+- cannot tell: an input of the first diverging boundary was not dumped (the Megatron / vLLM hook
+  maps have no q, k, v), so the divergence may have started upstream of it.
+
+Rounding vs logic, on the differing elements of the first diverging boundary: rounding moves
+results by about one ULP (median <= ROUNDING_ULPS), relative errors of the order of the dtype's
+epsilon, and in both directions about equally often; a logic-level change moves them further, or
+all the same way (a x1.01 scale is within 2 bf16 ULPs, but every |value| grows).
 """
 from __future__ import annotations
 
@@ -20,8 +27,38 @@ from topl.kernels.dump import LAYER_BOUNDARIES, canonical_order
 # reordered sum or a fused op moves results by one ULP here and there (median 1 for every switch of
 # the reference engines); a step applied at another point moves most of them by several.
 ROUNDING_ULPS = 2
+# A difference is systematic when at least this many elements differ and at least this fraction of
+# them moves the same way (signed, or in magnitude); reordered sums round up and down about equally.
+BIAS_MIN_ELEMENTS, BIAS_FRACTION = 64, 0.9
 
-REMEDY = {
+# Alignment switches that change each boundary's operator, most likely first (kernels/model.py);
+# with the contract rules that enforce them.
+CANDIDATES = {
+    "input_norm": ["batch_invariant", "fused_ops_matched"],
+    "q": ["fused_ops_matched", "batch_invariant"], "k": ["fused_ops_matched", "batch_invariant"],
+    "v": ["batch_invariant"],
+    "attn": ["attention_semantics", "reduction_order", "softmax_tiling", "fp32_critical_path"],
+    "o_proj": ["tp_aligned_reduction", "batch_invariant"],
+    "post_attn_residual": ["fused_ops_matched"],
+    "router_logits": ["batch_invariant"],
+    "expert_out": ["batch_invariant", "fused_ops_matched"],
+    "mlp": ["moe_fixed_combine", "tp_aligned_reduction", "fused_ops_matched", "batch_invariant"],
+    "final_norm": ["fused_ops_matched", "batch_invariant"],
+    "logits": ["batch_invariant"],
+    "logprobs": ["fp32_critical_path"],
+}
+WHAT = {
+    "attention_semantics": "only visible keys in the softmax (TOP-ATTN-001)",
+    "reduction_order": "decode KV splits on the training tiles (TOP-ATTN-001, TOP-ATTN-004)",
+    "softmax_tiling": "the same online-softmax tile cadence (TOP-ATTN-001, TOP-ATTN-004)",
+    "fp32_critical_path": "fp32 softmax sums and log-softmax (TOP-ALN-001)",
+    "batch_invariant": "batch-invariant GEMM / RMSNorm (TOP-STACK-004)",
+    "fused_ops_matched": "the same fused-or-not swiglu / add+RMSNorm / RoPE (TOP-STACK-005)",
+    "moe_fixed_combine": "top-k expert outputs summed in rank order (TOP-ALN-001)",
+    "tp_aligned_reduction": "the same TP partials and reduction tree (TOP-TP-001, TOP-COLL-001)",
+}
+
+REMEDY = {  # where no alignment switch applies
     "embed": "weights or token ids differ (framework)",
     "input_norm": "alignment.batch_invariant / alignment.fused_ops_matched (add+RMSNorm) — TOP-ALN-001",
     "q": "alignment.fused_ops_matched (RoPE) / alignment.batch_invariant — TOP-ALN-001",
@@ -91,9 +128,16 @@ def compare_boundary(ra: dict, rb: dict) -> dict | None:
     eq = a == b
     ulp = ulp_distance(a, b)
     diff = ulp[~eq].float()
-    return {"tokens": len(keys), "equal": bool(eq.all()), "fraction_equal": float(eq.float().mean()),
-            "max_abs": float((a.float() - b.float()).abs().max()), "max_ulp": int(ulp.max()),
-            "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0}
+    out = {"tokens": len(keys), "equal": bool(eq.all()), "fraction_equal": float(eq.float().mean()),
+           "max_abs": float((a.float() - b.float()).abs().max()), "max_ulp": int(ulp.max()),
+           "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0, "differing": int(diff.numel())}
+    if diff.numel() and a.is_floating_point():
+        fa, fb = a[~eq].float(), b[~eq].float()
+        eps = torch.finfo(a.dtype).eps
+        out.update(sign_bias=float((fa > fb).float().mean()),  # share of A > B: 0.5 for rounding
+                   magnitude_bias=float((fa.abs() > fb.abs()).float().mean()),  # share of |A| > |B|
+                   median_rel_err_eps=float(((fa - fb).abs() / fb.abs().clamp_min(1e-30)).median() / eps))
+    return out
 
 
 class BoundaryMismatch(ValueError):
@@ -142,40 +186,81 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
         report["boundaries"].append(row)
         if not stats["equal"] and report["first_divergence"] is None:
             report["first_divergence"] = name
-    report["verdict"], report["reason"], report["remedy"] = _verdict(report, ra, rb, num_layers, moe)
+    layouts = (ma.get("layout") or {}, mb.get("layout") or {})
+    report["verdict"], report["reason"], report["remedy"], report["switches"] = _verdict(
+        report, num_layers, moe, layouts)
     return report
 
 
-def _verdict(report, ra, rb, num_layers, moe):
+def systematic(r: dict) -> str | None:
+    """Why the differing elements are not rounding noise, or None."""
+    if r["median_ulp_of_diffs"] > ROUNDING_ULPS:
+        return f"median {r['median_ulp_of_diffs']:.0f} ULPs over {1 - r['fraction_equal']:.0%} of elements"
+    if r.get("differing", 0) >= BIAS_MIN_ELEMENTS:
+        for key, what in (("sign_bias", "A > B"), ("magnitude_bias", "|A| > |B|")):
+            share = r.get(key, 0.5)
+            if max(share, 1 - share) >= BIAS_FRACTION:
+                return (f"{what} on {share:.0%} of {r['differing']} differing elements "
+                        f"(rounding goes both ways; relative error {r['median_rel_err_eps']:.1f} eps)")
+    return None
+
+
+def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
+    """The alignment switches that address an operator difference at `first`, most likely first."""
+    kind = first.rsplit(".", 1)[-1]
+    cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
+    sibling = first.rsplit(".", 1)[0] + ".v"
+    if kind in ("q", "k") and rows.get(sibling, {}).get("equal") is False:
+        cands = ["batch_invariant", "fused_ops_matched"]  # v differs too: the shared projection GEMM
+    off = set()
+    for lay in layouts:  # a dump that records its alignment (topl's engines do) narrows the list
+        al = lay.get("alignment") or {}
+        off |= {s for s, on in al.items() if on is False}
+    return [c for c in cands if c in off] or cands
+
+
+def _verdict(report, num_layers, moe, layouts):
+    """(verdict, reason, remedy, switches)."""
     rows = {r["boundary"]: r for r in report["boundaries"]}
     first = report["first_divergence"]
     if report["weights_differ"]:
         return ("framework difference", f"weights differ in {', '.join(report['weights_differ'])}",
-                "load the same checkpoint on both sides (a conversion or sharding bug)")
+                "load the same checkpoint on both sides (a conversion or sharding bug)", [])
     if report["config_differ"]:
         where = f"; first visible at {first}" if first else ""
         return ("framework difference", f"model config differs: {report['config_differ']}{where}",
-                "make both engines read the same model config")
+                "make both engines read the same model config", [])
     if first is None:
         compared = [r for r in report["boundaries"] if "equal" in r]
         if not compared:
-            return ("framework difference", "no boundary maps between the two dumps", "check the name maps")
-        return ("equal", "every mapped boundary is bitwise equal", "")
+            return ("framework difference", "no boundary maps between the two dumps", "check the name maps", [])
+        return ("equal", "every mapped boundary is bitwise equal", "", [])
     r = rows[first]
     if "shape_mismatch" in r:
-        return ("framework difference", f"{first}: shapes {r['shape_mismatch']} do not map", "check the name map / TP gather dims")
+        return ("framework difference", f"{first}: shapes {r['shape_mismatch']} do not map",
+                "check the name map / TP gather dims", [])
     inputs = _inputs(first, num_layers, moe)
-    unequal_inputs = [i for i in inputs if i in rows and rows[i].get("equal") is False]
+    missing = [i for i in inputs if "equal" not in rows.get(i, {})]
+    if missing:
+        return ("cannot tell", f"{first} differs but its inputs {missing} were not dumped in both: the "
+                "divergence may start there", f"dump {', '.join(missing)} as well (name map / keys)",
+                switches_for(first, rows, moe, layouts))
+    unequal_inputs = [i for i in inputs if rows[i].get("equal") is False]
     if unequal_inputs:
-        return ("framework difference", f"inputs of {first} already differ: {unequal_inputs}", "")
+        return ("framework difference", f"inputs of {first} already differ: {unequal_inputs}", "", [])
+    why = systematic(r)
+    if why:
+        return ("framework difference", f"{first}: logic-level difference with equal inputs ({why}): an op "
+                "applied at a different point, another scale or formula", "compare the two implementations of "
+                "this step", [])
+    found = switches_for(first, rows, moe, layouts)
     kind = first.rsplit(".", 1)[-1]
-    if r["median_ulp_of_diffs"] > ROUNDING_ULPS:
-        return ("framework difference",
-                f"{first}: logic-level difference (median {r['median_ulp_of_diffs']:.0f} ULPs over "
-                f"{1 - r['fraction_equal']:.0%} of elements) with equal inputs: an op applied at a different point "
-                "or a different formula", "compare the two implementations of this step")
-    return ("operator path", f"{first}: inputs equal, outputs differ at rounding level "
-            f"(max {r['max_ulp']} ULP): kernel or reduction order", REMEDY.get(kind, ""))
+    remedy = "; ".join(f"alignment.{s}=true: {WHAT[s]}" for s in found) or REMEDY.get(kind, "")
+    if kind == "logprobs":
+        remedy += "; rollout.logprobs_mode (TOP-LOGP-002)"
+    return ("operator path", f"{first}: inputs equal, outputs differ at rounding level (median "
+            f"{r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no sign bias): kernel or reduction order",
+            remedy, found)
 
 
 def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:

@@ -29,6 +29,7 @@ class Side:
     moe_order: str  # rank: top-k summed in rank order (fp32) | expert: index_add in expert-id order
     tp: int  # ways the row-parallel layers' partial sums are split
     order: str  # ring | tree all-reduce order of those partials
+    leaves: int = 0  # aligned reduction: K-chunks both sides tree-sum (lcm of the TP degrees); 0: tp
 
 
 def sides(a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ring") -> tuple[Side, Side]:
@@ -37,15 +38,20 @@ def sides(a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ri
     train_plan = Plan(t, "left", visible=a.attention_semantics, merge="online", fp32=True)
     merge = "online" if a.softmax_tiling else "oneshot"
     prefill = Plan(t, "left", True, merge, a.fp32_critical_path)
-    decode = Plan(t, "left" if a.reduction_order else "right", True, merge, a.fp32_critical_path)
+    # reduction_order off: the native split-KV decode, its split count picked from the batch
+    decode = Plan(t, "left" if a.reduction_order else "split", True, merge, a.fp32_critical_path)
+    leaves = 0
     if a.tp_aligned_reduction:
         # A ring all-reduce chunks the flattened output, so an element's order depends on the batch
-        # shape (vllm-ascend #17169); the aligned reduction is a pairwise tree over training's TP
-        # partials, the same for every shape, on both sides.
-        rollout_tp, order = train_tp, "tree"
-    train = Side(a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order)
+        # shape (vllm-ascend #17169). The aligned reduction: each side keeps its own TP degree, but
+        # both cut K into the same lcm(train_tp, rollout_tp) chunks and sum them by one pairwise
+        # tree (ranks tree-sum their chunks, the collective tree-sums the ranks): the same order for
+        # every TP degree and batch shape. What an engine needs to implement it: a tree all-reduce
+        # and a GEMM split at the same K boundaries on the side with the smaller TP.
+        leaves, order = math.lcm(train_tp, rollout_tp), "tree"
+    train = Side(a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order, leaves)
     rollout = Side(a.batch_invariant, not a.fused_ops_matched, a.fp32_critical_path, prefill, decode,
-                   "rank" if a.moe_fixed_combine else "expert", rollout_tp, order)
+                   "rank" if a.moe_fixed_combine else "expert", rollout_tp, order, leaves)
     return train, rollout
 
 
@@ -164,20 +170,21 @@ class Model:
         p = f"model.layers.{i}."
         self.tap(f"layers.{i}.attn", attn.reshape(attn.shape[0], -1))
         o = P.row_parallel(attn.reshape(attn.shape[0], -1), self.w[p + "self_attn.o_proj.weight"], side.tp,
-                           side.order, side.invariant)
+                           side.order, side.invariant, side.leaves)
         self.tap(f"layers.{i}.o_proj", o)
         x, h = P.add_rms_norm(o, h, self.w[p + "post_attention_layernorm.weight"], self.arch.rms_norm_eps,
                               side.invariant, side.fused)
         self.tap(f"layers.{i}.post_attn_residual", h)
-        out = self.moe(i, x, side) if self.arch.num_experts else self.mlp(f"{p}mlp.", x, side, side.tp)
+        out = self.moe(i, x, side) if self.arch.num_experts else self.mlp(f"{p}mlp.", x, side, side.tp, side.leaves)
         self.tap(f"layers.{i}.mlp", out)
         return h, out
 
-    def mlp(self, p: str, x: torch.Tensor, side: Side, tp: int) -> torch.Tensor:
+    def mlp(self, p: str, x: torch.Tensor, side: Side, tp: int, leaves: int = 0) -> torch.Tensor:
+        """Column-parallel gate/up, swiglu, row-parallel down_proj (experts: tp=1, not split)."""
         gate = P.linear(x, self.w[p + "gate_proj.weight"], side.invariant)
         up = P.linear(x, self.w[p + "up_proj.weight"], side.invariant)
         return P.row_parallel(P.swiglu(gate, up, side.fused), self.w[p + "down_proj.weight"], tp, side.order,
-                              side.invariant)
+                              side.invariant, leaves)
 
     def route(self, i: int, x: torch.Tensor, side: Side):
         """Softmax router (fp32), top-k, renormalised weights."""

@@ -36,15 +36,17 @@ class _InvariantLinear(torch.autograd.Function):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
-    """x [M, K] @ w[N, K].T. Native: small M takes split-K with fp32 partials (an M-dependent plan)."""
+    """x [M, K] @ w[N, K].T. Native: small M takes split-K (an M-dependent plan) whose partials are
+    added into the output in the model dtype, as a split-K GEMM that reduces by atomic adds into a
+    bf16 output does; the invariant path accumulates all of K in fp32 and rounds once."""
     if invariant:
         return _InvariantLinear.apply(x, w)
     if x.is_cuda:
         return x @ w.t()  # cuBLAS: its own (M-dependent) plan
     m, k = x.shape
     if m < SPLIT_BELOW and k % SPLITS == 0:
-        parts = [xs.float() @ ws.float().t() for xs, ws in zip(x.split(k // SPLITS, 1), w.split(k // SPLITS, 1))]
-        return sum(parts[1:], parts[0]).to(x.dtype)
+        parts = [xs @ ws.t() for xs, ws in zip(x.split(k // SPLITS, 1), w.split(k // SPLITS, 1))]
+        return sum(parts[1:], parts[0])
     return x @ w.t()
 
 
@@ -54,26 +56,43 @@ ALLREDUCE = None  # tensor-parallel group: row-parallel partials
 EXPERT_PARALLEL = None  # expert-parallel group: experts e with e % size == rank live on this rank
 
 
-def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool) -> torch.Tensor:
-    """A TP=tp row-parallel linear on one device: tp partial products (model dtype), all-reduced
-    in the collective's order.
+def _tree(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Pairwise sum ((p0 + p1) + (p2 + p3)): for 2^n parts any rank's contiguous block is a subtree."""
+    while len(parts) > 1:
+        parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool,
+                 leaves: int = 0) -> torch.Tensor:
+    """A TP=tp row-parallel linear on one device: rank r multiplies its K slice into one partial
+    (model dtype) and the collective sums the tp partials in its order.
 
     ring: gloo's ring all-reduce (checked against torch.distributed gloo bit for bit): the flattened
-    output is cut into tp chunks and chunk c sums ranks c-1, c-2, ..., c (each add rounded).
-    tree: pairwise ((p0 + p1) + (p2 + p3)).
+    output is cut into tp chunks and chunk c sums ranks c-1, c-2, ..., c (each add rounded), so an
+    element's order depends on the output's shape.
+    tree: pairwise ((p0 + p1) + (p2 + p3)). With `leaves` (the aligned reduction: the lcm of both
+    sides' TP degrees) K is cut into `leaves` chunks, rank r tree-sums its leaves/tp chunks and the
+    collective tree-sums the ranks: the pairwise tree over the same chunks for every tp that
+    divides `leaves` (powers of two), and for every batch shape.
     """
-    if tp == 1:
+    n = max(leaves, tp) if order == "tree" else tp
+    if n == 1:
         return linear(x, w, invariant)
     k = x.shape[1]
+    if n % tp or k % n:
+        raise ValueError(f"row-parallel: {n} K-chunks must split over tp={tp} and divide K={k}")
+
+    def partial(rank: int) -> torch.Tensor:  # what rank `rank` holds before the collective
+        per, c = n // tp, k // n
+        return _tree([linear(x[:, j * c:(j + 1) * c], w[:, j * c:(j + 1) * c], invariant)
+                      for j in range(rank * per, (rank + 1) * per)])
+
     if ALLREDUCE is not None:
-        rank = ALLREDUCE.rank
-        part = linear(x[:, rank * k // tp:(rank + 1) * k // tp], w[:, rank * k // tp:(rank + 1) * k // tp], invariant)
-        return ALLREDUCE(part.contiguous())
-    parts = [linear(xs, ws, invariant) for xs, ws in zip(x.split(k // tp, 1), w.split(k // tp, 1))]
+        return ALLREDUCE(partial(ALLREDUCE.rank).contiguous())
+    parts = [partial(r) for r in range(tp)]
     if order == "tree":
-        while len(parts) > 1:
-            parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-        return parts[0]
+        return _tree(parts)
     chunks = [p.reshape(-1).tensor_split(tp) for p in parts]
     out = []
     for c in range(tp):
@@ -132,11 +151,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, fused: boo
     return (xf * cos[:, None] + torch.cat([-x2, x1], -1) * sin[:, None]).to(dt)
 
 
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(x) with a row's bits independent of the tensor's shape, rounded once.
+
+    torch's CPU fp32 `silu` (and `sigmoid`) take another code path for the elements left over
+    after the last full vector, so a row's result depends on the batch size whenever the width
+    is not a multiple of the vector length (measured on torch 2.13 CPU; bf16 / fp16 silu compute
+    in fp32 and do not). `exp` and the division are elementwise-exact, so x / (1 + exp(-x)) in fp32
+    is batch-invariant for every dtype.
+    """
+    if x.is_cuda:
+        return torch.nn.functional.silu(x)
+    xf = x.float()
+    return (xf / (1.0 + torch.exp(-xf))).to(x.dtype)
+
+
 def swiglu(gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
     """silu(gate) * up. Unfused (Megatron native): silu rounded, then multiply; fused: one fp32 pass."""
     if fused:
-        return (torch.nn.functional.silu(gate.float()) * up.float()).to(gate.dtype)
-    return torch.nn.functional.silu(gate) * up
+        return (silu(gate.float()) * up.float()).to(gate.dtype)
+    return silu(gate) * up
 
 
 def log_softmax(logits: torch.Tensor, fp32: bool) -> torch.Tensor:

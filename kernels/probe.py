@@ -18,6 +18,13 @@ from topl.kernels.training import TrainingEngine
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
+def default_prompt_length(kv_tile: int, block_size: int) -> int:
+    """The probe's longest prompt: at least 40 tokens and two and a half KV tiles / cache blocks, so
+    sequences cross tile and block boundaries (a sequence inside one tile leaves reduction_order and
+    softmax_tiling nothing to change)."""
+    return max(40, 5 * max(kv_tile, block_size) // 2)
+
+
 def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int = 30, max_new: int = 20,
                   arrival: str = "staggered") -> list[Request]:
     """Prompts of varied length; arrivals staggered, all at once, or reversed."""
@@ -27,6 +34,17 @@ def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int 
         prompt = [rnd.randrange(vocab) for _ in range(rnd.randint(min_len, max_len))]
         at = {"staggered": i // 2, "burst": 0, "reversed": (n - i) // 2}[arrival]
         reqs.append(Request(i, prompt, rnd.randint(max(1, max_new // 2), max_new), at))
+    return reqs
+
+
+def long_requests(n: int, vocab: int, seed: int, length: int = 600, min_new: int = 32) -> list[Request]:
+    """n requests of exactly `length` tokens (prompt + response), responses of min_new..2*min_new
+    tokens, arriving two per engine step."""
+    rnd = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        new = rnd.randint(min_new, 2 * min_new)
+        reqs.append(Request(i, [rnd.randrange(vocab) for _ in range(length - new)], new, i // 2))
     return reqs
 
 
@@ -63,3 +81,17 @@ def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_
     out.update(rollout_s=t1 - t0, train_s=t2 - t1, engine_steps=len(eng.batch_sizes),
                distinct_batch_sizes=len(set(eng.batch_sizes)))
     return out
+
+
+def matrix_point(arch, seed: int, dtype: str, chunked: bool, batch: int, length: int = 600,
+                 tile: int = 64) -> dict:
+    """One point of the strict-exactness matrix: `batch` requests of `length` tokens on seeded
+    weights, KV tile = cache block = `tile`; chunked prefill with a 256-token budget, or unchunked
+    with a budget that holds the longest prompt. Returns the probe's metrics plus the point."""
+    model = Model.random(arch, seed=seed, dtype=DTYPES[dtype])
+    reqs = long_requests(batch, arch.vocab_size, seed, length)
+    budget = 256 if chunked else length
+    out = probe(model, Alignment(kv_tile=tile), requests=reqs, block_size=tile, chunked_prefill=chunked,
+                max_num_batched_tokens=budget, sampling=SamplingParams(seed=seed))
+    return {"seed": seed, "model": getattr(arch, "name", "?"), "dtype": dtype, "chunked": chunked,
+            "batch": batch, **out}

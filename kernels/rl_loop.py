@@ -1,10 +1,14 @@
-"""The embedded RL loop: GRPO on the reference engines, on plain arguments.
+"""The embedded RL loop: GRPO, PPO, GSPO and DAPO on the reference engines, on plain arguments.
 
-Every step: the rollout engine samples (continuous batching, paged KV), rewards are scored, the
-training engine recomputes log-probs, the policy is updated, and the new weights are pushed to the
-rollout engine. The loop knows nothing about the launcher: `launcher/backends/local.py` builds a
-:class:`LoopConfig` from the job spec and owns progress, files and plots.
+Every step: the rollout engine samples (continuous batching, paged KV), rewards are scored (DAPO:
+shaped, and groups without signal dropped and resampled), the training engine recomputes
+log-probs, advantages are estimated (GRPO groups or a critic's GAE), the critic (PPO) and the
+policy are updated, and the new weights are pushed to the rollout engine. The algorithm math is
+in `kernels/algorithms.py`. The loop knows nothing about the launcher:
+`launcher/backends/local.py` builds a :class:`LoopConfig` from the job spec and owns progress,
+files and plots.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,20 +19,22 @@ from typing import Any
 
 import torch
 
+from topl.kernels import algorithms as A
 from topl.kernels.alignment import Alignment
-from topl.kernels.grpo import (
-    EOS,
-    DigitTokenizer,
-    ReverseTask,
-    group_advantages,
-    low_var_kl,
-    policy_loss,
-)
+from topl.kernels.critic import Critic
+from topl.kernels.grpo import EOS, DigitTokenizer, ReverseTask
 from topl.kernels.metrics import compare
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import DTYPES
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
 from topl.kernels.training import TrainingEngine
+
+ADV_ESTIMATORS = ("grpo", "gae")
+POLICY_LOSSES = ("vanilla", "gspo")
+
+
+class FilterGroupsExhausted(RuntimeError):
+    """DAPO could not fill a batch with groups whose rewards differ."""
 
 
 @dataclass
@@ -53,80 +59,226 @@ class LoopConfig:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     top_k: int = -1  # top-k sampling (-1: off)
+    adv_estimator: str = "grpo"  # grpo (group-normalised) | gae (critic + GAE)
+    policy_loss: str = "vanilla"  # vanilla (token ratio) | gspo (sequence ratio)
+    loss_agg_mode: str = "token-mean"  # verl's loss aggregation mode
     clip_ratio_low: float = 0.2  # PPO clip, lower side
     clip_ratio_high: float = 0.2  # PPO clip, upper side
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
     use_kl_loss: bool = False  # KL(actor || reference) as a loss term
     kl_loss_coef: float = 0.001  # weight of the KL loss
+    use_critic: bool = False  # train a value model (PPO)
+    gamma: float = 1.0  # GAE discount
+    lam: float = 1.0  # GAE lambda
+    cliprange_value: float = 0.5  # value clip around the old values
+    filter_groups: bool = False  # DAPO: keep only groups whose score varies
+    max_num_gen_batches: int = 10  # DAPO: generation batches per step at most (<= 0: no limit)
+    overlong_buffer_len: int = 0  # DAPO: soft overlong penalty over the last tokens (0: off)
+    overlong_penalty_factor: float = 1.0  # DAPO: penalty at max_response_length
     lr: float = 1e-2  # AdamW learning rate
+    critic_lr: float = 1e-2  # the critic's AdamW learning rate
     seed: int = 0  # weights, prompts and sampling
 
 
 def _engines(cfg: LoopConfig, model: Model):
     train_side, rollout_side = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
-    rollout = RolloutEngine(model, rollout_side, cfg.block_size, max_num_seqs=cfg.max_num_seqs,
-                            max_num_batched_tokens=cfg.max_num_batched_tokens, chunked_prefill=cfg.chunked_prefill)
+    rollout = RolloutEngine(
+        model,
+        rollout_side,
+        cfg.block_size,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        chunked_prefill=cfg.chunked_prefill,
+    )
     return rollout, TrainingEngine(model, train_side, cfg.micro_batch)
 
 
-def train_step(cfg: LoopConfig, step: int, master: dict, ref: Model | None, opt, task, rnd) -> dict:
-    """One GRPO step; returns verl-named metrics."""
-    dtype = DTYPES[cfg.dtype]
-    t0 = time.perf_counter()
-    model = Model(cfg.model, {k: v.detach().to(dtype) for k, v in master.items()})  # weights pushed to both
-    rollout, trainer = _engines(cfg, model)
+def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
+    """One generation batch: (requests, their prompts' digits, unshaped scores)."""
     tok, n = DigitTokenizer(), cfg.n
     digits = task.prompts(cfg.batch_size, rnd)
-    reqs = [Request(i * n + j, tok.encode(d), cfg.max_response_length, arrival=(i * n + j) // 4)
-            for i, d in enumerate(digits) for j in range(n)]
-    sp = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, seed=cfg.seed * 7919 + step, eos=EOS)
+    reqs = [
+        Request(i * n + j, tok.encode(d), cfg.max_response_length, arrival=(i * n + j) // 4)
+        for i, d in enumerate(digits)
+        for j in range(n)
+    ]
+    sp = SamplingParams(
+        cfg.temperature, cfg.top_p, cfg.top_k, seed=cfg.seed * 7919 + step + 100_003 * gen, eos=EOS
+    )
     rollout.generate(reqs, sp)
+    acc = torch.tensor([task.reward(digits[r.id // n], r.output) for r in reqs])
+    return reqs, acc
+
+
+def _sample(cfg: LoopConfig, rollout, step: int, task, rnd) -> tuple[list, torch.Tensor, int]:
+    """The step's batch: (requests, unshaped scores, generation batches used). With filter_groups,
+    DAPO's dynamic sampling: groups whose scores are all equal are dropped and fresh prompts
+    sampled until batch_size groups are kept (verl-project/verl-recipe@59fa05c:
+    dapo/dapo_ray_trainer.py:RayDAPOTrainer.fit)."""
+    reqs, acc, gen = [], [], 0
+    while True:
+        new, new_acc = _generate(cfg, rollout, step, gen, task, rnd)
+        gen += 1
+        if not cfg.filter_groups:
+            return new, new_acc, gen
+        for g in A.kept_groups(new_acc, cfg.n).nonzero()[:, 0].tolist():
+            reqs += new[g * cfg.n : (g + 1) * cfg.n]
+            acc.append(new_acc[g * cfg.n : (g + 1) * cfg.n])
+        if len(reqs) >= cfg.batch_size * cfg.n:
+            k = cfg.batch_size * cfg.n
+            return reqs[:k], torch.cat(acc)[:k], gen
+        if 0 < cfg.max_num_gen_batches <= gen:
+            raise FilterGroupsExhausted(
+                f"step {step}: {len(reqs) // cfg.n} of {cfg.batch_size} groups with differing rewards after "
+                f"{gen} generation batches (max_num_gen_batches={cfg.max_num_gen_batches})"
+            )
+
+
+def _policy_loss(cfg: LoopConfig, old, logp, adv, mask):
+    if cfg.policy_loss == "gspo":
+        return A.gspo_policy_loss(
+            old, logp, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode
+        )
+    return A.vanilla_policy_loss(
+        old,
+        logp,
+        adv,
+        mask,
+        cfg.clip_ratio_low,
+        cfg.clip_ratio_high,
+        cfg.clip_ratio_c,
+        cfg.loss_agg_mode,
+    )
+
+
+def train_step(
+    cfg: LoopConfig,
+    step: int,
+    master: dict,
+    ref: Model | None,
+    opt,
+    task,
+    rnd,
+    critic: Critic | None = None,
+) -> dict:
+    """One RL step; returns verl-named metrics."""
+    dtype = DTYPES[cfg.dtype]
+    t0 = time.perf_counter()
+    model = Model(
+        cfg.model, {k: v.detach().to(dtype) for k, v in master.items()}
+    )  # weights pushed to both
+    rollout, trainer = _engines(cfg, model)
+    reqs, acc, num_gen = _sample(cfg, rollout, step, task, rnd)
     t1 = time.perf_counter()
-    rewards = torch.tensor([task.reward(digits[r.id // n], r.output) for r in reqs])
-    adv = group_advantages(rewards, n)
+    lengths = torch.tensor([len(r.output) for r in reqs])
+    scores = acc
+    if cfg.overlong_buffer_len > 0:
+        scores = acc + A.overlong_penalty(
+            lengths, cfg.max_response_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor
+        )
     seqs, starts = [r.tokens for r in reqs], [len(r.prompt) for r in reqs]
     rollout_lp = [torch.tensor(r.logprobs) for r in reqs]
-    old_lp = trainer.logprobs(seqs, starts, sp.temperature)  # verl's old_log_prob recompute
+    old_lp = trainer.logprobs(seqs, starts, cfg.temperature)  # verl's old_log_prob recompute
     diff = compare(rollout_lp, old_lp)
     t2 = time.perf_counter()
+    old, mask = A.pad(rollout_lp)
+    m: dict[str, float] = {}
+    if cfg.adv_estimator == "gae":
+        # verl computes values, then updates the critic on the same batch and weights: with one
+        # mini-batch and one epoch the update's first forward *is* compute_values, so run it once
+        vpreds, _ = A.pad(critic.values(seqs, starts, grad=True))
+        values = vpreds.detach()
+        adv, returns = A.gae(
+            A.outcome_token_rewards(scores, mask), values, mask, cfg.gamma, cfg.lam
+        )
+        m.update(
+            critic.update(vpreds, returns, values, mask, cfg.cliprange_value, cfg.loss_agg_mode)
+        )
+        m.update(
+            {
+                "critic/values/mean": float(A.masked_mean(values, mask)),
+                "critic/returns/mean": float(A.masked_mean(returns, mask)),
+            }
+        )
+    else:
+        adv = A.grpo_advantages(scores, cfg.n)[:, None] * mask
+    t3 = time.perf_counter()
     # update: one mini-batch, so the ratio against the rollout's log-probs is exactly 1 when aligned
     live = Model(cfg.model, {k: v.to(dtype) for k, v in master.items()})
     _, live_trainer = _engines(cfg, live)
-    new_lp = live_trainer.logprobs(seqs, starts, sp.temperature, grad=True)
-    token_adv = torch.cat([torch.full((len(lp),), float(a)) for lp, a in zip(new_lp, adv)])
-    logp, logp_roll = torch.cat(new_lp).float(), torch.cat(rollout_lp)
-    loss, m = policy_loss(logp, logp_roll, token_adv, cfg.clip_ratio_low, cfg.clip_ratio_high)
+    logp, _ = A.pad(
+        [lp.float() for lp in live_trainer.logprobs(seqs, starts, cfg.temperature, grad=True)]
+    )
+    loss, pm = _policy_loss(cfg, old, logp, adv, mask)
+    m.update(pm)
     if ref is not None and cfg.use_kl_loss:
         _, ref_trainer = _engines(cfg, ref)
-        ref_lp = torch.cat(ref_trainer.logprobs(seqs, starts, sp.temperature)).float()
-        kl = low_var_kl(logp, ref_lp).mean()
+        ref_lp, _ = A.pad(
+            [lp.float() for lp in ref_trainer.logprobs(seqs, starts, cfg.temperature)]
+        )
+        kl = A.agg_loss(A.low_var_kl(logp, ref_lp), mask, cfg.loss_agg_mode)
         loss = loss + cfg.kl_loss_coef * kl
         m["actor/kl_loss"] = float(kl.detach())
     opt.zero_grad()
     loss.backward()
     m["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(list(master.values()), 1.0))
     opt.step()
-    t3 = time.perf_counter()
-    lengths = torch.tensor([len(r.output) for r in reqs], dtype=torch.float32)
-    return {
-        "critic/score/mean": float(rewards.mean()), "critic/rewards/mean": float(rewards.mean()),
-        "critic/advantages/mean": float(adv.mean()), "response_length/mean": float(lengths.mean()),
+    t4 = time.perf_counter()
+    out = {
+        "critic/score/mean": float(scores.mean()),
+        "critic/rewards/mean": float(scores.mean()),
+        "critic/advantages/mean": float(A.masked_mean(adv, mask)),
+        "response_length/mean": float(lengths.float().mean()),
+        "response_length/clip_ratio": float((lengths == cfg.max_response_length).float().mean()),
         "training/rollout_probs_diff_max": diff["training/rollout_probs_diff_max"],
         "training/rollout_probs_diff_mean": diff["training/rollout_probs_diff_mean"],
-        "rollout_corr/k3_kl": diff["k3_kl"], "topl/max_abs_logprob_diff": diff["max_abs_logprob_diff"],
+        "rollout_corr/k3_kl": diff["k3_kl"],
+        "topl/max_abs_logprob_diff": diff["max_abs_logprob_diff"],
         "topl/mean_abs_logprob_diff": diff["mean_abs_logprob_diff"],
-        "topl/bitwise_equal_fraction": diff["bitwise_equal_fraction"], "topl/tokens": diff["tokens"],
-        **m, "timing_s/gen": t1 - t0, "timing_s/old_log_prob": t2 - t1, "timing_s/update_actor": t3 - t2,
-        "timing_s/step": t3 - t0,
+        "topl/bitwise_equal_fraction": diff["bitwise_equal_fraction"],
+        "topl/tokens": diff["tokens"],
+        **m,
+        "timing_s/gen": t1 - t0,
+        "timing_s/old_log_prob": t2 - t1,
+        "timing_s/update_actor": t4 - t3,
+        "timing_s/step": t4 - t0,
     }
+    if cfg.use_critic:
+        out["timing_s/update_critic"] = t3 - t2
+    if cfg.filter_groups:
+        out["train/num_gen_batches"] = num_gen
+    if cfg.overlong_buffer_len > 0:
+        out["topl/acc/mean"] = float(acc.mean())  # the score before overlong shaping
+    return out
 
 
 def run(cfg: LoopConfig) -> Iterator[dict]:
-    """Seeded weights, reference policy and optimizer; yields each step's metrics (the caller may stop)."""
+    """Seeded weights, reference policy, critic and optimizers; yields each step's metrics (the
+    caller may stop)."""
+    if cfg.adv_estimator not in ADV_ESTIMATORS or cfg.policy_loss not in POLICY_LOSSES:
+        raise ValueError(
+            f"adv_estimator={cfg.adv_estimator}, policy_loss={cfg.policy_loss}: the loop runs "
+            f"{'/'.join(ADV_ESTIMATORS)} with {'/'.join(POLICY_LOSSES)}"
+        )
+    if (cfg.adv_estimator == "gae") != cfg.use_critic:
+        raise ValueError("adv_estimator=gae and use_critic go together")
     torch.manual_seed(cfg.seed)
     init = Model.random(cfg.model, seed=cfg.seed, dtype=torch.float32, std=0.1)
     master = {k: v.clone().requires_grad_(True) for k, v in init.w.items()}
     ref = Model(cfg.model, {k: v.to(DTYPES[cfg.dtype]) for k, v in init.w.items()})
     opt = torch.optim.AdamW(master.values(), lr=cfg.lr, weight_decay=0.0)
+    critic = None
+    if cfg.use_critic:
+        train_side, _ = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
+        critic = Critic(
+            cfg.model,
+            init.w,
+            train_side,
+            cfg.micro_batch,
+            DTYPES[cfg.dtype],
+            cfg.critic_lr,
+            cfg.seed,
+        )
     task, rnd = ReverseTask(), random.Random(cfg.seed)
     for step in range(1, cfg.steps + 1):
-        yield train_step(cfg, step, master, ref, opt, task, rnd)
+        yield train_step(cfg, step, master, ref, opt, task, rnd, critic)

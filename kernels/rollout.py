@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from topl.kernels.attention import attend
-from topl.kernels.model import Model, Side, token_logprobs
+from topl.kernels import primitives as P
+from topl.kernels.attention import attend_paged
+from topl.kernels.model import Model, Side
 
 
 @dataclass
@@ -71,8 +72,16 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     seed: int = 0
-    processed_logprobs: bool = False  # record log p after top-k/top-p renormalisation
+    processed_logprobs: bool = False  # old spelling of logprobs_mode="processed_logprobs"
     eos: int | None = None
+    # What the rollout records per token, as vLLM's `logprobs_mode` (see `_sample`):
+    # raw_logprobs | processed_logprobs | raw_logits | processed_logits. Default: verl's
+    # verl@0.9.1:verl/workers/config/rollout.py:197 (processed_logprobs).
+    logprobs_mode: str = "processed_logprobs"
+
+    @property
+    def mode(self) -> str:
+        return "processed_logprobs" if self.processed_logprobs else self.logprobs_mode
 
 
 class RolloutEngine:
@@ -84,6 +93,9 @@ class RolloutEngine:
                                   model.w["model.embed_tokens.weight"].dtype, model.device)
         self.max_num_seqs, self.budget, self.chunked = max_num_seqs, max_num_batched_tokens, chunked_prefill
         self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
+        from topl.kernels.gpu import paged_hook
+
+        self.paged = paged_hook(model, side, block_size)  # GPU: one batched paged-attention call
 
     def _schedule(self, active: list[Request]) -> list[tuple[Request, int]]:
         """(request, tokens to process) for this step: decodes first, then prefill chunks."""
@@ -118,39 +130,64 @@ class RolloutEngine:
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
-            outs = []
-            for (r, n), (a, b) in zip(items, spans):
+            for (r, _), (a, b) in zip(items, spans):
                 self.cache.write(i, r, positions[a:b], k[a:b], v[a:b])
-                kc, vc = self.cache.read(i, r, r.cached + n)
-                plan = side.decode if (n == 1 and r.output) else side.prefill
-                outs.append(attend(q[a:b], pos[a:b], kc, vc, plan, m.scale))
-            h, pending = m.post_attention(i, h, torch.cat(outs), side)
+            tables = [r.blocks for r, _ in items]
+            if self.paged is not None:  # the GPU's batched paged kernel (kernels/gpu.paged_hook)
+                attn = self.paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos)
+            else:
+                plans = [side.decode if (n == 1 and r.output) else side.prefill for r, n in items]
+                attn = attend_paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos,
+                                    plans, m.scale)  # the whole batch in one call, as vLLM's backend
+            h, pending = m.post_attention(i, h, attn, side)
         last = torch.tensor([b - 1 for _, b in spans], device=m.device)
         keys = m.row_keys
         m.row_keys = [keys[i] for i in last.tolist()]
         return m.logits(h[last], pending[last], side)
 
     def _sample(self, r: Request, logits: torch.Tensor, sp: SamplingParams) -> int:
-        lp = token_logprobs(logits[None], sp.temperature, self.side.fp32_logits)[0].cpu()
-        keep = torch.ones_like(lp, dtype=torch.bool)
+        """Sample one token and record what vLLM's `logprobs_mode` returns for it.
+
+        As vLLM's v1 sampler: raw_* are taken from the logits before temperature
+        (vllm@0.18.0:vllm/v1/sample/sampler.py:Sampler.forward:81-82); temperature divides the
+        fp32 logits, top-k / top-p set the rest to -inf, and processed_logprobs is ONE log-softmax
+        of those masked logits (vllm@main 01fa3fe:vllm/v1/sample/ops/topk_topp_sampler.py:
+        TopKTopPSampler.forward_native). With top_p=1, top_k=-1 that is exactly the trainer's
+        log_softmax(logits / T); normalising already-normalised log-probs again is not.
+        """
+        fp32 = self.side.fp32_logits
+        raw = logits.float() if fp32 else logits  # vLLM: logits.to(torch.float32) first
+        z = raw / sp.temperature
+        keep = torch.ones(z.shape, dtype=torch.bool, device=z.device)
         if sp.top_k > 0:
-            keep &= lp >= torch.topk(lp, sp.top_k).values[-1]
+            keep &= z >= torch.topk(z, sp.top_k).values[-1]
         if sp.top_p < 1.0:
-            order = torch.argsort(lp, descending=True)
-            cum = torch.cumsum(lp[order].exp(), 0)
+            order = torch.argsort(z.masked_fill(~keep, float("-inf")), descending=True)
+            probs = torch.softmax(z.float().masked_fill(~keep, float("-inf")), -1)[order]
             cut = torch.zeros_like(keep)
-            cut[order] = (cum - lp[order].exp()) < sp.top_p
+            cut[order] = (torch.cumsum(probs, 0) - probs) < sp.top_p  # at least the top token
             keep &= cut
-        filtered = torch.log_softmax(lp.masked_fill(~keep, float("-inf")), -1)
+        masked = z.masked_fill(~keep, float("-inf"))
+        processed = P.log_softmax(masked, fp32)
         g = torch.Generator().manual_seed(sp.seed * 1_000_003 + r.id * 10_007 + len(r.output))
-        tok = int(torch.multinomial(filtered.exp(), 1, generator=g))
-        r.logprobs.append(float(filtered[tok] if sp.processed_logprobs else lp[tok]))
+        tok = int(torch.multinomial(processed.exp().cpu(), 1, generator=g))
+        value = {"raw_logprobs": lambda: P.log_softmax(raw, fp32)[tok],
+                 "processed_logprobs": lambda: processed[tok],
+                 "raw_logits": lambda: raw[tok].float(),
+                 "processed_logits": lambda: masked[tok].float()}[sp.mode]()
+        r.logprobs.append(float(value))
         if self.model.recorder is not None:
             self.model.recorder.record("logprobs", torch.tensor([r.logprobs[-1]]), [(r.id, len(r.tokens) - 1)])
         return tok
 
     def generate(self, requests: list[Request], sp: SamplingParams) -> list[Request]:
         """Run until every request finished; arrivals are honoured step by step."""
+        longest = max((len(r.prompt) for r in requests), default=0)
+        if not self.chunked and longest > self.budget:
+            # vLLM refuses this at start-up (SchedulerConfig._verify_args: "max_num_batched_tokens
+            # (...) is smaller than max_model_len"); without chunking such a prompt never fits a step
+            raise ValueError(f"chunked prefill is off and a prompt has {longest} tokens, more than "
+                             f"max_num_batched_tokens={self.budget}: raise the budget or chunk")
         pending = sorted(requests, key=lambda r: (r.arrival, r.id))
         active: list[Request] = []
         step = 0

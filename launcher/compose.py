@@ -5,7 +5,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 """
 from __future__ import annotations
 
-import atexit
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -19,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from topl.launcher import recipes
+from topl.launcher import recipes, redact, untrusted
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec, register_configs
 from topl.launcher.tree import flatten
@@ -49,7 +48,8 @@ class Composed:
             if k in self.sources:
                 return self.sources[k]
             parts.pop()
-        return SCHEMA_SOURCE
+        below = sorted({v for k, v in self.sources.items() if k.startswith(key + ".")})
+        return ", ".join(below) if below else SCHEMA_SOURCE  # a container: where its entries came from
 
     def value(self, key: str) -> Any:
         return OmegaConf.select(self.cfg, key, throw_on_missing=False)
@@ -66,20 +66,65 @@ def _value_keys(data: dict, package: str) -> list[str]:
 
 
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
-    """Replace `recipe=NAME|PATH` by a recipe on a temporary search path Hydra can read."""
+    """Refuse unsafe Hydra overrides (untrusted.guard_overrides), then replace `recipe=NAME|PATH`
+    by the validated recipe on a private temporary search path. The caller owns root.cleanup()."""
     out, root = [], None
-    for o in overrides:
+    for o in untrusted.guard_overrides(overrides):
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
-            path = recipes.resolve(value)
-            recipes.load_checked(path)
-            root = recipes.RecipeRoot(path)
-            atexit.register(root.cleanup)
-            o = f"recipe={root.name}"
+            values = _recipe_sweep(o) or [value]
+            names = []
+            for v in values:
+                path = recipes.resolve(v)
+                if root is None:
+                    root = recipes.RecipeRoot(path)
+                    names.append(root.name)
+                else:
+                    names.append(root.add(path))
+            root.user_value = ",".join(values)  # the sweep as the user spelled it, in order
+            o = f"recipe={','.join(names)}"
         out.append(o)
     if root:
         out.append(f"hydra.searchpath=[file://{root.dir}]")
     return out, root
+
+
+def _strict_bools(hydra_overrides: list[str]) -> None:
+    """OmegaConf reads 2, "yes" or "on" as true for a bool field; on the command line a switch is
+    `true` or `false`, so `rollout.prefix_caching=2` is a typo, not a yes."""
+    import typing
+
+    for ov in OverridesParser.create().parse_overrides(
+            [o for o in hydra_overrides if not o.startswith("hydra.")]):
+        if ov.is_sweep_override() or ov.is_delete():
+            continue
+        node, typ = JobSpec, None
+        for part in ov.key_or_group.split("."):
+            hints = typing.get_type_hints(node) if isinstance(node, type) else {}
+            typ = hints.get(part)
+            node = typ
+        if typ is bool and not isinstance(ov.value(), bool):
+            raise ToplError(f"{ov.key_or_group}={ov.get_value_element_as_str()}: a switch is true or false",
+                            where=f"command line `{ov.input_line}`", fix=f"write {ov.key_or_group}=true or =false")
+
+
+def _recipe_sweep(override: str) -> list[str] | None:
+    """The recipes of a sweep over recipes (`recipe=a,b`, `choice(a,b)`, `glob(qwen3_4b_*)`), in
+    Hydra's order; None when the value is one recipe."""
+    from hydra.core.override_parser.types import Glob
+
+    try:
+        ov = OverridesParser.create().parse_override(override)
+    except HydraException:
+        return None  # not a sweep Hydra can read: resolved (and refused) as one name
+    if not ov.is_sweep_override():
+        return None
+    if isinstance(ov.value(), Glob):
+        return ov.value().filter(list(recipes.available()))
+    if not ov.is_discrete_sweep():
+        raise ToplError(f"{override}: a sweep over recipes needs a list, choice() or glob()",
+                        where=override, fix="e.g. recipe=a,b")
+    return [str(v) for v in ov.sweep_string_iterator()]
 
 
 def _friendly(e: Exception, overrides: list[str]) -> ToplError:
@@ -102,11 +147,11 @@ def _friendly(e: Exception, overrides: list[str]) -> ToplError:
     return ToplError(msg.replace("\n", "\n  "), where=f"overrides: {' '.join(overrides) or '(none)'}", fix=fix)
 
 
-def _check_no_targets(cfg: DictConfig, overrides: list[str]) -> None:
-    hits = recipes.find_targets(OmegaConf.to_container(cfg, resolve=False))
-    if hits:
-        raise ToplError(f"`_target_` at {', '.join(hits)}: topl configs are data and never instantiate code",
-                        where=" ".join(overrides), fix="remove the `_target_` keys")
+def _check_no_code(cfg: DictConfig, overrides: list[str]) -> None:
+    """Nothing composed names code: `_target_` / `()` anywhere, dotted keys of free-form maps
+    (algorithm.extra_overrides, rendered into verl, whose workers would instantiate it) included."""
+    untrusted.check_values(OmegaConf.to_container(cfg, resolve=False),
+                           f"overrides: {' '.join(overrides) or '(none)'}", resolvers=True)
 
 
 def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
@@ -123,11 +168,20 @@ def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
             _refuse_unknown(node, node._metadata.object_type, f"{prefix}{key}.")
 
 
-def compose_job(overrides: list[str] | None = None) -> Composed:
-    """Compose the job spec; every input problem becomes a ToplError."""
-    overrides = list(overrides or [])
+def compose_job(overrides: list[str] | None = None, prepared=None) -> Composed:
+    """Compose the job spec; every input problem becomes a ToplError. `prepared` is a
+    `split_recipe` result the caller keeps (launch composes again through Hydra from it)."""
     register_configs()
-    hydra_overrides, root = split_recipe(overrides)
+    hydra_overrides, root = prepared or split_recipe(list(overrides or []))
+    overrides = [o for o in overrides or [] if o != untrusted.UNSAFE_FLAG]
+    try:
+        return _compose(overrides, hydra_overrides, root)
+    finally:
+        if prepared is None and root is not None:
+            root.cleanup()
+
+
+def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
@@ -140,7 +194,9 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra/" not in k}
     with open_dict(cfg):
         del cfg["hydra"]
-    _check_no_targets(cfg, overrides)
+    _check_no_code(cfg, overrides)
+    _strict_bools(hydra_overrides)
+    redact.remember(OmegaConf.to_container(cfg.cluster.env) if "cluster" in cfg else {})
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
@@ -149,13 +205,37 @@ def compose_job(overrides: list[str] | None = None) -> Composed:
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
 
 
+def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
+    """(hydra.run.dir, hydra.sweep.dir) as Hydra would resolve them now, absolute; sweep overrides
+    are left out (Hydra resolves the sweep dir from the config without them)."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(hydra_overrides)
+        plain = [o for o, p in zip(hydra_overrides, parsed) if not p.is_sweep_override()]
+    except HydraException:
+        plain = hydra_overrides
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
+            cfg = compose("config", overrides=plain, return_hydra_config=True)
+            dirs = str(cfg.hydra.run.dir), str(cfg.hydra.sweep.dir)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        raise _friendly(e, plain) from None
+    finally:
+        GlobalHydra.instance().clear()
+    return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
+
+
 def from_hydra_job(cfg: DictConfig, hydra_overrides: list[str], choices: dict, root,
                    user_overrides: list[str]) -> Composed:
     """The Composed of a job Hydra composed itself (`topl launch -m`: one per sweep point)."""
     typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
+    _check_no_code(typed, user_overrides)
+    redact.remember(OmegaConf.to_container(typed.cluster.env))
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
     sources = _sources(loader_for(root), hydra_overrides, root)
-    return Composed(typed, sources, user_overrides, chosen, str(root.source) if root else None)
+    recipe = str(root.source_of(chosen.get("recipe"))) if root else None
+    return Composed(typed, sources, user_overrides, chosen, recipe)
 
 
 def loader_for(root):
@@ -183,7 +263,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):
-            label = _label(root.source)
+            label = _label(root.source_of(file.stem))
         else:
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""
@@ -203,7 +283,7 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     return sources
 
 
-GROUPS = {"model", "algorithm", "train", "rollout", "alignment", "collective", "cluster", "recipe"}
+GROUPS = untrusted.SELECTABLE | {"recipe"}
 
 
 def _label(path: Path) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import re
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from packaging.version import Version
-
+from topl.launcher import facts
 from topl.launcher.errors import ERROR, OK, WARNING
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.versions import parse as _v
@@ -86,6 +86,39 @@ def _import_error(module: str) -> str | None:
         return "import did not finish in 300 s"
     lines = r.stderr.strip().splitlines()
     return None if r.returncode == 0 else (lines[-1] if lines else f"exit code {r.returncode}")
+
+
+def _pkg_file(module: str, rel: str) -> str | None:
+    """Text of a file inside an installed package, without importing it; None when absent."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    for root in list(spec.submodule_search_locations or []) if spec else []:
+        f = Path(root) / rel
+        if f.is_file():
+            return f.read_text(errors="replace")
+    return None
+
+
+def detected(fid: str) -> bool:
+    """Whether the installed package has fact `fid`, found the way that package gates it (the
+    file and symbol the fact's `detect` names, e.g. attention/fa3_v1.py: class AscendFABackend)."""
+    module, rel, needle = facts.fact(fid).detect
+    return needle in (_pkg_file(module, rel) or "")
+
+
+def torch_pin(dist: str = "torch_npu") -> str | None:
+    """The exact torch release an installed torch_npu requires (Requires-Dist torch==X)."""
+    try:
+        reqs = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return None
+    for r in reqs:
+        m = re.match(r"^torch\s*==\s*([0-9][^;,\s]*)", r)
+        if m:
+            return m.group(1)
+    return None
 
 
 def cann_version() -> str | None:
@@ -170,34 +203,56 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
             add("TOP-DOC-VERL-002", False, "verl version", verl_v, v.verl,
                 "install the declared verl or update cluster.versions.verl", WARNING)
         if spec.rollout.pp > 1:
-            stock = "not implemented pipeline_model_parallel_size > 1" in _source("verl.workers.config.rollout")
-            add("TOP-DOC-VERL-003", verl_v is not None and not stock, "verl supports vLLM pipeline parallel",
-                "stock verl (raises NotImplementedError)" if stock else ("missing" if not verl_v else "patched"),
-                "the vLLM PP patch", "apply the PP patch to verl, or set rollout.pp=1")
+            patch_check(add, "TOP-DOC-VERL-003", "vllm_pp_npu", "vllm_pp", spec, installed=verl_v,
+                        what="verl sizes vLLM pipeline-parallel replicas (the PP patch)",
+                        fix="apply the seed's PP patch to verl (stack=seed), or set rollout.pp=1")
+        if spec.rollout.per_request_seed is not False and facts.supports("per_request_seed", v) \
+                and strict:
+            patch_check(add, "TOP-DOC-VERL-004", "per_request_seed", "per_request_seed", spec,
+                        installed=verl_v, what="verl has the per-request sampling seed",
+                        fix="apply the seed's per-request seed patch to verl")
     if npu:
         npu_v = _version("torch_npu")
         add("TOP-DOC-NPU-001", npu_v is not None, "torch_npu installed", npu_v or "missing", v.torch_npu,
             "install torch_npu matching your torch and CANN")
         if npu_v and torch_v:
-            t, n = _v(torch_v.split("+")[0]), _v(npu_v.split("+")[0].split(".post")[0])
-            add("TOP-DOC-NPU-002", bool(t and n and (t.major, t.minor) == (n.major, n.minor)),
-                "torch and torch_npu match", f"torch {torch_v}, torch_npu {npu_v}", "same major.minor",
-                f"install torch_npu {t.major}.{t.minor}.x or torch {n.major}.{n.minor}.x" if t and n else "")
+            pin = torch_pin() or ".".join(map(str, facts.version("torch_npu", npu_v).release))
+            t = facts.version("torch", torch_v)
+            add("TOP-DOC-NPU-002", t is not None and t.release == facts.version("torch", pin).release,
+                "torch is the release torch_npu requires", f"torch {torch_v}, torch_npu {npu_v}",
+                f"torch=={pin} (torch_npu's Requires-Dist)", f"pip install torch=={pin.split('+')[0]}")
         cann = cann_version()
         add("TOP-DOC-CANN-001", cann is not None, "CANN toolkit", cann or "not found (ASCEND_HOME_PATH unset?)",
             v.cann, "source CANN's set_env.sh (sets ASCEND_HOME_PATH)")
         va = _version("vllm-ascend") or _version("vllm_ascend")
-        add("TOP-DOC-VLLMA-001", bool(va and _v(va) and _v(va) >= Version("0.18.0")), "vllm-ascend version",
-            va or "missing", ">= 0.18.0", "pip install 'vllm-ascend>=0.18.0' (and the matching vllm)")
+        add("TOP-DOC-VLLMA-001", va is not None and facts.version("vllm_ascend", va)
+            == facts.version("vllm_ascend", v.vllm_ascend), "vllm-ascend version", va or "missing",
+            v.vllm_ascend, f"pip install vllm-ascend=={v.vllm_ascend} (and vllm=={v.vllm}), or "
+            "pick the stack profile that matches what is installed", ERROR if va is None else WARNING)
         if strict:
-            rl = _package_text("vllm_ascend", "enable_training_consistency")
-            add("TOP-DOC-VLLMA-002", rl, "vllm-ascend rl_config.enable_training_consistency (FA3 backend)",
-                "present" if rl else "absent", "present", "use a vllm-ascend with the FA3 training-consistency backend")
+            patch_check(add, "TOP-DOC-VLLMA-002", "fa3_backend", "true_on_policy", spec,
+                        installed=va, what="vllm-ascend has the FA3 backend (attention/fa3_v1.py)",
+                        fix="install vllm-ascend >= 0.23.0, or 0.18.0 from source with the seed's "
+                            "patch module (stack=seed)")
+            if va:  # FA3 is selected the way the rendered command asks for it
+                want, have = facts.supports("rl_config", v), detected("rl_config")
+                how = {True: "additional_config.rl_config", False: "attention_backend=FLASH_ATTN"}
+                add("TOP-DOC-VLLMA-003", want == have, "vllm-ascend selects FA3 the way topl renders it",
+                    how[have], how[want], "declare the installed vllm-ascend in cluster.versions "
+                    "(or pick its stack profile) so the command selects FA3 the way it reads it")
             add("TOP-DOC-BIO-001", _importable("batch_invariant_ops"), "batch_invariant_ops importable",
                 "yes" if _importable("batch_invariant_ops") else "no", "yes",
                 "install CANN's batch_invariant_ops (without it the patch only warns and the run is off-policy)")
             add("TOP-DOC-FA3-001", _importable("flash_attn_npu_v3"), "flash_attn_npu_v3 importable",
                 "yes" if _importable("flash_attn_npu_v3") else "no", "yes", "install flash-attention-npu")
+            if spec.train.engine == "megatron":
+                ms = detected("mindspeed_bi_switches")
+                add("TOP-DOC-MS-001", ms, "MindSpeed has --use-batch-invariant-ops",
+                    "yes" if ms else ("no" if _importable("mindspeed") else "MindSpeed missing"),
+                    "MindSpeed core_r0.16.0", "install MindSpeed core_r0.16.0")
+                fa = _importable("flash_attn_npu")
+                add("TOP-DOC-FA3-002", fa, "flash_attn_npu importable (MindSpeed's FA3 path)",
+                    "yes" if fa else "no", "yes", "install flash-attention-npu (its flash_attn_npu module)")
             if spec.cluster.external_modules:
                 mod = spec.cluster.external_modules
                 add("TOP-DOC-PATCH-001", _importable(mod), f"patch module {mod} importable",
@@ -211,6 +266,23 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
         add("TOP-DOC-ENV-001", seen == want, f"env {k} as the job's processes see it", seen or "unset", want,
             f"forward {k}={want} to every worker (runtime_env env_vars)")
     return out
+
+
+def patch_check(add, id_, fid, patch, spec, installed, what, fix):
+    """The installed package has fact `fid`; where a declared source patch provides it and the
+    patch module is importable, the patch lands at `import verl` (the seed git-applies it then):
+    a warning that the tree is still unpatched, not an error."""
+    if installed is None:
+        add(id_, False, what, "package missing", "installed", fix)
+        return
+    if detected(fid):
+        add(id_, True, what, "present", "present", "")
+        return
+    v, mod = spec.cluster.versions, spec.cluster.external_modules
+    declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
+    at_import = declared and bool(mod) and _importable(mod)
+    add(id_, False, what, f"absent; {mod} applies patch {patch} at import" if at_import else "absent",
+        "present", fix, WARNING if at_import else ERROR)
 
 
 def _soc() -> str | None:

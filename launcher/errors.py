@@ -21,3 +21,7 @@ class ToplError(Exception):
         if self.fix:
             lines.append(f"  fix:   {self.fix}")
         return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """What `--json` prints under "error" (with "ok": false)."""
+        return {"message": self.message, "where": self.where, "fix": self.fix}

@@ -7,15 +7,20 @@ import re
 import typing
 
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^=#]+(?:=[^#]*)?#\s*(.+)$")
+_BARE = re.compile(r"^\s+(\w+)\s*:[^=#]+=")  # a field whose comment is the line above (long lines)
+_ABOVE = re.compile(r"^\s+#\s*(.+)$")
 
 
 def _comments(cls) -> dict[str, str]:
-    """field name -> the comment on its line in the class body."""
-    out = {}
+    """field name -> the comment on its line in the class body (or on the line just above)."""
+    out, above = {}, None
     for line in inspect.getsource(cls).splitlines():
-        m = _FIELD.match(line)
+        m, bare, comment = _FIELD.match(line), _BARE.match(line), _ABOVE.match(line)
         if m:
             out.setdefault(m.group(1), m.group(2).strip())
+        elif bare and above:
+            out.setdefault(bare.group(1), above)
+        above = comment.group(1).strip() if comment else None
     return out
 
 

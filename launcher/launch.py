@@ -28,16 +28,28 @@ class LaunchContext:
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
-    """One job (once per sweep point under -m): check, write the run dir, start the backend."""
+    """One job (once per sweep point under -m); an input error is printed and counts as exit 2."""
+    from topl.launcher.errors import ToplError
+
+    try:
+        _run_job(ctx, cfg)
+    except ToplError as e:  # inside Hydra's task a raised error would become Hydra's traceback
+        print(e.render(), file=sys.stderr)
+        ctx.rc = max(ctx.rc, e.exit_code)
+
+
+def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
+    """Check, write the run dir, start the backend with a status file that is right on every exit."""
     from hydra.core.hydra_config import HydraConfig
 
-    from topl.launcher import rundir
+    from topl.launcher import lifecycle, rundir
     from topl.launcher.compose import from_hydra_job
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
+    rundir.seal(run_dir)  # Hydra's own .hydra/ files: secrets out, owner-only
     if ctx.prepared is not None:
         composed, violations = ctx.prepared
     else:
@@ -64,23 +76,38 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     if ctx.dry_run:
         print(inv.command(spec.cluster.python))
         return
+    rc = lifecycle.run_recorded(run_dir, lambda: start(ctx, spec, inv, run_dir), backend=spec.cluster.backend)
+    ctx.rc = max(ctx.rc, rc)
+
+
+def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
+    """Start the backend; its return code (negative N: the job died of signal N)."""
     backend = spec.cluster.backend
+    if backend == "ray_job":
+        from topl.launcher.backends.ray_job import check_reachable
+
+        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
     if backend != "local" and not doctor_ok(ctx, spec, run_dir):
-        ctx.rc = 2
-        return
+        from topl.launcher.errors import ToplError
+
+        raise ToplError("the doctor found errors; nothing started", where=str(run_dir / "doctor.json"),
+                        fix="fix the findings above, or --skip-doctor (loudly)")
     if backend == "local":
         from topl.launcher.backends.local import run_local
 
-        rc = run_local(spec, run_dir)
-    elif backend == "subprocess":
+        try:
+            return run_local(spec, run_dir)
+        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
+            print(e.render(), file=sys.stderr)
+            return 2
+    if backend == "subprocess":
         from topl.launcher.backends.subprocess import run_subprocess
 
-        rc = run_subprocess(inv, run_dir, spec.cluster.python)
-    else:
-        from topl.launcher.backends.ray_job import run_ray_job
+        return run_subprocess(inv, run_dir, spec.cluster.python)
+    from topl.launcher.backends.ray_job import run_ray_job
 
-        rc = run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python)
-    ctx.rc = max(ctx.rc, rc)
+    return run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python,
+                       timeout=spec.cluster.ray_timeout_s)
 
 
 def preflight(spec) -> None:
@@ -95,13 +122,14 @@ def preflight(spec) -> None:
             if importlib.util.find_spec(module) is None:
                 raise local_extra_error("the local backend (cluster.backend=local)", module)
     if spec.cluster.backend == "ray_job":
-        from topl.launcher.backends.ray_job import ray_client
+        from topl.launcher.backends.ray_job import check_reachable
 
-        ray_client(spec.cluster.ray_address)
+        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
 
 
 def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:
     """Remote backends: check the stack where the job will run before starting it."""
+    from topl.launcher import lifecycle, rundir
     from topl.launcher.cli import doctor
 
     if ctx.skip_doctor:
@@ -110,13 +138,13 @@ def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:
               "crash hours in", file=sys.stderr)
         return True
     address = spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None
-    nodes = doctor.run(spec, address)
-    (run_dir / "doctor.json").write_text(json.dumps(nodes, indent=1))
+    # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
+    nodes = lifecycle.with_deadline(lambda: doctor.run(spec, address), spec.cluster.ray_timeout_s + 600,
+                                    f"topl doctor on {address or 'this machine'}",
+                                    fix="check that the Ray head answers (`ray status`), or --skip-doctor")
+    rundir.write_file(run_dir / "doctor.json", json.dumps(nodes, indent=1))
     bad = [(n["node"], f) for n in nodes for f in n["findings"] if f["severity"] == "error"]
     for node, f in bad:
         print(f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n"
               f"  fix: {f['fix']}", file=sys.stderr)
-    if bad:
-        print("topl: the doctor found errors; nothing started (--skip-doctor to override, loudly)",
-              file=sys.stderr)
     return not bad

@@ -102,11 +102,15 @@ def kv_bytes_per_token(s) -> float:
     return 2 * layers * heads * m.head_dim * 2
 
 
+def rollout_fit(s) -> dict[str, float]:
+    """Rollout side only, per device: weights GB, KV room GB, full-length sequences that fit."""
+    weights = rollout_weight_bytes(s)
+    kv_room = s.rollout.gpu_memory_utilization * s.cluster.device_memory_gb * GB - weights
+    seq = s.train.max_prompt_length + s.train.max_response_length
+    return {"rollout_weights_gb": weights / GB, "kv_room_gb": kv_room / GB,
+            "kv_seqs": kv_room / (kv_bytes_per_token(s) * seq)}
+
+
 def estimate(s) -> dict[str, float]:
     """Per-device GB: training states, rollout weights, KV room, and the device budget."""
-    budget = s.cluster.device_memory_gb * GB
-    kv_room = s.rollout.gpu_memory_utilization * budget - rollout_weight_bytes(s)
-    seq = s.train.max_prompt_length + s.train.max_response_length
-    return {"train_gb": train_bytes(s) / GB, "rollout_weights_gb": rollout_weight_bytes(s) / GB,
-            "kv_room_gb": kv_room / GB, "device_gb": s.cluster.device_memory_gb,
-            "kv_seqs": kv_room / (kv_bytes_per_token(s) * seq)}
+    return {"train_gb": train_bytes(s) / GB, "device_gb": s.cluster.device_memory_gb, **rollout_fit(s)}

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
-from topl.launcher.contract import ERROR, RULES
+from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
-from topl.launcher.spec import world_size
+from topl.launcher.recipes import available
+from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.tree import get_path, parent_of
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
@@ -63,8 +65,13 @@ def expand_items(overrides: list[str]) -> list[list[Item]]:
             if not ov.is_discrete_sweep():
                 raise ToplError(f"sweep type {ov.value_type.name} is not supported", where=ov.input_line,
                                 fix="use a list (a,b,c), range() or glob() sweep")
-            final[key] = [(f"{key}={t}", ov.key_or_group, v)
-                          for t, v in zip(ov.sweep_string_iterator(), ov.sweep_iterator())]
+            # one list of strings, each parsed back: shuffle() reorders every iterator afresh, so
+            # zipping sweep_string_iterator with sweep_iterator pairs strings with other values
+            texts = list(ov.sweep_string_iterator())
+            if ov.key_or_group == "recipe" and isinstance(ov.value(), Glob):
+                texts = ov.value().filter(list(available()))  # recipes live outside conf/
+            typed = _parse([f"{key}={t}" for t in texts]) if texts else []
+            final[key] = [(f"{key}={t}", ov.key_or_group, o.value()) for t, o in zip(texts, typed)]
         else:
             final[key] = [(f"{key}={ov.get_value_element_as_str()}", ov.key_or_group, ov.value())]
     return [list(p) for p in itertools.product(*final.values())]
@@ -87,7 +94,7 @@ def _set(obj, dotted: str, value: Any) -> None:
     setattr(obj, leaf, _coerce(value, _hints(type(obj))[leaf], dotted))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
@@ -131,6 +138,11 @@ class Planner:
             if k.startswith("hydra."):
                 continue  # Hydra's own settings (sweeper, run dir): not part of the job spec
             (groups if (k.lstrip("+~") in GROUPS or "/" in k or "@" in k) else values).append((text, k, v))
+        if any(not _replayable(text, k, v) for text, k, v in values):
+            # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted number,
+            # a dict entry, an interpolation...): compose this point through Hydra, like `check`
+            c = compose_job([t for t, k, _ in point if not k.startswith("hydra.")])
+            return c.to_object(), c.sources
         base, obj, interp = self._base([g[0] for g in groups])
         spec = copy.deepcopy(obj)
         sources = dict(base.sources)
@@ -147,9 +159,10 @@ class Planner:
 
         spec, _ = self.spec(point)
         errs, warns = [], []
-        for r in RULES:
-            if r.check(spec):
-                (errs if r.severity == ERROR else warns).append(r.id)
+        for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
+            bucket = errs if severity == ERROR else warns
+            if r.id not in bucket:
+                bucket.append(r.id)
         try:
             e = estimate(spec)
             tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
@@ -157,6 +170,30 @@ class Planner:
             tg = rg = None
         return Verdict([t for t, _, _ in point], not errs, errs, warns, tg, rg,
                        world_size(spec))
+
+
+def _replayable(text: str, key: str, value) -> bool:
+    """True when setting `value` on the typed spec equals what Hydra + OmegaConf would compose."""
+    if text.startswith(("+", "~")) or (isinstance(value, str) and "${" in value):
+        return False
+    cls = JobSpec
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        hints = _hints(cls)
+        if part not in hints:
+            return False  # unknown key: Hydra's own message
+        typ = hints[part]
+        if dataclasses.is_dataclass(typ):
+            cls = typ
+            continue
+        if i != len(parts) - 1:
+            return False  # inside a dict field (cluster.env, extra_overrides)
+        args = typing.get_args(typ)
+        if value is None:
+            return type(None) in args
+        base = next((a for a in args if a is not type(None)), typ) if args else typ
+        return (type(value) is base or (base is float and type(value) is int)) and base in (int, float, str, bool)
+    return False
 
 
 def _interpolated(cfg, prefix: str = "") -> list[str]:
@@ -188,8 +225,10 @@ def _resolve(raw: str, spec):
 
 def plan(overrides: list[str]) -> list[Verdict]:
     """Every point of the sweep with its verdict."""
+    from topl.launcher.untrusted import guard_overrides
+
     planner = Planner()
-    return [planner.verdict(p) for p in expand_items(overrides)]
+    return [planner.verdict(p) for p in expand_items(guard_overrides(overrides))]
 
 
 def swept_keys(overrides: list[str]) -> list[str]:

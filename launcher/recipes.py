@@ -2,7 +2,7 @@
 
 A recipe is plain data in Hydra's experiment format (`# @package _global_`, `override /group:`
 in its defaults). It is found by name in the shipped `recipes/` folder, in folders listed in
-`TOPL_RECIPE_PATH`, or given as a path; it never instantiates code (`_target_` is refused).
+`TOPL_RECIPE_PATH`, or given as a path. It is data: `untrusted.py` says what it may set.
 """
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import tempfile
 from importlib.resources import files
 from pathlib import Path
 
-import yaml
-
+from topl.launcher import untrusted
 from topl.launcher.errors import ToplError
 
 
@@ -55,36 +54,13 @@ def resolve(value: str) -> Path:
 
 
 def find_targets(node, path: str = "") -> list[str]:
-    """Dotted paths of every `_target_` key (code to instantiate) inside a loaded YAML tree."""
-    hits: list[str] = []
-    if isinstance(node, dict):
-        for k, v in node.items():
-            here = f"{path}.{k}" if path else str(k)
-            if k == "_target_":
-                hits.append(here)
-            hits += find_targets(v, here)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            hits += find_targets(v, f"{path}[{i}]")
-    return hits
+    """Dotted paths of every key that names code (`_target_`, `()`, ...), dotted keys included."""
+    return untrusted.code_keys(node)
 
 
-def load_checked(path: Path) -> dict:
-    """Parse a user YAML file as data: syntax errors and `_target_` become readable errors."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ToplError(f"YAML syntax error: {getattr(e, 'problem', e)}", where=where,
-                        fix="fix the YAML syntax at that line") from None
-    if not isinstance(data, dict):
-        raise ToplError("a recipe must be a YAML mapping", where=str(path))
-    targets = find_targets(data)
-    if targets:
-        raise ToplError(f"`_target_` found at {', '.join(targets)}: recipes are data and never instantiate code",
-                        where=str(path), fix="remove the `_target_` keys")
-    return data
+def load_checked(path: Path) -> untrusted.Recipe:
+    """Read a recipe once and validate it as data (see launcher/untrusted.py)."""
+    return untrusted.read_recipe(path, untrusted.spec_fields())
 
 
 def description(path: Path) -> str:
@@ -96,14 +72,52 @@ def description(path: Path) -> str:
 
 
 class RecipeRoot:
-    """A temporary Hydra search-path root whose `recipe/` group holds the chosen recipe file."""
+    """A private temporary Hydra search-path root whose `recipe/` group holds the chosen recipe(s)
+    (several for a sweep over recipes, `recipe=a,b`) and the recipes they include, written from
+    the bytes that were validated (never re-read)."""
 
     def __init__(self, path: Path):
         self.source = path
-        self.dir = Path(tempfile.mkdtemp(prefix="topl-recipe-"))
-        (self.dir / "recipe").mkdir()
-        self.name = path.stem
-        shutil.copyfile(path, self.dir / "recipe" / f"{self.name}.yaml")
+        self.files: dict[str, Path] = {}  # recipe name in the root -> its source file
+        self.user_value = path.stem  # the recipe override as the user spelled it (sweeps: a,b)
+        self.dir = Path(tempfile.mkdtemp(prefix="topl-recipe-"))  # mode 0700
+        try:
+            (self.dir / "recipe").mkdir(mode=0o700)
+            self.name = self.add(path)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def add(self, path: Path) -> str:
+        """Read, validate and write one more top-level recipe; its option name in the root (the
+        file's stem, made unique when two files share it)."""
+        name, i = path.stem, 1
+        while name in self.files and self.files[name] != path:
+            name, i = f"{path.stem}_{i}", i + 1
+        if name not in self.files:
+            self._add(name, load_checked(path), [])
+        return name
+
+    def source_of(self, name: str | None) -> Path:
+        return self.files.get(name or "", self.source)
+
+    def _add(self, name: str, recipe: untrusted.Recipe, chain: list[str]) -> None:
+        if name in chain or len(chain) >= untrusted.MAX_INCLUDES:
+            raise ToplError(f"recipe includes loop or nest too deep: {' -> '.join([*chain, name])}",
+                            where=str(recipe.path), fix="include each recipe once, at most "
+                            f"{untrusted.MAX_INCLUDES} levels deep")
+        if name in self.files and self.files[name] != recipe.path:
+            raise ToplError(f"two different recipes named {name!r}: {self.files[name]} and {recipe.path}",
+                            where=str(recipe.path), fix="rename one of them")
+        self.files[name] = recipe.path
+        fd = os.open(self.dir / "recipe" / f"{name}.yaml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(recipe.text)
+        for inc in recipe.includes:
+            if inc in (*chain, name):
+                self._add(inc, recipe, [*chain, name])  # reports the loop
+            if inc not in self.files:
+                self._add(inc, load_checked(resolve(inc)), [*chain, name])
 
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

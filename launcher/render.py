@@ -6,11 +6,14 @@ composes every rendering against verl's real config to prove both.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from topl.launcher import facts
+from topl.launcher.errors import ToplError
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
 
@@ -26,7 +29,24 @@ NEW_KEYS = {
     f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant",
     f"{ARR}.actor.megatron.override_transformer_config.batch_invariant_mode",
     f"{ARR}.actor.megatron.override_transformer_config.use_batch_invariant_ops",
+    # MindSpeed TransformerConfig switches: verl 0.9.1's override_transformer_config holds only
+    # recompute_* and attention_backend (verl@0.9.1:trainer/config/engine/megatron.yaml)
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
+# Keys a verl source patch adds (the seed's per-request seed): present on a patched verl only.
+PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
+
+# Keys that verl-recipe's DAPO trainer configs add on top of verl's ppo_trainer
+# (verl-project/verl-recipe@5e867cf:dapo/config/dapo_sync_trainer.yaml:reward.reward_kwargs; the
+# seed passes them without `+` to dapo_megatron_trainer: psyloy/verl-ascend-recipe@0674dbf:
+# true_on_policy/scripts/dapo/run_dapo_qwen3_4b_megatron_npu.sh:REWARD).
+DAPO_RECIPE_KEYS = ("reward.reward_kwargs.",)
+
+# Hydra instantiation keys: a verbatim verl override naming one would make verl build an object.
+CODE_KEYS = {"_target_", "_partial_", "_call_"}
 
 # spec field -> verl key (a callable value derives it)
 VERL_KEYS: dict[str, str] = {
@@ -37,6 +57,7 @@ VERL_KEYS: dict[str, str] = {
     "algorithm.kl_loss_coef": f"{ARR}.actor.kl_loss_coef",
     "algorithm.clip_ratio_low": f"{ARR}.actor.clip_ratio_low",
     "algorithm.clip_ratio_high": f"{ARR}.actor.clip_ratio_high",
+    "algorithm.clip_ratio_c": f"{ARR}.actor.clip_ratio_c",
     "algorithm.lr": f"{ARR}.actor.optim.lr",
     "model.hf_path": f"{ARR}.model.path",
     "train.train_batch_size": "data.train_batch_size",
@@ -72,6 +93,18 @@ VERL_KEYS: dict[str, str] = {
     "project": "trainer.project_name",
     "experiment": "trainer.experiment_name",
     "seed": f"{ARR}.rollout.seed",
+    # optional rows: a None field is not rendered (verl keeps its default)
+    "algorithm.entropy_coeff": f"{ARR}.actor.entropy_coeff",  # verl@0.9.1:trainer/config/actor/actor.yaml
+    "algorithm.ppo_epochs": f"{ARR}.actor.ppo_epochs",  # same file
+    "algorithm.use_kl_in_reward": "algorithm.use_kl_in_reward",  # verl@0.9.1:trainer/config/algorithm.py:AlgoConfig
+    "algorithm.gen_batch_size": "data.gen_batch_size",  # verl@0.9.1:trainer/config/data/legacy_data.yaml
+    "algorithm.reward_manager": "reward.reward_manager.name",  # verl@0.9.1:workers/config/reward.py:RewardManagerConfig
+    # DAPO overlong shaping: verl@0.9.1:experimental/reward_loop/reward_manager/dapo.py reads
+    # reward_kwargs.overlong_buffer_cfg / max_resp_len; the DAPO recipe config declares them
+    "algorithm.overlong_buffer": "reward.reward_kwargs.overlong_buffer_cfg.enable",
+    "algorithm.overlong_buffer_len": "reward.reward_kwargs.overlong_buffer_cfg.len",
+    "algorithm.overlong_max_resp_len": "reward.reward_kwargs.max_resp_len",
+    "train.ppo_max_token_len_per_gpu": f"{ARR}.actor.ppo_max_token_len_per_gpu",  # actor.yaml
 }
 MEGATRON_KEYS = {
     "train.tp": f"{ARR}.actor.megatron.tensor_model_parallel_size",
@@ -82,6 +115,16 @@ MEGATRON_KEYS = {
     "train.sequence_parallel": f"{ARR}.actor.megatron.sequence_parallel",
     "train.param_offload": f"{ARR}.actor.megatron.param_offload",
     "train.optimizer_offload": f"{ARR}.actor.megatron.optimizer_offload",
+    # verl@0.8.0:workers/config/engine.py:McoreEngineConfig.grad_offload (gone in 0.9.1)
+    "train.grad_offload": f"{ARR}.actor.megatron.grad_offload",
+    # verl@0.9.1:trainer/config/engine/megatron.yaml override_transformer_config.recompute_*
+    "train.recompute_granularity": f"{ARR}.actor.megatron.override_transformer_config.recompute_granularity",
+    "train.recompute_method": f"{ARR}.actor.megatron.override_transformer_config.recompute_method",
+    "train.recompute_num_layers": f"{ARR}.actor.megatron.override_transformer_config.recompute_num_layers",
+    "train.use_fused_rmsnorm": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
+    "train.use_fused_rotary_pos_emb": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
+    "train.apply_rope_fusion": f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
+    "train.use_flash_attn": f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
 FSDP_KEYS = {
     "train.fsdp_size": f"{ARR}.actor.fsdp_config.fsdp_size",
@@ -134,17 +177,104 @@ def fmt(v: Any) -> str:
 
 
 def plus(key: str) -> str:
-    """`+key` where verl 0.9.1 has no such key."""
+    """`+key` where verl 0.9.1 has no such key; `++key` where a patch adds it (either way works);
+    a verbatim `+key` / `++key` (verl_overrides) stays as written."""
+    if key.startswith("+"):
+        return key
+    if key in PATCHED_KEYS:
+        return f"++{key}"
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
 
 
+# spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
+GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
+# rollout.graph_mode -> vLLM cudagraph_mode, rendered explicitly: verl's default otherwise is
+# FULL_AND_PIECEWISE (facts: verl_default_full_and_piecewise), kept by vllm-ascend >= 0.21.0rc1
+CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
+                  "full_and_piecewise": "FULL_AND_PIECEWISE"}
+VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
+
+
+def renders(s, field_: str) -> bool:
+    """Whether a table row is rendered on this stack."""
+    fact = GATED_ON_NPU.get(field_)
+    return not (fact and on_npu(s) and not facts.supports(fact, s.cluster.versions))
+
+
+def logprobs_mode(s) -> str:
+    """`auto`: raw_logprobs at temperature 1, else processed_logprobs (raw ones are taken before
+    the temperature, facts: raw_logprobs_before_temperature; the trainer divides by it)."""
+    r = s.rollout
+    if r.logprobs_mode != "auto":
+        return r.logprobs_mode
+    return "raw_logprobs" if r.temperature == 1.0 else "processed_logprobs"
+
+
+def rendered_value(s, field_: str):
+    return logprobs_mode(s) if field_ == "rollout.logprobs_mode" else get_path(s, field_)
+
+
+def graph_overrides(s) -> list[tuple[str, Any]]:
+    """Eager, or the graph mode the spec names, stated to vLLM (never verl's default)."""
+    mode = s.rollout.graph_mode
+    if mode == "eager":
+        return [(f"{ARR}.rollout.enforce_eager", True)]
+    return [(f"{ARR}.rollout.enforce_eager", False),
+            (f"{VLLM}.compilation_config", json.dumps({"cudagraph_mode": CUDAGRAPH_MODE[mode]}))]
+
+
+def sampling_seed(s) -> str:
+    """How rollout sampling is seeded: per_request (the stack's per-request seed) or none.
+    verl's rollout.full_determinism is never rendered: it gives all n samples of a prompt on one
+    replica the same seed (facts: full_determinism_fixes_replica_seed)."""
+    want = s.rollout.per_request_seed
+    if want is None:
+        want = is_strict(s) and facts.supports("per_request_seed", s.cluster.versions)
+    return "per_request" if want else "none"
+
+
+def stack_overrides(s) -> list[tuple[str, Any]]:
+    """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
+    v, npu, strict = s.cluster.versions, on_npu(s), is_strict(s)
+    out: list[tuple[str, Any]] = []
+    if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
+        rl = f"{VLLM}.additional_config.rl_config"
+        out += [(f"{rl}.enabled", True), (f"{rl}.enable_training_consistency", True),
+                (f"{rl}.enable_batch_invariant", True)]
+    if npu and facts.supports("nz_config", v):  # NZ off as the config reads it (sleep mode needs it)
+        out.append((f"{VLLM}.additional_config.weight_nz_mode", 0))
+    if sampling_seed(s) == "per_request":
+        out.append((f"{ARR}.rollout.per_request_seed", True))
+    return out
+
+# Variables the determinism settings decide, and the spec fields that decide them: set them through
+# those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
+ENV_OWNERS: dict[str, tuple[str, ...]] = {
+    "HCCL_DETERMINISTIC": ("collective.hccl_deterministic",),
+    "LCCL_DETERMINISTIC": ("collective.lccl_deterministic",),
+    "HCCL_OP_EXPANSION_MODE": ("collective.op_expansion_mode",),
+    "HCCL_ALGO": ("collective.hccl_algo",),
+    "VLLM_BATCH_INVARIANT": ("alignment.mode",),
+    "VLLM_ASCEND_ENABLE_NZ": ("alignment.mode", "cluster.device"),
+    "CLOSE_MATMUL_K_SHIFT": ("alignment.mode", "cluster.device"),
+    "ATB_MATMUL_SHUFFLE_K_ENABLE": ("alignment.mode", "cluster.device"),
+    "ATB_LLM_LCOC_ENABLE": ("alignment.mode", "cluster.device"),
+    "VERL_USE_EXTERNAL_MODULES": ("cluster.external_modules",),
+}
+
+
 def env_vars(s) -> dict[str, str]:
-    """Environment every process (driver and each Ray worker) must see."""
+    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env."""
+    return {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
+
+
+def derived_env(s) -> dict[str, str]:
+    """The environment the spec's own fields decide (without cluster.env)."""
     c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
-        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1", HCCL_CONNECT_TIMEOUT="1800",
-                   HCCL_EXEC_TIMEOUT="3600")
+        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1",
+                   HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s), HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s))
     if c.op_expansion_mode:
         env["HCCL_OP_EXPANSION_MODE"] = c.op_expansion_mode
     if c.hccl_deterministic != "false":
@@ -156,11 +286,11 @@ def env_vars(s) -> dict[str, str]:
     if strict:
         env["VLLM_BATCH_INVARIANT"] = "1"
         if npu:
-            env.update(VLLM_ASCEND_ENABLE_NZ="0", CLOSE_MATMUL_K_SHIFT="1",
-                       ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0")
+            env.update(CLOSE_MATMUL_K_SHIFT="1", ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0")
+            if facts.supports("nz_env", s.cluster.versions):  # gone from vllm-ascend 0.27.1rc1
+                env["VLLM_ASCEND_ENABLE_NZ"] = "0"
     if s.cluster.external_modules:
         env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
-    env.update({k: str(v) for k, v in s.cluster.env.items()})
     return env
 
 
@@ -169,22 +299,23 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, get_path(s, field_)) for field_, verl in table.items()]
+    out += [(verl, v) for field_, verl in table.items()
+            if renders(s, field_) and (v := rendered_value(s, field_)) is not None]  # None: verl's default
     out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
-            (f"{ARR}.rollout.enforce_eager", s.rollout.graph_mode == "eager"),
+            *graph_overrides(s),
             (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
+            # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:
+            # ActorRolloutRefWorker.init_model)
+            (f"{ARR}.rollout.log_prob_use_dynamic_bsz", s.train.use_dynamic_bsz),
             ("trainer.logger", ["console", "file"])]
     if s.algorithm.use_kl_loss:
         out.append((f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", s.train.log_prob_micro_batch_size_per_gpu))
     if s.algorithm.use_critic:
         out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
                 ("critic.model.path", s.model.hf_path)]
+    out += stack_overrides(s)
+    out += algorithm_overrides(s)
     if is_strict(s):
-        out.append((f"{ARR}.rollout.full_determinism", True))
-        rl = f"{ARR}.rollout.engine_kwargs.vllm.additional_config.rl_config"
-        if s.cluster.device == "npu":
-            out += [(f"{rl}.enabled", True), (f"{rl}.enable_training_consistency", True),
-                    (f"{rl}.enable_batch_invariant", True)]
         if megatron:
             otc = f"{ARR}.actor.megatron.override_transformer_config"
             out += [(f"{otc}.attention_backend", "flash"), (f"{otc}.use_flash_attn_npu_batch_invariant", True),
@@ -196,8 +327,55 @@ def overrides(s) -> list[tuple[str, Any]]:
     if s.alignment.mode == "mitigated":
         out += [(f"algorithm.rollout_correction.{k}", getattr(rc, k))
                 for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
-    for k, v in s.algorithm.extra_overrides.items():
-        out.append((k, v))
+    out += extra_items(s.algorithm.extra_overrides)
+    return with_verl_overrides(out, s.verl_overrides)
+
+
+def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
+    """extra_overrides as (dotted verl key, value): nested mappings (what `+algorithm.extra_overrides.
+    a.b=1` composes into) become dotted keys, as verl's override grammar needs."""
+    out = []
+    for k, v in extra.items():
+        key = f"{prefix}{k}"
+        out += extra_items(v, key + ".") if isinstance(v, dict) and v else [(key, v)]
+    return out
+
+
+def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last)."""
+    out = dict(pairs)
+    for k, v in verbatim.items():
+        if set(k.lstrip("+").split(".")) & CODE_KEYS:
+            raise ToplError(f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
+                            where="verl_overrides", fix=f"remove `{k}`")
+        out.pop(k.lstrip("+"), None)
+        out[k] = v
+    return list(out.items())
+
+
+def overlong_buffer_len(s) -> int:
+    """DAPO's overlong buffer in tokens: the last fraction of max_response_length."""
+    return round(s.algorithm.overlong_buffer_fraction * s.train.max_response_length)
+
+
+def algorithm_overrides(s) -> list[tuple[str, Any]]:
+    """GAE, critic, DAPO dynamic sampling and overlong shaping, only where the algorithm uses them."""
+    a, out = s.algorithm, []
+    if a.adv_estimator == "gae":
+        out += [("algorithm.gamma", a.gamma), ("algorithm.lam", a.lam)]
+    if a.use_critic:
+        out.append(("critic.cliprange_value", a.cliprange_value))
+    if a.filter_groups:  # verl@0.9.1:verl/trainer/config/algorithm.py:FilterGroupsConfig
+        out += [("algorithm.filter_groups.enable", True), ("algorithm.filter_groups.metric", a.filter_groups_metric),
+                ("algorithm.filter_groups.max_num_gen_batches", a.max_num_gen_batches)]
+    cfg = "reward.reward_kwargs.overlong_buffer_cfg"
+    if a.overlong_buffer is not None:  # explicit verl-level fields (VERL_KEYS rows) say the rest
+        if a.overlong_buffer:
+            out.append((f"{cfg}.penalty_factor", a.overlong_penalty_factor))
+    elif a.overlong_buffer_fraction > 0:  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
+        out += [("reward.reward_manager.name", "dapo"), (f"{cfg}.enable", True), (f"{cfg}.len", overlong_buffer_len(s)),
+                (f"{cfg}.penalty_factor", a.overlong_penalty_factor),
+                ("reward.reward_kwargs.max_resp_len", s.train.max_response_length)]
     return out
 
 

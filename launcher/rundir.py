@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -13,14 +12,63 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from topl.launcher import __version__
+from topl.launcher import redact as _redact
+from topl.launcher.errors import ToplError
 
-SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 PACKAGES = ("topl", "torch", "torch_npu", "hydra-core", "omegaconf", "verl", "vllm", "vllm-ascend", "ray",
             "deepspeed", "transformers", "triton")
+STATES = ("running", "succeeded", "failed", "interrupted")
 
 
 def redact(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("<redacted>" if SECRET.search(k) else v) for k, v in sorted(env.items())}
+    """An environment with secret-named values (and known secret values) redacted."""
+    return _redact.current().env(env)
+
+
+def write_file(path: Path, text: str) -> None:
+    """Create a new file (never overwrite one), mode 0600, with secrets redacted."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(_redact.text(text))
+
+
+def create(run_dir: Path) -> Path:
+    """Make the run directory atomically and exclusively (mode 0700) before anything is written."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        run_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        raise ToplError(f"run directory {run_dir} already exists; refusing to overwrite it",
+                        where="hydra.run.dir / hydra.sweep.dir",
+                        fix="let topl pick a new directory (leave hydra.run.dir unset) or give a new path") from None
+    return run_dir
+
+
+def set_status(run_dir: Path, state: str, **details) -> None:
+    """status.json: running | succeeded | failed (exit_code or signal) | interrupted, replaced atomically."""
+    assert state in STATES, state
+    body = json.dumps({"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1)
+    tmp = run_dir / f".status.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(body + "\n")
+    os.replace(tmp, run_dir / "status.json")
+
+
+def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:
+    """Redact the files Hydra wrote itself (.hydra/, its log) and make everything owner-only."""
+    for path in [run_dir, *run_dir.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o700)
+            continue
+        path.chmod(0o600)
+        if (path.parent.name == ".hydra" or path.suffix == ".log") and path.stat().st_size <= max_bytes:
+            text = path.read_text(errors="replace")
+            clean = _redact.text(text)
+            if clean != text:
+                path.write_text(clean)
 
 
 def git_sha() -> str | None:
@@ -45,19 +93,23 @@ def versions() -> dict[str, str | None]:
 
 
 def write(run_dir: Path, composed, invocation, violations) -> None:
-    """Write spec, sources, command, env and versions. Refuses to reuse a run directory."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Write spec, sources, command, env and versions (secrets redacted, mode 0600). Refuses to
+    reuse a run directory."""
     marker = run_dir / "topl.json"
     if marker.exists():
-        raise FileExistsError(f"run directory {run_dir} already holds a run; refusing to overwrite it")
-    (run_dir / "spec.yaml").write_text(OmegaConf.to_yaml(composed.cfg, resolve=True))
-    (run_dir / "sources.json").write_text(json.dumps(composed.sources, indent=1, sort_keys=True))
-    (run_dir / "command.sh").write_text("#!/usr/bin/env bash\n" + invocation.command(composed.cfg.cluster.python) + "\n")
-    (run_dir / "invocation.json").write_text(json.dumps(invocation.to_dict(composed.cfg.cluster.python), indent=1))
-    (run_dir / "env.json").write_text(json.dumps({"rendered": redact(invocation.env),
-                                                  "launching_process": redact(dict(os.environ))}, indent=1))
-    marker.write_text(json.dumps({
+        raise ToplError(f"run directory {run_dir} already holds a run; refusing to overwrite it",
+                        where="hydra.run.dir", fix="leave hydra.run.dir unset or give a new path")
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    r = _redact.current()
+    python = composed.cfg.cluster.python
+    write_file(run_dir / "spec.yaml", OmegaConf.to_yaml(composed.cfg, resolve=True))
+    write_file(run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True))
+    write_file(run_dir / "command.sh", "#!/usr/bin/env bash\n" + invocation.command(python) + "\n")
+    write_file(run_dir / "invocation.json", json.dumps(r.obj(invocation.to_dict(python)), indent=1))
+    write_file(run_dir / "env.json", json.dumps({"rendered": redact(invocation.env),
+                                                 "launching_process": redact(dict(os.environ))}, indent=1))
+    write_file(marker, json.dumps(r.obj({
         "topl_version": __version__, "git_sha": git_sha(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": sys.argv, "overrides": composed.overrides, "recipe": composed.recipe, "choices": composed.choices,
         "packages": versions(), "violations": [v.to_dict() for v in violations],
-    }, indent=1, default=str))
+    }), indent=1, default=str))

@@ -7,6 +7,8 @@ in the same run, their ratio, and the bytes/FLOPs floor of the shape (H200: 989 
 4.8 TB/s HBM3e; the floor is the larger of FLOPs/peak and bytes/bandwidth).
 Shapes: Qwen3-30B-A3B attention (32 query heads, 4 KV heads, head dim 128) and projections.
 """
+
+# ruff: noqa: B023  (each lambda is timed inside the iteration that defines it)
 from __future__ import annotations
 
 import argparse
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
-from topl.kernels.gpu.ops import bi_matmul
+from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
 H, KVH, D, TILE = 32, 4, 128, 128
@@ -27,17 +29,45 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100) * 1e-3  # seconds
 
 
+def graph_bench(fn) -> float:
+    fn()  # compile outside the capture
+    return triton.testing.do_bench_cudagraph(fn, rep=100) * 1e-3
+
+
 def floor(flops: float, nbytes: float) -> float:
     return max(flops / PEAK_FLOPS, nbytes / PEAK_BW)
 
 
 def row(name: str, t_aligned: float, t_base: float, fl: float) -> None:
-    print(f"| {name} | {t_aligned * 1e3:.3f} | {t_base * 1e3:.3f} | {t_aligned / t_base:.2f} | {fl * 1e3:.3f} |")
+    print(
+        f"| {name} | {t_aligned * 1e3:.3f} | {t_base * 1e3:.3f} | {t_aligned / t_base:.2f} | {fl * 1e3:.3f} |"
+    )
+
+
+def sdpa_flash(q, k, v, **kw):
+    """SDPA forced onto its flash backend (K/V heads expanded: the flash path's GQA form)."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+
+    def run():
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    return run
 
 
 def prefill(batches, seqs):
-    print("\n### Training / prefill attention (causal, varlen) vs torch SDPA (flash backend)\n")
-    print("| shape | aligned ms | SDPA ms | ratio | floor ms |\n|---|---|---|---|---|")
+    print("\n### Training / prefill attention (causal, varlen) vs torch SDPA\n")
+    print(
+        "*aligned*: the kernel with prebuilt program descriptors; *engine call*: `attention()` as the "
+        "engines call it (descriptors from the Python token list every call). SDPA default: "
+        "`F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)` on [B, H, S, D], "
+        "the backend torch picks; flash: the flash backend forced (K/V heads expanded).\n"
+    )
+    print(
+        "| shape | aligned ms | 256-row programs ms | engine call ms | SDPA default ms | SDPA flash ms | "
+        "vs default | vs flash | floor ms |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for b in batches:
         for s in seqs:
             q = torch.randn(b * s, H, D, device="cuda", dtype=torch.bfloat16)
@@ -48,17 +78,54 @@ def prefill(batches, seqs):
             starts = (torch.arange(b, device="cuda") * s).to(torch.int32)
             desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq)]
             qs, ks, vs = (x.view(b, s, -1, D).transpose(1, 2) for x in (q, k, v))
-            ta = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc))
-            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-                ks_e, vs_e = ks.repeat_interleave(H // KVH, 1), vs.repeat_interleave(H // KVH, 1)
-                tb = bench(lambda: F.scaled_dot_product_attention(qs, ks_e, vs_e, is_causal=True))
-            fl = 4 * b * s * s * H * D / 2
-            row(f"B{b} S{s}", ta, tb, floor(fl, 2 * (q.numel() * 2 + k.numel() * 4)))
+            ta = bench(
+                lambda: attention(
+                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc, split=False
+                )
+            )
+            d256 = [
+                torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq, 32)
+            ]
+            t256 = bench(
+                lambda: attention(
+                    q,
+                    k,
+                    v,
+                    q_seq,
+                    q_pos,
+                    kv_start=starts,
+                    tile=TILE,
+                    descriptors=d256,
+                    split=False,
+                    q_tokens=32,
+                    warps=8,
+                    stages=2,
+                )
+            )
+            te = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE))
+            td = bench(
+                lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+            )
+            tf = bench(sdpa_flash(qs, ks, vs, is_causal=True))
+            fl = floor(4 * b * s * s * H * D / 2, 2 * (q.numel() * 2 + k.numel() * 4))
+            print(
+                f"| B{b} S{s} | {ta * 1e3:.3f} | {t256 * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
+                f"{ta / td:.2f} | {ta / tf:.2f} | {fl * 1e3:.3f} |"
+            )
 
 
 def decode(batches, ctxs):
     print("\n### Paged decode (one token per sequence) vs SDPA on a contiguous KV cache\n")
-    print("| shape | aligned (paged) ms | SDPA ms | ratio | floor ms |\n|---|---|---|---|---|")
+    print(
+        "GPU time of one call replayed in a CUDA graph (`triton.testing.do_bench_cudagraph`, as decode "
+        "engines run it), every column. *split-KV*: tile states in parallel programs + the in-order "
+        "fold; *one pass*: one program per (sequence, KV head) walks every tile; both give the same "
+        "bits. SDPA default: `F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`, q [B, H, 1, D].\n"
+    )
+    print(
+        "| shape | split-KV ms | one pass ms | SDPA default ms | SDPA flash ms | split vs default | "
+        "one pass vs default | best vs flash | floor ms |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for b in batches:
         for c in ctxs:
             nb = c // TILE
@@ -68,27 +135,144 @@ def decode(batches, ctxs):
             q = torch.randn(b, H, D, device="cuda", dtype=torch.bfloat16)
             pos = torch.full((b,), c - 1, device="cuda", dtype=torch.int32)
             seqs = list(range(b))
-            desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(seqs, 2)]
-            ta = bench(lambda: attention(q, cache_k, cache_v, seqs, pos, block_table=table, tile=TILE, q_tokens=2,
-                                         descriptors=desc))
+            qt = 64 // (H // KVH)
+            desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(seqs, qt)]
+
+            def ours(split):
+                return lambda: attention(
+                    q,
+                    cache_k,
+                    cache_v,
+                    seqs,
+                    pos,
+                    block_table=table,
+                    tile=TILE,
+                    q_tokens=qt,
+                    descriptors=desc,
+                    split=split,
+                    max_pos=c - 1,
+                )
+
+            ts, t1 = graph_bench(ours(True)), graph_bench(ours(False))
             kc = cache_k.view(b, c, KVH, D).transpose(1, 2).contiguous()
             vc = cache_v.view(b, c, KVH, D).transpose(1, 2).contiguous()
             qd = q[:, :, None, :]
-            tb = bench(lambda: F.scaled_dot_product_attention(qd, kc, vc, enable_gqa=True))
-            nbytes = 2 * b * c * KVH * D * 2
-            row(f"B{b} ctx{c}", ta, tb, floor(4 * b * c * H * D, nbytes))
+            td = graph_bench(lambda: F.scaled_dot_product_attention(qd, kc, vc, enable_gqa=True))
+            tf = graph_bench(sdpa_flash(qd, kc, vc))
+            fl = floor(4 * b * c * H * D, 2 * b * c * KVH * D * 2)
+            print(
+                f"| B{b} ctx{c} | {ts * 1e3:.3f} | {t1 * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
+                f"{ts / td:.2f} | {t1 / td:.2f} | {min(ts, t1) / tf:.2f} | {fl * 1e3:.3f} |"
+            )
+
+
+def grid():
+    """Which launch settings change the bits: rows differing from the reference setting on the
+    parity test's data (7 sequences, 4,918 rows)."""
+    lens = [1, 127, 128, 129, 700, 1500, 2333]
+    n = sum(lens)
+    q = torch.randn(n, H, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(n, KVH, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q_seq = [s for s, m in enumerate(lens) for _ in range(m)]
+    q_pos = torch.cat([torch.arange(m) for m in lens]).to(torch.int32).cuda()
+    starts = torch.tensor([0] + lens[:-1]).cumsum(0).to(torch.int32).cuda()
+    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
+    print("\n### Launch settings vs the bits (rows differing from 128 rows / 8 warps / 3 stages)\n")
+    print(
+        "| rows per program (queries x 8 heads) | warps | stages | split-KV | rows differing | max abs diff "
+        "|\n|---|---|---|---|---|---|"
+    )
+    for qt in (1, 2, 4, 8, 16, 32):
+        for warps in (4, 8):
+            for stages in (2, 3, 4):
+                for split in (False, True):
+                    if split and stages != 2:  # the split path runs at 2 stages
+                        continue
+                    try:
+                        out = attention(
+                            q,
+                            k,
+                            v,
+                            q_seq,
+                            q_pos,
+                            kv_start=starts,
+                            q_tokens=qt,
+                            warps=warps,
+                            stages=stages,
+                            split=split,
+                            check=False,
+                        )
+                    except Exception as e:  # noqa: BLE001  (a setting Triton cannot compile: say so)
+                        print(
+                            f"| {qt * 8} | {warps} | {stages} | {split} | fails: {type(e).__name__} | |"
+                        )
+                        continue
+                    bad = int((out != ref).any(-1).any(-1).sum())
+                    diff = (out.float() - ref.float()).abs().max().item()
+                    print(
+                        f"| {qt * 8} | {warps} | {stages} | {split} | {bad} of {n} | {diff:.1e} |"
+                    )
 
 
 def matmul(ms):
     print("\n### Batch-invariant matmul vs torch.matmul (cuBLAS)\n")
-    print("| shape (M x K -> N) | aligned ms | cuBLAS ms | ratio | floor ms |\n|---|---|---|---|---|")
-    for k, n, what in ((2048, 5120, "qkv_proj"), (4096, 2048, "o_proj"), (2048, 1536, "expert gate+up")):
+    print(
+        "*aligned*: `bi_matmul` as the engines call it (plan by M from `PLANS`: pointer-fed tiles up "
+        "to M = 2048, the persistent TMA kernel above; every plan the same bits); *fixed*: the one "
+        "128x128x64 pointer-fed plan for every M (what non-Hopper GPUs run). *GPU*: one call replayed "
+        "in a CUDA graph; *with launch*: `do_bench`, Python launch included (small M is launch-bound).\n"
+    )
+    print(
+        "| shape (M x K -> N) | aligned GPU ms | cuBLAS GPU ms | aligned vs cuBLAS | fixed plan GPU ms | "
+        "aligned with launch ms | cuBLAS with launch ms | floor ms |\n|---|---|---|---|---|---|---|---|"
+    )
+    for k, n, what in (
+        (2048, 5120, "qkv_proj"),
+        (4096, 2048, "o_proj"),
+        (2048, 1536, "expert gate+up"),
+    ):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            ta = bench(lambda: bi_matmul(x, w))
-            tb = bench(lambda: x @ w.t())
-            row(f"{what} {m}x{k}->{n}", ta, tb, floor(2 * m * n * k, 2 * (m * k + n * k + m * n)))
+            ta, tb = graph_bench(lambda: bi_matmul(x, w)), graph_bench(lambda: x @ w.t())
+            tp = graph_bench(lambda: bi_matmul(x, w, plan=MM_CONFIG, tma=False))
+            la, lb = bench(lambda: bi_matmul(x, w)), bench(lambda: x @ w.t())
+            fl = floor(2 * m * n * k, 2 * (m * k + n * k + m * n))
+            print(
+                f"| {what} {m}x{k}->{n} | {ta * 1e3:.3f} | {tb * 1e3:.3f} | {ta / tb:.2f} | {tp * 1e3:.3f} | "
+                f"{la * 1e3:.3f} | {lb * 1e3:.3f} | {fl * 1e3:.3f} |"
+            )
+
+
+def matmul_plans():
+    """Each persistent TMA plan's time at M = 16 and M = 8192 (qkv_proj), and whether it gives the
+    bits of the first."""
+    from topl.kernels.gpu.ops import TMA_PLANS
+
+    print("\n### Matmul tile plans (qkv_proj 2048 -> 5120): time and bits vs the first plan\n")
+    print(
+        "| plan (BM, BN, BK, warps, stages) | M=16 ms | M=8192 ms | same bits as plan 0 (M=8192) |\n|---|---|---|---|"
+    )
+    w = torch.randn(5120, 2048, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    plans = [p for _, p in TMA_PLANS] + [
+        (64, 64, 128, 4, 4),
+        (64, 128, 64, 4, 4),
+        (128, 128, 128, 8, 3),
+        (64, 256, 64, 4, 3),
+        (128, 64, 64, 4, 4),
+    ]
+    ref = bi_matmul(x, w, plan=plans[0], tma=True)
+    for p in plans:
+        t16 = bench(lambda: bi_matmul(x[:16], w, plan=p, tma=True))
+        t8k = bench(lambda: bi_matmul(x, w, plan=p, tma=True))
+        same = torch.equal(bi_matmul(x, w, plan=p, tma=True), ref)
+        print(f"| {p} | {t16 * 1e3:.3f} | {t8k * 1e3:.3f} | {same} |")
+    for p in (MM_CONFIG, (64, 64, 128, 4, 4)):
+        print(
+            f"| pointer-fed {tuple(p)} | | | {torch.equal(bi_matmul(x, w, plan=p, tma=False), ref)} |"
+        )
 
 
 def rollout(n_req: int):
@@ -101,15 +285,35 @@ def rollout(n_req: int):
 
     print("\n### Reference rollout engine, 2 layers at Qwen3-30B-A3B widths (MoE), tokens/s\n")
     print("| engine | aligned tok/s | unaligned tok/s | ratio (time) |\n|---|---|---|---|")
-    arch = types.SimpleNamespace(name="w", num_layers=2, hidden_size=2048, intermediate_size=6144, num_heads=H,
-                                 num_kv_heads=KVH, head_dim=D, vocab_size=151936, num_experts=128,
-                                 experts_per_token=8, moe_intermediate_size=768, rms_norm_eps=1e-6, rope_theta=1e6,
-                                 tie_word_embeddings=False, max_position_embeddings=40960, attention="gqa",
-                                 sliding_window=None)
+    arch = types.SimpleNamespace(
+        name="w",
+        num_layers=2,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_heads=H,
+        num_kv_heads=KVH,
+        head_dim=D,
+        vocab_size=151936,
+        num_experts=128,
+        experts_per_token=8,
+        moe_intermediate_size=768,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        max_position_embeddings=40960,
+        attention="gqa",
+        sliding_window=None,
+    )
     model = Model.random(arch, seed=0).to("cuda")
     off = Alignment(kv_tile=TILE, mode="off", **{s: False for s in Alignment.SWITCHES})
     res = {}
     for name, a in (("aligned", Alignment(kv_tile=TILE)), ("unaligned", off)):
+        warm = make_requests(
+            4, arch.vocab_size, 1, min_len=64, max_len=300, max_new=4
+        )  # compile first
+        RolloutEngine(model, sides(a)[1], TILE, max_num_batched_tokens=2048).generate(
+            warm, SamplingParams()
+        )
         reqs = make_requests(n_req, arch.vocab_size, 0, min_len=64, max_len=512, max_new=64)
         eng = RolloutEngine(model, sides(a)[1], TILE, max_num_batched_tokens=2048)
         torch.cuda.synchronize()
@@ -117,23 +321,32 @@ def rollout(n_req: int):
         eng.generate(reqs, SamplingParams())
         torch.cuda.synchronize()
         res[name] = sum(len(r.output) for r in reqs) / (time.perf_counter() - t)
-    print(f"| continuous batching, {n_req} requests | {res['aligned']:.0f} | {res['unaligned']:.0f} | "
-          f"{res['unaligned'] / res['aligned']:.2f} |")
+    print(
+        f"| continuous batching, {n_req} requests | {res['aligned']:.0f} | {res['unaligned']:.0f} | "
+        f"{res['unaligned'] / res['aligned']:.2f} |"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["prefill", "decode", "matmul", "rollout"], default=None)
+    ap.add_argument(
+        "--only", choices=["grid", "prefill", "decode", "matmul", "rollout"], default=None
+    )
     a = ap.parse_args()
     torch.manual_seed(0)
-    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
+    print(
+        f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}"
+    )
+    if a.only in (None, "grid"):
+        grid()
     if a.only in (None, "prefill"):
         prefill([1, 4], [1024, 4096] if a.quick else [1024, 4096, 8192])
     if a.only in (None, "decode"):
-        decode([1, 16, 64], [1024, 4096])
+        decode([1, 4, 16, 64], [1024, 4096, 16384] if not a.quick else [1024, 4096])
     if a.only in (None, "matmul"):
         matmul([1, 16, 128, 1024, 8192])
+        matmul_plans()
     if a.only in (None, "rollout"):
         rollout(16 if a.quick else 32)
 

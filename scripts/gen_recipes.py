@@ -57,6 +57,7 @@ def recipe(model: str, algo: str, cluster: str, mode: str) -> str:
         f"  - override /alignment: {alignment}",
         f"  - override /collective: {collective}",
         f"  - override /cluster: atlas_{cluster}",
+        "  - override /stack: seed  # the seed's stack: the one with a measured logdiff of 0",
         "  - _self_",
         "",
         "cluster:",

@@ -9,7 +9,7 @@ from helpers import run_topl
 from topl.kernels import dump
 from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
-from topl.kernels.diagnose import diagnose, ulp_distance
+from topl.kernels.diagnose import compare_boundary, diagnose, systematic, ulp_distance
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import make_requests, probe
 from topl.kernels.training import TrainingEngine
@@ -24,16 +24,25 @@ def models():
     return {n: Model.random(compose_job([f"model={n}"]).to_object().model, seed=0) for n in ("tiny_dense", "tiny_moe")}
 
 
-def run(tmp_path, model, alignment=STRICT, train_model=None, **kw):
+def dumps(tmp_path, model, alignment=STRICT, train_model=None, **kw):
     reqs = make_requests(10, model.arch.vocab_size, 1, max_len=28, max_new=14)
     probe(model, alignment, requests=reqs, block_size=8, dump_dir=tmp_path, train_model=train_model, **kw)
-    return diagnose(dump.load(tmp_path / "rollout"), dump.load(tmp_path / "training"))
+    return dump.load(tmp_path / "rollout"), dump.load(tmp_path / "training")
+
+
+def run(tmp_path, model, alignment=STRICT, train_model=None, **kw):
+    return diagnose(*dumps(tmp_path, model, alignment, train_model, **kw))
+
+
+def without_layout(d):
+    """A dump as a foreign engine writes it: no record of the alignment switches."""
+    return {**d[0], "layout": {}}, d[1]
 
 
 @pytest.mark.parametrize("switch, model, boundary", [
     ("attention_semantics", "tiny_dense", "layers.0.attn"), ("reduction_order", "tiny_dense", "layers.0.attn"),
     ("softmax_tiling", "tiny_dense", "layers.0.attn"), ("fp32_critical_path", "tiny_dense", "layers.0.attn"),
-    ("batch_invariant", "tiny_dense", "input_norm"), ("fused_ops_matched", "tiny_dense", "layers.0.q"),
+    ("batch_invariant", "tiny_dense", "layers.0.q"), ("fused_ops_matched", "tiny_dense", "layers.0.q"),
     ("moe_fixed_combine", "tiny_moe", "layers.0.mlp"), ("tp_aligned_reduction", "tiny_dense", "layers.0.o_proj"),
 ])
 def test_single_switch_off_is_an_operator_path_at_the_right_boundary(tmp_path, models, switch, model, boundary):
@@ -41,7 +50,56 @@ def test_single_switch_off_is_an_operator_path_at_the_right_boundary(tmp_path, m
     r = run(tmp_path, models[model], STRICT.without(switch), **kw)
     assert r["verdict"] == "operator path", r["reason"]
     assert r["first_divergence"].endswith(boundary)
-    assert r["remedy"]
+    assert r["switches"] == [switch] and f"alignment.{switch}=true" in r["remedy"]  # the dumps' layouts narrow it
+
+
+@pytest.mark.parametrize("switch", ["batch_invariant", "fused_ops_matched"])
+def test_switch_named_from_the_data_alone(tmp_path, models, switch):
+    """Without layouts (foreign dumps) q's candidates are ordered by whether v differs too: the shared
+    projection GEMM (batch_invariant) or RoPE / q-k norm (fused_ops_matched)."""
+    a, b = dumps(tmp_path, models["tiny_dense"], STRICT.without(switch))
+    r = diagnose(without_layout(a), without_layout(b))
+    assert r["verdict"] == "operator path" and r["first_divergence"] == "layers.0.q"
+    assert r["switches"][0] == switch and len(r["switches"]) == 2
+
+
+class ScaledAttention(Model):
+    """Planted logic-level fault: layer 1's attention output x1.01 (within 2 bf16 ULPs, all one way)."""
+
+    def post_attention(self, i, h, attn, side):
+        if i == 1:
+            attn = (attn.float() * 1.01).to(attn.dtype)
+        return super().post_attention(i, h, attn, side)
+
+
+def test_planted_scale_is_logic_level_not_rounding(tmp_path, models):
+    m = models["tiny_dense"]
+    r = run(tmp_path, m, train_model=ScaledAttention(m.arch, m.w))
+    row = {b["boundary"]: b for b in r["boundaries"]}["layers.1.attn"]
+    assert r["first_divergence"] == "layers.1.attn" and row["median_ulp_of_diffs"] <= 2  # small, yet:
+    assert r["verdict"] == "framework difference" and "|A| > |B|" in r["reason"], r["reason"]
+
+
+def test_undumped_inputs_cannot_tell(tmp_path, models):
+    """The Megatron / vLLM hook maps dump no q, k, v: an attention difference may start upstream."""
+    a, b = dumps(tmp_path, models["tiny_dense"], STRICT.without("softmax_tiling"))
+    for rows in (a[1], b[1]):
+        for i in range(2):
+            for name in ("q", "k", "v"):
+                rows.pop(f"layers.{i}.{name}")
+    r = diagnose(a, b)
+    assert r["first_divergence"] == "layers.0.attn"
+    assert r["verdict"] == "cannot tell" and "not dumped" in r["reason"] and "layers.0.q" in r["remedy"]
+
+
+def test_rounding_statistics_separate_noise_from_bias():
+    g = torch.Generator().manual_seed(0)
+    b = torch.randn(4096, generator=g).bfloat16()
+    step = torch.randint(0, 2, (4096,), generator=g) * 2 - 1  # one ULP up or down at random
+    noisy = (b.view(torch.int16) + step.to(torch.int16)).view(torch.bfloat16)
+    assert systematic(compare_boundary({(0, 0): noisy}, {(0, 0): b})) is None
+    up = (b.view(torch.int16) + 1).view(torch.bfloat16)  # every magnitude one ULP larger
+    assert "|A| > |B|" in systematic(compare_boundary({(0, 0): up}, {(0, 0): b}))
 
 
 def test_aligned_engines_are_equal_everywhere(tmp_path, models):
@@ -128,7 +186,9 @@ def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
     for b in ("layers.0.input_norm", "layers.0.v", "layers.0.attn", "layers.0.o_proj", "layers.1.post_attn_residual",
               "layers.1.mlp", "final_norm", "logits"):
         assert compared[b]["max_abs"] < 1e-4, (b, compared[b])
-    assert r["verdict"] in ("operator path", "equal")
+    # HF's own attention differs from ours at rounding level, and the HF map dumps no q / k: honest
+    # "cannot tell" rather than "inputs equal"
+    assert r["first_divergence"] == "layers.0.attn" and r["verdict"] == "cannot tell", r["reason"]
 
 
 def test_cli_probe_dump_then_diagnose(tmp_path):

@@ -1,9 +1,15 @@
 """`topl doctor` on this machine, on simulated installed stacks, and on a real local Ray head."""
 import json
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from helpers import STRICT_A3, run_topl
+
+from topl.launcher import facts
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
 
 VERSIONS = ["cluster.versions.torch=2.13.0", "cluster.versions.torch_npu=2.13.0"]
 
@@ -28,64 +34,128 @@ def test_strict_ascend_spec_reports_each_missing_piece_here():
     assert "batch_invariant_ops" in human.stdout and "FAILED" in human.stdout
 
 
-def dist(site, name, version, files):
+def dist(site, name, version, files, requires=()):
     """A tiny installed package: its modules plus dist-info metadata pip would write."""
     for rel, text in files.items():
         p = site / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    info.mkdir(parents=True)
+    req = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{req}")
+
+
+PROFILES = {p.stem: yaml.safe_load(p.read_text()) for p in (CONF / "stack").glob("*.yaml")}
+
+
+def stock(profile: str, fid: str) -> bool:
+    """Whether the released package (no source patch) has the fact on this profile."""
+    v = {**PROFILES[profile]["versions"], "verl_patches": [], "vllm_ascend_patches": []}
+    return facts.holds(fid, v)
+
+
+def layout(profile: str) -> dict[str, tuple[str, dict[str, str], tuple]]:
+    """dist name -> (version, files, requires) as the profile's released packages lay them out:
+    every file and symbol the doctor looks for is where the fact table says that release has it
+    (scripts/check_facts.py proves those citations in the real sdists / wheels)."""
+    p = PROFILES[profile]
+    v = p["versions"]
+    out = {"torch": (str(v["torch"]), {}, ()),
+           "torch_npu": (str(v["torch_npu"]), {"torch_npu/__init__.py": ""},
+                         (f"torch=={v['torch']}+cpu",)),
+           "vllm-ascend": (str(v["vllm_ascend"]), {"vllm_ascend/__init__.py": "",
+                                                   "vllm_ascend/ascend_config.py": "# config\n"}, ()),
+           "verl": (str(v["verl"]), {"verl/__init__.py": "", "verl/workers/config/rollout.py": "#\n",
+                                     "verl/workers/rollout/utils.py": "#\n"}, ()),
+           "mindspeed": ("0.16.0", {"mindspeed/__init__.py": ""}, ()),
+           "batch-invariant-ops": ("1.0.0", {"batch_invariant_ops/__init__.py": ""}, ()),
+           "flash-attn-npu": ("3.0.0", {"flash_attn_npu_v3/__init__.py": "",
+                                        "flash_attn_npu/__init__.py": ""}, ())}
+    dists = {"vllm_ascend": "vllm-ascend", "verl": "verl", "torch_npu": "torch_npu",
+             "mindspeed": "mindspeed"}
+    for f in facts.FACTS:
+        if f.detect and stock(profile, f.id):
+            module, rel, needle = f.detect
+            files = out[dists[module]][1]
+            files[f"{module}/{rel}"] = files.get(f"{module}/{rel}", "") + needle + "\n"
+    if p.get("external_modules"):
+        mod = p["external_modules"].replace(".", "/")
+        out["verl-ascend-recipe"] = ("0.1.0", {"verl_ascend_recipe/__init__.py": "",
+                                               "verl_ascend_recipe/true_on_policy/__init__.py": "",
+                                               f"{mod}/__init__.py": ""}, ())
+    return out
 
 
 @pytest.fixture
 def stack(tmp_path):
-    """A complete simulated Ascend stack; each test breaks one piece."""
+    """A simulated installed stack for a profile; `drop` / `change` break one piece."""
 
-    def make(torch_npu="2.13.0", vllm_ascend="0.18.0", bio=True):
+    def make(profile="seed", drop=(), change=None, args=()):
         site = tmp_path / "site"
-        dist(site, "torch_npu", torch_npu, {"torch_npu/__init__.py": f"__version__ = '{torch_npu}'\n"})
-        dist(site, "vllm-ascend", vllm_ascend, {"vllm_ascend/__init__.py": "",
-             "vllm_ascend/rl.py": "class RLConfig:\n    enable_training_consistency: bool = False\n"})
-        dist(site, "verl", "0.9.1", {"verl/__init__.py": "", "verl/workers/__init__.py": "",
-             "verl/workers/config/__init__.py": "",
-             "verl/workers/config/rollout.py": "# PP patch applied: vLLM pipeline parallel supported\n"})
-        if bio:
-            dist(site, "batch-invariant-ops", "1.0.0", {"batch_invariant_ops/__init__.py": ""})
-        dist(site, "flash-attn-npu", "3.0.0", {"flash_attn_npu_v3/__init__.py": ""})
-        dist(site, "verl-ascend-recipe", "0.1.0", {"verl_ascend_recipe/__init__.py": "",
-             "verl_ascend_recipe/true_on_policy/__init__.py": "", "verl_ascend_recipe/true_on_policy/patches.py": ""})
+        for name, (version, files, requires) in layout(profile).items():
+            if name in drop:
+                continue
+            version, files = (change or {}).get(name, (version, files))
+            dist(site, name, version, files, requires)
         cann = tmp_path / "cann"
         cann.mkdir(exist_ok=True)
-        (cann / "ascend_toolkit_install.info").write_text("package_name=Ascend-cann-toolkit\nversion=9.0.0\n")
+        (cann / "ascend_toolkit_install.info").write_text(
+            f"package_name=Ascend-cann-toolkit\nversion={PROFILES[profile]['versions']['cann']}\n")
         env = {"PYTHONPATH": str(site), "ASCEND_HOME_PATH": str(cann)}
-        r = run_topl("doctor", *STRICT_A3, *VERSIONS, "--json", env=env)
+        r = run_topl("doctor", "recipe=qwen3_4b_grpo_a3_strict", f"stack={profile}", *args, "--json",
+                     env=env)
         return r.returncode, json.loads(r.stdout)
 
     return make
 
 
-def test_complete_stack_passes_but_for_the_missing_device(stack):
-    rc, out = stack()
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_each_profile_stack_passes_but_for_the_missing_device(stack, profile):
+    rc, out = stack(profile)
     assert ids(out) == {"TOP-DOC-ACC-001"}  # this machine has no NPU; every installed piece checks out
-    oks = ids(out, "ok")
-    assert {"TOP-DOC-NPU-002", "TOP-DOC-CANN-001", "TOP-DOC-VLLMA-002", "TOP-DOC-BIO-001", "TOP-DOC-VERL-003"} <= oks
+    assert {"TOP-DOC-NPU-002", "TOP-DOC-CANN-001", "TOP-DOC-BIO-001", "TOP-DOC-MS-001",
+            "TOP-DOC-VLLMA-001"} <= ids(out, "ok")
+
+
+def test_seed_stack_is_patched_at_import_not_an_error(stack):
+    _, out = stack("seed", args=("rollout.pp=2", "cluster.versions.verl_patches=[vllm_pp]"))
+    warn = ids(out, "warning")
+    assert {"TOP-DOC-VLLMA-002", "TOP-DOC-VERL-003"} <= warn  # the seed git-applies at import
+    assert ids(out) == {"TOP-DOC-ACC-001"}
+
+
+def test_seed_stack_without_its_patch_module_misses_fa3(stack):
+    _, out = stack("seed", drop=("verl-ascend-recipe",))
+    assert {"TOP-DOC-VLLMA-002", "TOP-DOC-PATCH-001"} <= ids(out)
+
+
+def test_release_stack_without_fa3_names_it(stack):
+    va = layout("release")["vllm-ascend"]
+    files = {k: v for k, v in va[1].items() if "fa3" not in k}
+    _, out = stack("release", change={"vllm-ascend": (va[0], files)})
+    assert "TOP-DOC-VLLMA-002" in ids(out)
+
+
+def test_rl_config_vllm_ascend_under_a_release_declaration(stack):
+    pre = layout("prerelease")["vllm-ascend"]
+    _, out = stack("release", change={"vllm-ascend": pre[:2]})  # 0.30.0rc2 installed, 0.23 declared
+    assert "TOP-DOC-VLLMA-003" in ids(out) and "TOP-DOC-VLLMA-001" in ids(out, "warning")
 
 
 def test_missing_batch_invariant_ops(stack):
-    rc, out = stack(bio=False)
+    rc, out = stack(drop=("batch-invariant-ops",))
     assert rc == 2 and "TOP-DOC-BIO-001" in ids(out)
 
 
-def test_mismatched_torch_and_torch_npu(stack):
-    _, out = stack(torch_npu="2.9.0")
+def test_torch_other_than_torch_npu_pins(stack):
+    _, out = stack("release", change={"torch": ("2.10.1", {})})
     assert "TOP-DOC-NPU-002" in ids(out)
 
 
-def test_old_vllm_ascend(stack):
-    _, out = stack(vllm_ascend="0.11.0")
-    assert "TOP-DOC-VLLMA-001" in ids(out) and "TOP-DOC-NPU-002" not in ids(out)
+def test_mindspeed_without_batch_invariant_switches(stack):
+    _, out = stack("seed", change={"mindspeed": ("0.17.0", {"mindspeed/__init__.py": ""})})
+    assert "TOP-DOC-MS-001" in ids(out)
 
 
 def test_per_node_doctor_on_a_real_ray_head(ray_head):

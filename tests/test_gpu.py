@@ -1,5 +1,6 @@
 """GPU (Triton) kernels: bitwise parity between training, prefill and paged decode, batch
 invariance, and the reference engines on CUDA. Skipped without CUDA (CI has none)."""
+
 import types
 
 import pytest
@@ -9,57 +10,129 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 pytest.importorskip("triton")
 pytestmark = cuda
 
-QWEN3_30B_WIDTHS = dict(hidden_size=2048, intermediate_size=6144, num_heads=32, num_kv_heads=4, head_dim=128,
-                        vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
-                        max_position_embeddings=40960, attention="gqa", sliding_window=None)
+QWEN3_30B_WIDTHS = dict(
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    vocab_size=151936,
+    rms_norm_eps=1e-6,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+    max_position_embeddings=40960,
+    attention="gqa",
+    sliding_window=None,
+)
 
 
 def arch(layers: int, moe: bool):
-    extra = dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768) if moe else \
-        dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    return types.SimpleNamespace(name="qwen3_30b_a3b_widths", num_layers=layers, **QWEN3_30B_WIDTHS, **extra)
+    extra = (
+        dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768)
+        if moe
+        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    )
+    return types.SimpleNamespace(
+        name="qwen3_30b_a3b_widths", num_layers=layers, **QWEN3_30B_WIDTHS, **extra
+    )
 
 
-def test_training_prefill_and_paged_decode_are_bitwise_equal():
-    from topl.kernels.gpu.attention import attention
-
-    torch.manual_seed(0)
-    h, kvh, d, tile = 32, 4, 128, 128
-    lens = [1, 127, 128, 129, 700, 1500]
+def _packed_and_paged(lens, h=32, kvh=4, d=128, tile=128, seed=0):
+    """Random q/k/v of packed sequences, and the same K/V in a paged cache with shuffled pages."""
+    torch.manual_seed(seed)
     k = torch.randn(sum(lens), kvh, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     q = torch.randn(sum(lens), h, d, device="cuda", dtype=torch.bfloat16)
     starts = torch.tensor([0] + lens[:-1]).cumsum(0)
-    q_seq = [s for s, n in enumerate(lens) for _ in range(n)]
-    q_pos = torch.cat([torch.arange(n) for n in lens]).cuda()
-    train = attention(q, k, v, q_seq, q_pos, kv_start=starts.to(torch.int32).cuda(), tile=tile)
-    # the same K/V in a paged cache with a shuffled block table
-    max_blocks = max(-(-n // tile) for n in lens)
-    n_blocks = sum(-(-n // tile) for n in lens)
-    perm = torch.randperm(n_blocks)
-    cache_k = torch.zeros(n_blocks, tile, kvh, d, device="cuda", dtype=torch.bfloat16)
+    n_pages = sum(-(-n // tile) for n in lens)
+    perm = torch.randperm(n_pages).tolist()
+    cache_k = torch.zeros(n_pages, tile, kvh, d, device="cuda", dtype=torch.bfloat16)
     cache_v = torch.zeros_like(cache_k)
-    table = torch.zeros(len(lens), max_blocks, dtype=torch.int32)
-    b = 0
+    tables = []
     for s, n in enumerate(lens):
-        for j in range(-(-n // tile)):
-            page = int(perm[b]); b += 1
-            table[s, j] = page
+        tables.append([perm.pop() for _ in range(-(-n // tile))])
+        for j, page in enumerate(tables[-1]):
             lo, hi = int(starts[s]) + j * tile, int(starts[s]) + min((j + 1) * tile, n)
             cache_k[page, : hi - lo], cache_v[page, : hi - lo] = k[lo:hi], v[lo:hi]
-    table = table.cuda()
-    prefill = attention(q, cache_k, cache_v, q_seq, q_pos, block_table=table, tile=tile)
-    assert torch.equal(prefill, train)
-    # decode: the last token of each sequence alone, in batches of different composition
-    last = torch.tensor([int(starts[s]) + n - 1 for s, n in enumerate(lens)])
-    for order in (list(range(len(lens))), [5, 2, 0], [3]):
-        idx = last[order]
-        out = attention(q[idx], cache_k, cache_v, order, q_pos[idx], block_table=table, tile=tile)
+    width = max(map(len, tables))
+    table = torch.tensor(
+        [t + [0] * (width - len(t)) for t in tables], dtype=torch.int32, device="cuda"
+    )
+    q_seq = [s for s, n in enumerate(lens) for _ in range(n)]
+    q_pos = torch.cat([torch.arange(n) for n in lens]).to(torch.int32).cuda()
+    return q, k, v, starts.to(torch.int32).cuda(), cache_k, cache_v, table, q_seq, q_pos
+
+
+LENS = [1, 127, 128, 129, 700, 1500, 2333]
+
+
+def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
+    """Training (packed), prefill (paged) and decode (every token as its own decode query, split-KV
+    or not) at every launch setting the engine may pick (CONFIGS): all 4,918 rows, all heads."""
+    from topl.kernels.gpu.attention import CONFIGS, attention
+
+    q, k, v, starts, ck, cv, table, q_seq, q_pos = _packed_and_paged(LENS)
+    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
+    rows = list(
+        range(len(q_seq))
+    )  # decode: every row is a sequence of its own (its request's pages)
+    dtable = table[torch.tensor(q_seq, device="cuda")]
+    for r, warps, stages in CONFIGS:
+        kw = {"q_tokens": r // 8, "warps": warps, "stages": stages}
+        for split in (False, True):
+            got = {
+                "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=split, **kw),
+                "prefill": attention(q, ck, cv, q_seq, q_pos, block_table=table, split=split, **kw),
+                "decode": attention(q, ck, cv, rows, q_pos, block_table=dtable, split=split, **kw),
+            }
+            for path, out in got.items():
+                bad = (out != ref).any(-1).any(-1)
+                assert not bad.any(), (
+                    f"{path} rows={r} warps={warps} stages={stages} split={split}: "
+                    f"{int(bad.sum())} of {len(bad)} rows differ"
+                )
+
+
+def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits():
+    from topl.kernels.gpu.attention import attention
+
+    q, k, v, starts, *_, q_seq, q_pos = _packed_and_paged(LENS)
+    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
+    with pytest.raises(ValueError, match="changes the bits"):
+        attention(q, k, v, q_seq, q_pos, kv_start=starts, q_tokens=4)
+    for qt in (1, 2, 4):  # 8-32 row programs: another MMA, other bits (H200: 107-118 of 4,918 rows)
+        small = attention(
+            q, k, v, q_seq, q_pos, kv_start=starts, split=False, q_tokens=qt, check=False
+        )
+        assert (small != ref).any(-1).any(-1).sum() > 0, qt
+
+
+def test_decode_batches_of_any_composition_give_the_training_bits():
+    from topl.kernels.gpu.attention import attention, paged_step
+
+    q, k, v, starts, ck, cv, table, q_seq, q_pos = _packed_and_paged(LENS, seed=1)
+    train = attention(q, k, v, q_seq, q_pos, kv_start=starts)
+    last = [int(starts[s]) + n - 1 for s, n in enumerate(LENS)]
+    tables = [[int(p) for p in table[s][: -(-n // 128)]] for s, n in enumerate(LENS)]
+    for order in (list(range(len(LENS))), [6, 5, 2, 0], [3], [0, 1, 2, 3, 4, 5, 6] * 5):
+        idx = torch.tensor([last[s] for s in order], device="cuda")
+        out = paged_step(
+            q[idx],
+            ck,
+            cv,
+            [tables[s] for s in order],
+            [(i, i + 1) for i in range(len(order))],
+            [LENS[s] - 1 for s in order],
+            128,
+        )
         assert torch.equal(out, train[idx]), order
-    # and the decode kernel with fewer rows per program gives the same bits
-    out = attention(q[last], cache_k, cache_v, list(range(len(lens))), q_pos[last], block_table=table, tile=tile,
-                    q_tokens=2)
-    assert torch.equal(out, train[last])
+    # a continuous-batching step: prefill chunks and decode rows in one call
+    chunk = list(range(int(starts[5]) + 512, int(starts[5]) + 640))  # rows 512..639 of sequence 5
+    idx = torch.tensor([last[0], last[4]] + chunk + [last[6]], device="cuda")
+    spans = [(0, 1), (1, 2), (2, 2 + len(chunk)), (2 + len(chunk), 3 + len(chunk))]
+    pos = [LENS[0] - 1, LENS[4] - 1] + list(range(512, 640)) + [LENS[6] - 1]
+    out = paged_step(q[idx], ck, cv, [tables[0], tables[4], tables[5], tables[6]], spans, pos, 128)
+    assert torch.equal(out, train[idx])
 
 
 def test_attention_matches_sdpa():
@@ -68,11 +141,28 @@ def test_attention_matches_sdpa():
     torch.manual_seed(0)
     n, h, kvh, d = 513, 32, 4, 128
     q = torch.randn(n, h, d, device="cuda", dtype=torch.bfloat16)
-    k, v = torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16), torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16)
-    ours = attention(q, k, v, [0] * n, torch.arange(n).cuda(), kv_start=torch.zeros(1, dtype=torch.int32).cuda())
-    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                                           v.transpose(0, 1)[None], is_causal=True, enable_gqa=True)
-    torch.testing.assert_close(ours, ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)
+    k, v = (
+        torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16),
+        torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16),
+    )
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        is_causal=True,
+        enable_gqa=True,
+    )
+    for split in (False, True):
+        ours = attention(
+            q,
+            k,
+            v,
+            [0] * n,
+            torch.arange(n).cuda(),
+            kv_start=torch.zeros(1, dtype=torch.int32).cuda(),
+            split=split,
+        )
+        torch.testing.assert_close(ours, ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("k, n", [(2048, 5120), (4096, 2048), (2048, 151936)])
@@ -86,6 +176,21 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
     for m in (16, 128, 1024, 8192):
         assert torch.equal(bi_matmul(x[:m], w)[:1], ref), m
     torch.testing.assert_close(ref.float(), (x[:1] @ w.t()).float(), atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("k, n", [(2048, 5120), (4096, 2048), (2048, 1536)])
+def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
+    """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
+    TMA-fed or pointer-fed, on the same rows, every element compared."""
+    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, TMA_PLANS, bi_matmul
+
+    torch.manual_seed(0)
+    x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    plans = [(kind == "tma", p) for _, kind, p in PLANS] + [(True, p) for _, p in TMA_PLANS]
+    ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
+    for tma, p in plans:
+        assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)
 
 
 def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():
@@ -104,18 +209,82 @@ def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():
 @pytest.mark.parametrize("layers", [2, 4])
 def test_engines_bitwise_equal_on_gpu_at_qwen3_30b_widths(moe, layers):
     from topl.kernels.alignment import Alignment
-    from topl.kernels.model import Model
+    from topl.kernels.gpu import paged_hook
+    from topl.kernels.model import Model, sides
     from topl.kernels.probe import make_requests, probe
 
     model = Model.random(arch(layers, moe), seed=0).to("cuda")
     reqs = make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40)
-    out = probe(model, Alignment(kv_tile=128), requests=reqs, block_size=128, chunked_prefill=True,
-                max_num_batched_tokens=512, micro_batch=4)
+    assert (
+        paged_hook(model, sides(Alignment(kv_tile=128))[1], 128) is not None
+    )  # batched paged decode
+    out = probe(
+        model,
+        Alignment(kv_tile=128),
+        requests=reqs,
+        block_size=128,
+        chunked_prefill=True,
+        max_num_batched_tokens=512,
+        micro_batch=4,
+    )
     assert out["distinct_batch_sizes"] > 3
     assert out["max_abs_logprob_diff"] == 0.0 and out["bitwise_equal_fraction"] == 1.0, out
-    off = probe(model, Alignment(kv_tile=128, mode="off", attention_semantics=False, reduction_order=False,
-                                 softmax_tiling=False, fp32_critical_path=False, batch_invariant=False,
-                                 fused_ops_matched=False, moe_fixed_combine=False, tp_aligned_reduction=False),
-                requests=make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40), block_size=128,
-                max_num_batched_tokens=512, micro_batch=4)
+    off = probe(
+        model,
+        Alignment(
+            kv_tile=128,
+            mode="off",
+            attention_semantics=False,
+            reduction_order=False,
+            softmax_tiling=False,
+            fp32_critical_path=False,
+            batch_invariant=False,
+            fused_ops_matched=False,
+            moe_fixed_combine=False,
+            tp_aligned_reduction=False,
+        ),
+        requests=make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40),
+        block_size=128,
+        max_num_batched_tokens=512,
+        micro_batch=4,
+    )
     assert off["max_abs_logprob_diff"] > 0
+
+
+def test_rollout_batched_paged_decode_one_prompt_alone_or_in_a_batch():
+    """The GPU rollout runs every request of a step through one paged kernel call; a request's
+    log-probs are the same alone and in a batch of 32 (arriving at different steps), and equal the
+    training recompute."""
+    from topl.kernels.alignment import Alignment
+    from topl.kernels.model import Model, sides
+    from topl.kernels.probe import make_requests
+    from topl.kernels.rollout import RolloutEngine, SamplingParams
+    from topl.kernels.training import TrainingEngine
+
+    model = Model.random(arch(2, False), seed=0).to("cuda")
+    train, roll = sides(Alignment(kv_tile=128))
+
+    def run(reqs, batched=True):
+        eng = RolloutEngine(model, roll, 128, max_num_batched_tokens=1024)
+        assert eng.paged is not None
+        calls = []
+        hook = eng.paged
+        eng.paged = lambda q, *a: calls.append(q.shape[0]) or hook(q, *a)
+        eng.generate(reqs, SamplingParams())
+        assert not batched or len(set(calls)) > 3  # batched, the composition changing
+        return reqs
+
+    batch = run(make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24))
+    alone = run(
+        [
+            r
+            for r in make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24)
+            if r.id == 7
+        ],
+        batched=False,
+    )[0]
+    assert alone.output == batch[7].output and alone.logprobs == batch[7].logprobs
+    lp = TrainingEngine(model, train, 4).logprobs(
+        [r.tokens for r in batch], [len(r.prompt) for r in batch]
+    )
+    assert all(torch.equal(torch.tensor(r.logprobs), x.cpu()) for r, x in zip(batch, lp))

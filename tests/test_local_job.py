@@ -46,9 +46,9 @@ def test_strict_stops_on_the_first_nonzero_logdiff(compose, tmp_path, capsys):
     assert "step 1" in out and "topl/max_abs_logprob_diff" in out and "alignment=strict" in out
 
 
-def test_local_backend_refuses_ppo_clearly(compose, tmp_path):
-    with pytest.raises(ToplError, match="local backend runs GRPO"):
-        run_local(compose(["algorithm=ppo"]).to_object(), tmp_path, quiet=True)
+def test_local_backend_refuses_what_it_does_not_embed(compose, tmp_path):
+    with pytest.raises(ToplError, match="does not embed algorithm.policy_loss=clip_cov"):
+        run_local(compose(["algorithm.policy_loss=clip_cov"]).to_object(), tmp_path, quiet=True)
 
 
 def test_cli_launch_default_short(tmp_path):

@@ -7,7 +7,7 @@ from helpers import compose_verl, hf_config_dir, run_topl, verl_config_dir
 
 from topl.launcher import recipes
 from topl.launcher.contract import check, errors
-from topl.launcher.render import render
+from topl.launcher.render import DAPO_RECIPE_KEYS, render
 
 SHIPPED = sorted(recipes.available())
 BAD = sorted((Path(__file__).parent / "bad_recipes").glob("*.yaml"))
@@ -33,6 +33,8 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     spec = c.to_object()
     inv = render(spec)
     assert inv.entrypoint == ("recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo")
+    if name.startswith("seed_"):
+        return  # they target the seed's verl 0.8.0 stack: test_seed.py composes them with its keys
     if verl_config_dir() is None:
         pytest.skip("verl 0.9.1 not installed")
     from verl.utils.config import validate_config
@@ -42,6 +44,7 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     inv = render(spec)
     # DAPO's dapo_megatron_trainer (verl-recipe) extends verl's ppo_trainer: its keys are proven there
     inv.config_name = "ppo_trainer"
+    inv.overrides = [f"+{o}" if o.startswith(DAPO_RECIPE_KEYS) else o for o in inv.overrides]
     cfg = compose_verl(inv)
     validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
 

@@ -4,7 +4,7 @@ import json
 import pytest
 from helpers import STRICT_A3, compose_verl, hf_config_dir, run_topl, verl_config_dir  # noqa: E402
 
-from topl.launcher.render import FREE_FORM, NEW_KEYS, fmt, render
+from topl.launcher.render import FREE_FORM, NEW_KEYS, PATCHED_KEYS, fmt, render
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 
@@ -61,6 +61,9 @@ def test_dapo_has_its_own_entrypoint(compose):
 def test_plus_only_on_free_form_or_new_keys(compose):
     for o in render(compose(STRICT_A3).to_object()).overrides:
         key = o.split("=", 1)[0]
+        if key.lstrip("+") in PATCHED_KEYS:  # a patch adds it: `++` adds or overrides
+            assert key.startswith("++"), o
+            continue
         assert key.startswith("+") == (key.lstrip("+") in NEW_KEYS or key.lstrip("+").startswith(FREE_FORM)), o
 
 

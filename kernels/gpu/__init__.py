@@ -1,6 +1,6 @@
 """Triton versions of the aligned kernels (GPU; the same language runs on Ascend via triton-ascend).
 
-Importing this package needs Triton; callers check `available()` first.
+Importing the modules needs Triton; callers check `available()` first.
 """
 
 
@@ -11,3 +11,21 @@ def available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def paged_hook(model, side, block_size: int):
+    """The rollout engine's batched paged attention on CUDA (one kernel call per layer and step,
+    every request of the step together), or None where the per-request path must stay: CPU, an
+    unaligned plan (then SDPA stands in for the native kernel), or a page that is not the tile."""
+    p = side.prefill
+    aligned = (
+        p == side.decode and p.tiles == "left" and p.visible and p.merge == "online" and p.fp32
+    )
+    pow2 = p.tile >= 16 and p.tile & (p.tile - 1) == 0
+    if not (
+        aligned and pow2 and p.tile == block_size and model.device.type == "cuda" and available()
+    ):
+        return None
+    from topl.kernels.gpu.attention import paged_step
+
+    return lambda q, k, v, tables, spans, pos: paged_step(q, k, v, tables, spans, pos, block_size)

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from topl.launcher.errors import ToplError
+from topl.launcher.render import overlong_buffer_len
 from topl.launcher.spec import is_strict
 
 
@@ -23,8 +24,13 @@ def loop_config(spec):
         max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
         chunked_prefill=r.chunked_prefill, micro_batch=t.ppo_micro_batch_size_per_gpu,
         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high,
-        use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef, lr=spec.local.lr, seed=spec.local.seed,
+        adv_estimator=a.adv_estimator, policy_loss=a.policy_loss, loss_agg_mode=a.loss_agg_mode,
+        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
+        use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef, use_critic=a.use_critic, gamma=a.gamma,
+        lam=a.lam, cliprange_value=a.cliprange_value, filter_groups=a.filter_groups,
+        max_num_gen_batches=a.max_num_gen_batches, overlong_buffer_len=overlong_buffer_len(spec),
+        overlong_penalty_factor=a.overlong_penalty_factor, lr=spec.local.lr, critic_lr=spec.local.critic_lr,
+        seed=spec.local.seed,
     )
 
 
@@ -52,6 +58,23 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+def _embeddable(spec) -> None:
+    """What the loop cannot run is the user's input: one ToplError, before any step."""
+    from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
+
+    a = spec.algorithm
+    bad = [f"algorithm.{k}={v}" for k, v, ok in (
+        ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS), ("policy_loss", a.policy_loss, POLICY_LOSSES)) if v not in ok]
+    if bad:
+        raise ToplError(f"the local backend does not embed {', '.join(bad)}", where="algorithm",
+                        fix=f"adv_estimator in {ADV_ESTIMATORS}, policy_loss in {POLICY_LOSSES} "
+                            "(algorithm=grpo|ppo|gspo|dapo), or cluster.backend=subprocess/ray_job")
+    if (a.adv_estimator == "gae") != a.use_critic:
+        raise ToplError(f"adv_estimator={a.adv_estimator} with use_critic={a.use_critic}: GAE needs the critic's "
+                        "values and only GAE uses them", where="algorithm.use_critic",
+                        fix="algorithm=ppo for GAE with a critic, or algorithm.use_critic=false with grpo")
+
+
 def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     with torch_threads(threads_for(spec)):
@@ -64,19 +87,18 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
 
     from topl.kernels import rl_loop
 
-    if spec.algorithm.name != "grpo" or spec.algorithm.use_critic:
-        raise ToplError(f"the local backend runs GRPO; algorithm={spec.algorithm.name} is not embedded yet",
-                        where="algorithm", fix="use algorithm=grpo locally, or cluster.backend=subprocess/ray_job")
+    _embeddable(spec)
     from topl.launcher.cli.output import make_console
 
     console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
     strict = is_strict(spec)
     rc = 0
-    with Progress(TextColumn("[bold]GRPO[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    with Progress(TextColumn(f"[bold]{spec.algorithm.name.upper()}[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TextColumn("{task.description}"), TimeRemainingColumn(), console=console) as bar:
         job = bar.add_task("", total=spec.train.steps)
-        for step, data in enumerate(rl_loop.run(loop_config(spec)), start=1):
+        steps = rl_loop.run(loop_config(spec))
+        for step, data in enumerate(_guard(steps, spec), start=1):
             history.append(data)
             with metrics_path.open("a") as f:
                 f.write(json.dumps({"step": step, "data": data}) + "\n")
@@ -95,6 +117,18 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     return rc
 
 
+def _guard(steps, spec):
+    """The loop's steps; DAPO running out of generation batches becomes topl's one-message error."""
+    from topl.kernels.rl_loop import FilterGroupsExhausted
+
+    try:
+        yield from steps
+    except FilterGroupsExhausted as e:
+        raise ToplError(str(e), where="algorithm.max_num_gen_batches",
+                        fix="raise algorithm.max_num_gen_batches (<= 0: no limit) or rollout.n, "
+                            "or algorithm.filter_groups=false") from None
+
+
 def plot(history: list[dict], path: Path, spec) -> None:
     import matplotlib
 
@@ -110,7 +144,7 @@ def plot(history: list[dict], path: Path, spec) -> None:
     ax2.set(title="max |Δ log p| rollout vs training", xlabel="step")
     if any(d > 0 for d in diffs):
         ax2.set_yscale("log")
-    fig.suptitle(f"{spec.model.name} GRPO, alignment={spec.alignment.mode}")
+    fig.suptitle(f"{spec.model.name} {spec.algorithm.name.upper()}, alignment={spec.alignment.mode}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -121,12 +155,15 @@ def summary(console, history: list[dict], spec, run_dir: Path) -> None:
 
     if not history:
         return
-    t = Table(title=f"topl local GRPO: {spec.model.name}, alignment={spec.alignment.mode}")
+    t = Table(title=f"topl local {spec.algorithm.name.upper()}: {spec.model.name}, alignment={spec.alignment.mode}")
     t.add_column("")
     t.add_column("first step", justify="right")
     t.add_column("last step", justify="right")
     for key in ("critic/rewards/mean", "topl/max_abs_logprob_diff", "topl/bitwise_equal_fraction",
-                "rollout_corr/k3_kl", "actor/ratio_max_abs_dev", "timing_s/step"):
+                "rollout_corr/k3_kl", "actor/ratio_max_abs_dev", "critic/vf_loss", "train/num_gen_batches",
+                "topl/acc/mean", "timing_s/step"):
+        if key not in history[0]:
+            continue  # the algorithm has no such metric
         t.add_row(key, f"{history[0][key]:.4g}", f"{history[-1][key]:.4g}")
     console.print(t)
     worst = max(h["topl/max_abs_logprob_diff"] for h in history)

@@ -1,17 +1,34 @@
 """The ray_job backend: submit the rendered verl command through the Ray Job Submission API."""
 from __future__ import annotations
 
-import shlex
+import contextlib
+import os
 import sys
 import time
 from pathlib import Path
 
+from topl.launcher import redact, rundir
 from topl.launcher.errors import ToplError
+from topl.launcher.lifecycle import with_deadline
 
 
-def ray_client(address: str | None):
-    """A Job Submission client, or one readable ToplError (exit 2): no address, no Ray, no head."""
-    if not address:
+def _call(fn, what: str, timeout: float):
+    """fn() bounded by `timeout`; any failure is one ToplError naming the head and the step."""
+    try:
+        return with_deadline(fn, timeout, what,
+                             fix="check cluster.ray_address (the dashboard, http://HEAD:8265) and that the "
+                                 "head is up (`ray status`); cluster.ray_timeout_s sets the wait")
+    except ToplError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable head
+        raise ToplError(f"{what}: {type(e).__name__}: {str(e)[:300]}", where="cluster.ray_address",
+                        fix="start the head (`ray start --head`) or fix cluster.ray_address") from None
+
+
+def check_reachable(address: str | None, timeout: float) -> None:
+    """The head is named, Ray is here, and the head answers (a version handshake) within
+    `timeout`: before the doctor or a submit, and before a run directory is written."""
+    if not address:  # no silent target: shipped presets name no head
         raise ToplError("backend=ray_job and no Ray head named: topl never guesses a cluster",
                         where="cluster.ray_address",
                         fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
@@ -22,42 +39,57 @@ def ray_client(address: str | None):
         raise ToplError("backend=ray_job needs Ray, which is not installed here",
                         where="cluster.backend=ray_job",
                         fix="pip install 'ray[default]' (or topl's `ray` extra)") from None
-    try:
-        return JobSubmissionClient(address)
-    except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable head
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ToplError(f"cannot reach the Ray cluster at {address}: {reason}",
-                        where="cluster.ray_address",
-                        fix="start the head (`ray start --head`), or fix cluster.ray_address "
-                            "(the dashboard address, port 8265 by default)") from None
+
+    _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
 
 
 def run_ray_job(invocation, run_dir: Path, address: str, follow: bool = False, working_dir: str | None = None,
-                python: str = "python3") -> int:
-    """Submit through the Ray Job Submission API; the env vars travel in runtime_env to every worker."""
-    client = ray_client(address)
-    from ray.job_submission import JobStatus
+                python: str = "python3", timeout: float = 30.0) -> int:
+    """Submit through the Ray Job Submission API; the env vars travel in runtime_env to every worker.
+
+    Every call to the head is bounded by `timeout`: Ray's client sets none (ray@2.60.0:
+    python/ray/dashboard/modules/dashboard_sdk.py:SubmissionClient._do_request calls
+    requests.request without one), so a head that accepts connections and never answers would hang
+    topl. Interrupting topl stops the Ray job."""
+    try:
+        from ray.job_submission import JobStatus, JobSubmissionClient
+    except ImportError:
+        raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+    import shlex
+
+    def call(fn, what):
+        return _call(fn, f"the Ray head at {address} ({what})", timeout)
 
     runtime_env = {"env_vars": dict(invocation.env)}
     if working_dir:
         runtime_env["working_dir"] = working_dir
+    client = call(lambda: JobSubmissionClient(address), "connect")
     entry = " ".join(shlex.quote(a) for a in [python, *invocation.argv])
-    job_id = client.submit_job(entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)})
-    (run_dir / "ray_job_id").write_text(job_id + "\n")
+    job_id = call(lambda: client.submit_job(entrypoint=entry, runtime_env=runtime_env,
+                                            metadata={"run_dir": str(run_dir)}), "submit")
+    rundir.write_file(run_dir / "ray_job_id", job_id + "\n")
     print(f"topl: submitted Ray job {job_id} to {address}")
     if not follow:
         return 0
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
     seen = 0
-    with (run_dir / "verl.log").open("w") as log:
-        while True:
-            status = client.get_job_status(job_id)
-            logs = client.get_job_logs(job_id)
-            sys.stdout.write(logs[seen:])
-            log.write(logs[seen:])
-            seen = len(logs)
-            if status in terminal:
-                break
-            time.sleep(1.0)
+    fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as log:
+        try:
+            while True:
+                status = call(lambda: client.get_job_status(job_id), "status")
+                logs = call(lambda: client.get_job_logs(job_id), "logs")
+                text = redact.text(logs[seen:])
+                sys.stdout.write(text)
+                log.write(text)
+                seen = len(logs)
+                if status in terminal:
+                    break
+                time.sleep(1.0)
+        except BaseException:  # interrupted (or the head stopped answering): stop the job
+            with contextlib.suppress(Exception):
+                call(lambda: client.stop_job(job_id), "stop")
+                print(f"topl: asked Ray to stop job {job_id}", file=sys.stderr)
+            raise
     print(f"topl: Ray job {job_id} {status.value}")
     return 0 if status == JobStatus.SUCCEEDED else 1

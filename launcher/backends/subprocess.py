@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from topl.launcher import redact
+
 
 def child_env(invocation, run_dir: Path) -> dict[str, str]:
     env = {**os.environ, **invocation.env}
@@ -15,25 +17,43 @@ def child_env(invocation, run_dir: Path) -> dict[str, str]:
 
 
 def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
-    """Run the verl entrypoint; stream output to the console and run_dir/verl.log; return its exit code.
+    """Run the verl entrypoint; stream output (redacted) to the console and run_dir/verl.log.
 
-    The child gets its own process group so Ctrl-C stops it and everything it spawned (Ray, vLLM).
-    """
+    Returns its return code (negative N: killed by signal N). The child gets its own process group:
+    when topl is interrupted (SIGINT / SIGTERM) the whole group (Ray, vLLM) is stopped."""
     cmd = [python, *invocation.argv]
-    log = (run_dir / "verl.log").open("w")
-    proc = subprocess.Popen(cmd, env=child_env(invocation, run_dir), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True)
-    try:
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            log.write(line)
-        return proc.wait()
-    except KeyboardInterrupt:
-        print("\ntopl: interrupted, stopping the job's process group", file=sys.stderr)
-        _stop_group(proc)
-        return 130
-    finally:
-        log.close()
+    fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as log:
+        # SIGINT/SIGTERM wait (blocked) until `proc` is known, so an interrupt always finds the child
+        # to stop; the child starts with them unblocked, in its own session (setsid before exec).
+        stop = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        try:
+            proc = subprocess.Popen(cmd, env=child_env(invocation, run_dir), stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
+                                    preexec_fn=lambda: _child_setup(stop))
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+            raise
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)  # a pending interrupt lands in this `try`
+            for line in proc.stdout:
+                line = redact.text(line)
+                sys.stdout.write(line)
+                log.write(line)
+            return proc.wait()
+        except BaseException:  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
+            _stop_group(proc)
+            raise
+
+
+def _child_setup(stop: set) -> None:
+    """In the child before exec: signals unblocked; on Linux, SIGTERM when topl dies (even SIGKILL)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h) = 1
 
 
 def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -44,4 +64,4 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     except ProcessLookupError:
-        pass
+        proc.wait()

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 
+from topl.launcher import lifecycle, redact
 from topl.launcher.errors import ToplError
 
 USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
@@ -16,11 +18,13 @@ USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
 commands:
   launch    validate, write a run directory, start the backend (Hydra app: -m, --cfg job, --info)
             flags: --dry-run (write the run dir, start nothing), --follow (ray_job: stream logs),
-                   --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly)
+                   --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly),
+                   --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
-  rules     print the consistency contract's rule catalog             (--json, --markdown)
+  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
+            `recipes import SCRIPT.sh`: a bash launch script -> a recipe + report by line
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
@@ -73,6 +77,7 @@ COMMANDS = ("launch", "check", "render", "rules", "recipes", "probe", "plan", "d
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    redact.install()  # everything printed from here on has secrets removed
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
@@ -99,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     except ToplError as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(e.render(), file=sys.stderr)
+        if "--json" in rest:  # machines get JSON for bad input too
+            from topl.launcher.cli.output import print_json
+
+            print_json({"ok": False, "error": e.to_dict()})
+        else:
+            print(e.render(), file=sys.stderr)
         return e.exit_code
     except ModuleNotFoundError as e:
         if e.name not in LOCAL_EXTRA or os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -108,3 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)
+        return 128 + signum

@@ -36,12 +36,14 @@ def main(args: list[str]) -> int:
     rows = []
     for r in report["boundaries"]:
         if "equal" not in r:
-            rows.append((r["boundary"], r.get("mapped", "-"), "", "", ""))
+            rows.append((r["boundary"], r.get("mapped", "-"), "", "", "", "", ""))
             continue
         mark = "[green]yes[/]" if r["equal"] else "[red]no[/]"
+        bias = f"{r['sign_bias']:.2f} / {r['magnitude_bias']:.2f}" if "sign_bias" in r else ""
         rows.append((r["boundary"], mark, f"{r.get('max_abs', 0):.3e}", str(r.get("max_ulp", "")),
-                     f"{r.get('fraction_equal', 0):.3f}"))
-    columns = ("boundary", "equal", "max |Δ|", "max ULP", "fraction equal")
+                     f"{r.get('fraction_equal', 0):.3f}", f"{r.get('median_ulp_of_diffs', 0):.0f}", bias))
+    # median ULP and the shares A > B / |A| > |B| of the differing elements: rounding ~1 and 0.5 / 0.5
+    columns = ("boundary", "equal", "max |Δ|", "max ULP", "fraction equal", "median ULP", "A>B / |A|>|B|")
     console = print_table(f"topl diagnose: A={report['a']}  B={report['b']}", columns, rows)
     console.print(f"weights: {'differ in ' + ', '.join(report['weights_differ']) if report['weights_differ'] else 'identical'}")
     console.print(f"first diverging boundary: {report['first_divergence']}")

@@ -55,12 +55,14 @@ def on_ray(address: str, spec) -> list[dict]:
     """Submit the per-node doctor as a Ray job with the job's runtime_env; collect its report."""
     import time
 
-    from topl.launcher.backends.ray_job import ray_client
+    from topl.launcher.backends.ray_job import check_reachable
     from topl.launcher.errors import ToplError
     from topl.launcher.render import render
 
-    client = ray_client(address)
-    from ray.job_submission import JobStatus
+    check_reachable(address, spec.cluster.ray_timeout_s)  # named, installed, answering: or one message
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(address)
     entry = f"{sys.executable} -m topl.launcher.cli.doctor --node"
     env = {**render(spec).env, "TOPL_DOCTOR_SPEC": spec_to_json(spec)}  # the job's own runtime_env
     try:

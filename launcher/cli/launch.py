@@ -15,7 +15,11 @@ from topl.launcher.cli.output import print_violations
 from topl.launcher.errors import ToplError
 from topl.launcher.launch import LaunchContext, preflight, run_job
 
-TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor")
+UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
+TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", UNSAFE_FLAG)
+# Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
+UNSAFE_HYDRA_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+                      "--experimental-rerun")
 HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
                           "--config-dir", "-cd", "--experimental-rerun")
 INFORMATIONAL = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
@@ -40,26 +44,46 @@ def split_hydra_flags(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _quoted(value: str) -> str:
-    """A string as one quoted value in Hydra's override grammar."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A string as one quoted value in Hydra's override grammar (no interpolation)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${") + "'"
 
 
 def main(args: list[str]) -> int:
-    import hydra
-
-    from topl.launcher.compose import compose_job, conf_dir, split_recipe
-    from topl.launcher.contract import check, errors
-    from topl.launcher.spec import register_configs
+    from topl.launcher.compose import split_recipe
+    from topl.launcher.lifecycle import signals_interrupt
 
     flags, rest = parse(args, flags=TOPL_FLAGS)
     hydra_flags, overrides = split_hydra_flags(rest)
+    bad = [f for f in hydra_flags if f.split("=")[0] in UNSAFE_HYDRA_FLAGS]
+    if bad and not flags.unsafe_hydra_overrides:
+        raise ToplError(f"{' '.join(bad)} makes Hydra load configs (or a pickle) topl cannot check",
+                        where="command line", fix=f"drop it; if you trust its files, add {UNSAFE_FLAG}")
+    with signals_interrupt():  # SIGTERM, like Ctrl-C, unwinds: temp files go, the run is marked
+        # the recipe is read and validated once; Hydra and the up-front check compose from that copy
+        prepared = split_recipe(overrides + ([UNSAFE_FLAG] if flags.unsafe_hydra_overrides else []))
+        try:
+            return _launch(flags, hydra_flags, overrides, prepared)
+        finally:
+            if prepared[1] is not None:
+                prepared[1].cleanup()
+
+
+def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> int:
+    import hydra
+
+    from topl.launcher import rundir
+    from topl.launcher.compose import compose_job, conf_dir, output_dirs
+    from topl.launcher.contract import check, errors
+    from topl.launcher.spec import register_configs
+
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
-    ctx = LaunchContext(flags.dry_run, flags.follow, flags.skip_doctor, user_overrides=overrides)
+    hydra_overrides, root = prepared
+    ctx = LaunchContext(flags.dry_run, flags.follow, flags.skip_doctor, user_overrides=overrides, root=root)
     if not informational and not multirun:
         # compose and check once, up front: bad input is a readable error and exit 2 before
         # Hydra makes a run dir; the job reuses this spec and these violations
-        composed = compose_job(overrides)
+        composed = compose_job(overrides, prepared=prepared)
         vs = check(composed)
         if errors(vs):
             print_violations(vs)
@@ -69,10 +93,16 @@ def main(args: list[str]) -> int:
         if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
             preflight(composed.to_object())
             ctx.preflown = True
-    hydra_overrides, ctx.root = split_recipe(overrides)
-    recipe = next((o.partition("=")[2] for o in overrides if o.lstrip("+").startswith("recipe=")), None)
-    if multirun and ctx.root is not None and recipe:
-        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(recipe)}")
+    made = None
+    if not informational:
+        # the run (or sweep) dir is made here, atomically and exclusively, before Hydra writes into it
+        run_dir, sweep_dir = output_dirs(hydra_overrides)
+        made = rundir.create(sweep_dir if multirun else run_dir)
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        hydra_overrides = [o for o in hydra_overrides if not o.lstrip("+").startswith(key + "=")]
+        hydra_overrides.append(f"{key}={_quoted(str(made))}")
+    if multirun and root is not None:  # the sweeper validates the recipes as the user named them
+        hydra_overrides.append(f"hydra.sweeper.recipe={_quoted(root.user_value)}")
     register_configs()
 
     def task(cfg: DictConfig) -> None:
@@ -88,8 +118,8 @@ def main(args: list[str]) -> int:
             if informational or multirun:
                 return 2
             return e.code if isinstance(e.code, int) else 1
-    except ToplError:
-        raise
     finally:
         sys.argv = saved
+        if made is not None and made.is_dir():
+            rundir.seal(made)  # whatever Hydra or the sweeper wrote: owner-only, secrets out
     return ctx.rc

@@ -22,15 +22,16 @@ def model_for(spec):
 
 
 def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | None = None) -> dict:
-    from topl.kernels.probe import make_requests, probe
+    from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
     from topl.launcher.backends.local import threads_for, torch_threads
 
     r = spec.rollout
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, spec.local.seed,
-                        processed_logprobs=r.logprobs_mode == "processed_logprobs")
+    sp = SamplingParams(r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode)
+    # prompts long enough to cross KV tiles and cache blocks, so every attention switch is exercised
+    max_len = default_prompt_length(spec.alignment.kv_tile, r.block_size)
     reqs = make_requests(prompts, spec.model.vocab_size, spec.local.seed, arrival=arrival,
-                         max_len=min(40, spec.train.max_prompt_length * 4), max_new=24)
+                         max_len=max_len, max_new=24)
     with torch_threads(threads_for(spec)) as n:
         out = _probe(spec, reqs, sp, dump_dir, probe)
     out["threads"] = n

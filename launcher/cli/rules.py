@@ -1,4 +1,5 @@
-"""`topl rules [--json | --markdown]`: the consistency contract's rule catalog."""
+"""`topl rules [--json | --markdown | --constraints]`: the contract's rule catalog, or the field
+constraints declared next to each spec field (markdown)."""
 from __future__ import annotations
 
 from topl.launcher.cli.argv import parse
@@ -18,7 +19,7 @@ def rules_markdown() -> str:
 def main(args: list[str]) -> int:
     from topl.launcher.contract import RULES
 
-    flags, _ = parse(args, flags=("--json", "--markdown"))
+    flags, _ = parse(args, flags=("--json", "--markdown", "--constraints"))
     if flags.json:
         rows = [
             {"rule": r.id, "severity": r.severity, "title": r.title, "keys": list(r.keys),
@@ -28,6 +29,11 @@ def main(args: list[str]) -> int:
         print_json(rows)
     elif flags.markdown:
         print(rules_markdown())
+    elif flags.constraints:
+        from topl.launcher.constraints import table
+        from topl.launcher.spec import JobSpec
+
+        print(table(JobSpec))
     else:
         rows = [(r.id, r.severity, r.title, r.fix) for r in sorted(RULES, key=lambda r: r.id)]
         title = f"topl consistency contract ({len(RULES)} rules)"

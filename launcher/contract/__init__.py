@@ -1,19 +1,53 @@
-"""The consistency contract: `check(composed)` runs every rule and returns the violations."""
+"""The consistency contract: `check(composed)` runs every rule and returns the violations.
+
+Field constraints (declared next to each field, `launcher/constraints.py`) come first: when a
+field is out of range the other rules, which assume a well-formed spec, do not run. Each rule
+reads the spec through a recording view, so a violation lists exactly the keys the rule read.
+"""
 from __future__ import annotations
 
-from topl.launcher.contract import consistency, memory_fit, resources, stack  # noqa: F401  (register rules)
+from topl.launcher.contract import (  # noqa: F401  (register rules)
+    algorithm,
+    consistency,
+    engines,
+    env,
+    fields,
+    memory_fit,
+    resources,
+    stack,
+    verl_keys,
+)
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
+from topl.launcher.contract.fields import FIELD_RULE, field_problems
+from topl.launcher.contract.view import Reads, View
+
+
+def evaluate(spec) -> list[tuple[Rule, str, str]]:
+    """(rule, severity, message) for every rule the spec breaks; fast (no provenance), for sweeps."""
+    probs = field_problems(spec)
+    if probs:
+        return [(FIELD_RULE, ERROR, p.message) for p in probs]
+    return [(r, *got) for r in RULES if r is not FIELD_RULE and (got := r.run(spec))]
 
 
 def check(composed) -> list[Violation]:
-    """Run every rule over a composed job; errors first."""
+    """Run every rule over a composed job; errors first. Keys come with values and sources."""
     spec = composed.to_object()
+    probs = field_problems(spec)
+    if probs:
+        return [Violation(FIELD_RULE.id, ERROR, p.message,
+                          {p.key: {"value": p.value, "source": composed.source(p.key)}},
+                          f"{p.fix} (enforced by {p.src})") for p in probs]
     out = []
     for r in RULES:
-        msg = r.check(spec)
-        if msg:
-            keys = {k: {"value": composed.value(k), "source": composed.source(k)} for k in r.keys}
-            out.append(Violation(r.id, r.severity, msg, keys, r.fix))
+        if r is FIELD_RULE:
+            continue
+        reads = Reads()
+        got = r.run(View(spec, reads))
+        if got:
+            keys = {k: {"value": v, "source": composed.source(k)} for k, v in reads.items()
+                    if not any(o.startswith(k + ".") for o in reads)}  # entries, not their dict
+            out.append(Violation(r.id, got[0], got[1], keys, r.fix))
     return sorted(out, key=lambda v: (v.severity != ERROR, v.rule))
 
 
@@ -21,4 +55,4 @@ def errors(violations: list[Violation]) -> list[Violation]:
     return [v for v in violations if v.severity == ERROR]
 
 
-__all__ = ["check", "errors", "RULES", "Rule", "Violation", "ERROR", "WARNING"]
+__all__ = ["ERROR", "RULES", "WARNING", "Rule", "Violation", "check", "errors", "evaluate"]

@@ -19,6 +19,14 @@ class Rule:
     check: Callable[[Any], Optional[str]]  # spec -> message when violated, else None
     why: str = ""  # the numerics behind it (the function's docstring)
 
+    def run(self, spec) -> Optional[tuple[str, str]]:
+        """(severity, message) when violated. A check may return (severity, message) to change
+        the severity for this spec (an error that the seed's evidence turns into a warning)."""
+        got = self.check(spec)
+        if not got:
+            return None
+        return got if isinstance(got, tuple) else (self.severity, got)
+
 
 @dataclass
 class Violation:
@@ -43,13 +51,20 @@ class Violation:
 RULES: list[Rule] = []
 
 
-def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str):
-    """Register `check(spec) -> message | None` as a contract rule."""
+def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str,
+         facts: tuple[str, ...] = ()):
+    """Register `check(spec) -> message | (severity, message) | None` as a contract rule; `facts`
+    are the stack facts it follows, whose versions and citations join its "why"."""
 
     def deco(fn):
         if any(r.id == id for r in RULES):
             raise ValueError(f"duplicate rule id {id}")
-        RULES.append(Rule(id, severity, title, keys, fix, fn, inspect.getdoc(fn) or ""))
+        why = inspect.getdoc(fn) or ""
+        if facts:
+            from topl.launcher.facts import why as fact_why
+
+            why += "\nSources: " + " · ".join(fact_why(f) for f in facts)
+        RULES.append(Rule(id, severity, title, keys, fix, fn, why))
         return fn
 
     return deco

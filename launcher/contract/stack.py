@@ -1,66 +1,117 @@
 """The declared target stack supports what the spec asks for."""
-from packaging.version import Version
-
+from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
-from topl.launcher.versions import UNKNOWN, parse
 
-
-def _v(text: str) -> Version:
-    return parse(text) or UNKNOWN
+SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 
 
 @rule("TOP-STACK-001", ERROR, "vLLM pipeline parallel needs verl's PP patch",
       ("rollout.pp", "cluster.versions.verl", "cluster.versions.verl_patches"),
-      "add vllm_pp to cluster.versions.verl_patches (apply the PP patch), or set rollout.pp=1")
+      "add vllm_pp to cluster.versions.verl_patches (stack=seed applies it), or set rollout.pp=1",
+      facts=("vllm_pp_npu",))
 def vllm_pp(s):
-    """Stock verl 0.9.1 raises NotImplementedError for vLLM pipeline_model_parallel_size > 1."""
-    if s.rollout.pp > 1 and "vllm_pp" not in s.cluster.versions.verl_patches:
+    """No verl release sizes vLLM replicas by engine_kwargs pipeline parallel on NPU: a replica
+    gets tp*dp devices while vLLM wants tp*pp. The seed's verl patch adds it."""
+    if s.rollout.pp > 1 and not facts.supports("vllm_pp_npu", s.cluster.versions):
         return f"rollout.pp={s.rollout.pp} on verl {s.cluster.versions.verl} without the PP patch"
 
 
-@rule("TOP-STACK-002", ERROR, "vllm-ascend new enough for rl_config and the FA3 backend",
-      ("cluster.versions.vllm_ascend", "cluster.versions.flash_attn_npu"),
-      "use vllm-ascend >= 0.18.0 with flash-attention-npu installed")
-def vllm_ascend_version(s):
-    """rl_config.enable_training_consistency (FA3, num_splits=1) arrived with vllm-ascend 0.18."""
+@rule("TOP-STACK-002", ERROR, "the stack has the FA3 attention backend for strict runs on NPU",
+      ("alignment.mode", "cluster.device", "cluster.versions.vllm_ascend",
+       "cluster.versions.vllm_ascend_patches", "cluster.versions.flash_attn_npu"),
+      "use stack=release (vllm-ascend 0.23.0.post1) or stack=seed (0.18.0 + the seed's FA3 patch), "
+      "with flash-attention-npu installed", facts=("fa3_backend", "rl_config"))
+def fa3_available(s):
+    """FA3 (attention/fa3_v1.py, num_splits=1) first ships in vllm-ascend 0.20.2rc1 (final 0.23.0);
+    0.18.0 has it only with the seed's source patch. rl_config selects it from 0.27.1rc1 only."""
     if is_strict(s) and on_npu(s):
-        if _v(s.cluster.versions.vllm_ascend) < Version("0.18.0"):
-            return f"vllm-ascend {s.cluster.versions.vllm_ascend} < 0.18.0"
-        if not s.cluster.versions.flash_attn_npu:
-            return "flash-attention-npu (FA3 backend) not declared"
+        v = s.cluster.versions
+        if not facts.supports("fa3_backend", v):
+            return f"vllm-ascend {v.vllm_ascend} has no FA3 backend (and no true_on_policy patch)"
+        if not v.flash_attn_npu:
+            return "flash-attention-npu (FA3 kernels) not declared"
 
 
-@rule("TOP-STACK-003", ERROR, "torch and torch_npu versions match",
-      ("cluster.versions.torch", "cluster.versions.torch_npu"), "install the torch_npu release built for your torch")
+@rule("TOP-STACK-003", ERROR, "torch_npu is the build for the declared torch",
+      ("cluster.device", "cluster.versions.torch", "cluster.versions.torch_npu"),
+      "install the torch release torch_npu requires (torch_npu X.Y.Z[.postN] needs torch X.Y.Z)",
+      facts=("torch_npu_pins_torch",))
 def torch_match(s):
-    """torch_npu is built against one torch minor version; a mismatch fails or misbehaves at import."""
-    t, n = _v(s.cluster.versions.torch), _v(s.cluster.versions.torch_npu)
-    if on_npu(s) and (t.major, t.minor) != (n.major, n.minor):
-        return f"torch {t} with torch_npu {n}"
+    """torch_npu requires one exact torch release (Requires-Dist torch==X.Y.Z), not a minor line."""
+    t = facts.version("torch", s.cluster.versions.torch)
+    n = facts.version("torch_npu", s.cluster.versions.torch_npu)
+    if on_npu(s) and (t is None or n is None or t.release != n.release):
+        return f"torch {s.cluster.versions.torch} with torch_npu {s.cluster.versions.torch_npu}"
 
 
 @rule("TOP-STACK-004", ERROR, "batch-invariant ops installed for strict runs on NPU",
-      ("cluster.versions.batch_invariant_ops",), "install CANN batch_invariant_ops and declare it")
+      ("alignment.mode", "cluster.device", "cluster.versions.batch_invariant_ops"),
+      "install CANN batch_invariant_ops and declare it", facts=("mindspeed_bi_switches",))
 def bi_ops(s):
-    """Without the package the patch only logs a warning and training silently runs off-policy."""
+    """Without the package vllm-ascend falls back to Triton batch-invariant ops or only warns, and
+    MindSpeed's --use-batch-invariant-ops raises at start-up: the run is off-policy or fails."""
     if is_strict(s) and on_npu(s) and not s.cluster.versions.batch_invariant_ops:
         return "batch_invariant_ops not declared in cluster.versions"
 
 
-@rule("TOP-STACK-005", ERROR, "the alignment patch module is set for strict runs on NPU",
-      ("cluster.external_modules",), "set cluster.external_modules to the true on-policy patch module")
+@rule("TOP-STACK-005", ERROR, "the alignment patch module fits the stack",
+      ("alignment.mode", "cluster.device", "cluster.external_modules",
+       "cluster.versions.vllm_ascend", "cluster.versions.vllm_ascend_patches",
+       "cluster.versions.verl_patches"),
+      "use stack=seed (its module and versions together); on other stacks leave "
+      "cluster.external_modules unset until a module for that stack exists",
+      facts=("seed_patch_module", "verl_external_modules", "fa3_backend"))
 def patch_module(s):
-    """vLLM-Ascend follows Megatron's op choices only through the runtime patches (VERL_USE_EXTERNAL_MODULES)."""
-    if is_strict(s) and on_npu(s) and not s.cluster.external_modules:
-        return "no VERL_USE_EXTERNAL_MODULES module: fused ops stay mismatched"
+    """The declared source patches come only from the seed's module, which verl imports at
+    `import verl`; that module git-applies a vllm-ascend 0.18.0 patch and raises on any tree it
+    does not apply to. Without it, vLLM-Ascend's fused ops (swiglu, grouped MLP, routing,
+    log-softmax) stay unmatched to Megatron's: logdiff 0 is unproven (a warning)."""
+    if not (is_strict(s) and on_npu(s)):
+        return None
+    v, mod = s.cluster.versions, s.cluster.external_modules
+    patches = [*v.verl_patches, *v.vllm_ascend_patches]
+    if mod == SEED_MODULE and not v.vllm_ascend.startswith("0.18."):
+        return f"the seed's patch module applies a vllm-ascend 0.18.0 patch; declared {v.vllm_ascend}"
+    if patches and not mod:
+        return f"patches {patches} declared but no module (VERL_USE_EXTERNAL_MODULES) applies them"
+    if not mod:
+        return WARNING, "no patch module: vLLM-Ascend keeps fused ops that Megatron does not use"
 
 
-@rule("TOP-STACK-006", WARNING, "CANN new enough for strong matmul consistency",
-      ("cluster.versions.cann",), "use CANN >= 8.5 (set_deterministic_level(2))")
+@rule("TOP-STACK-006", WARNING, "HCCL strict determinism keeps its order on this CANN and SoC",
+      ("alignment.mode", "cluster.device", "cluster.versions.cann", "cluster.soc",
+       "collective.hccl_deterministic"),
+      "use CANN >= 9.0 on A3 (stack=seed or later)", facts=("hccl_strict_orders_on_a3",))
 def cann_version(s):
-    """torch_npu.npu.set_deterministic_level(2) needs CANN >= 8.5."""
-    if is_strict(s) and on_npu(s) and _v(s.cluster.versions.cann) < Version("8.5"):
-        return f"CANN {s.cluster.versions.cann}"
+    """On A3, CANN 8.5 runs HCCL_DETERMINISTIC=strict as `true` (deterministic but without a fixed
+    reduction order); CANN 9.0 keeps the order (sum, rank size >= 3)."""
+    strict_hccl = s.collective.hccl_deterministic == "strict"
+    if is_strict(s) and on_npu(s) and strict_hccl and s.cluster.soc == "A3" \
+            and not facts.supports("hccl_strict_orders_on_a3", s.cluster.versions):
+        return f"CANN {s.cluster.versions.cann} on A3: strict behaves as true"
+
+
+@rule("TOP-STACK-007", ERROR, "MindSpeed has the batch-invariant switches topl renders",
+      ("cluster.versions.mindspeed", "train.engine"), "use MindSpeed core_r0.16.0",
+      facts=("mindspeed_bi_switches",))
+def mindspeed_switches(s):
+    """use_batch_invariant_ops and use_flash_attn_npu_batch_invariant exist only on MindSpeed
+    core_r0.16.0; other branches do not know them and the training side stays unaligned."""
+    if is_strict(s) and on_npu(s) and s.train.engine == "megatron" \
+            and not facts.supports("mindspeed_bi_switches", s.cluster.versions):
+        return f"MindSpeed {s.cluster.versions.mindspeed} has no batch-invariant switches"
+
+
+@rule("TOP-SEED-001", ERROR, "a per-request sampling seed needs the verl patch that adds it",
+      ("rollout.per_request_seed", "cluster.versions.verl", "cluster.versions.verl_patches"),
+      "unset rollout.per_request_seed, or use stack=seed (verl_patches has per_request_seed)",
+      facts=("per_request_seed", "full_determinism_fixes_replica_seed"))
+def per_request_seed(s):
+    """No verl release has rollout.per_request_seed (the seed's patch adds it). verl's
+    full_determinism is no substitute: it gives all n samples of a prompt on one replica the same
+    seed, so a GRPO group collapses to one answer; topl never renders it."""
+    if s.rollout.per_request_seed and not facts.supports("per_request_seed", s.cluster.versions):
+        return f"rollout.per_request_seed=true on verl {s.cluster.versions.verl} without the patch"
 
 
 @rule("TOP-CLUS-001", WARNING, "a remote backend has somewhere to go",

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class ToplSweeper(BasicSweeper):
             raise SystemExit(2) from None  # a readable message, not a traceback
         sweep_dir = Path(self.config.hydra.sweep.dir)
         write_reports(sweep_dir, verdicts)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # as BasicSweeper.sweep does
         valid = [launch_ov for launch_ov, v in zip(to_launch, verdicts) if v.valid]
         for i, v in enumerate(verdicts):
             if not v.valid:

@@ -1,0 +1,495 @@
+"""Read a bash launch script as data: resolve its variables, arrays, exports and conditionals and
+return the python launch it would make, each argument and env var with its line. Nothing runs:
+command substitutions (`$(...)`) stay literal and are reported, unknown commands are skipped.
+
+Covers bash as verl launch scripts are written: `NAME=value`, `export`, `NAME=(...)` / `+=(...)`,
+`"${A[@]}"`, `${V:-default}` / `${V:=d}` / `${V:+alt}`, `$((arithmetic))`, `if` / `elif` / `else`
+on `[ ... ]` tests, `case`, `{ ... } | tee`, line continuations, `"$@"`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+from dataclasses import dataclass, field
+
+from topl.launcher.bash_lex import ASSIGN, arith, glob_match, tokens, word_piece_end
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass
+class Item:
+    """One resolved word: its text, the line it is written on, the lines its variables came from."""
+
+    text: str
+    line: int
+    deps: tuple[int, ...] = ()
+
+
+@dataclass
+class Launch:
+    """The python command the script runs."""
+
+    entrypoint: str  # `-m` module, or the script file
+    args: list[Item]  # every argument after the module, resolved
+    env: dict[str, Item]  # exported variables plus the command's `NAME=value` prefix
+    line: int
+
+
+@dataclass
+class Resolved:
+    launch: Launch | None
+    notes: list[tuple[int, str]] = field(default_factory=list)  # what was not resolved, by line
+
+
+class _Shell:
+    def __init__(self, env: dict[str, str], args: list[str]):
+        self.vars: dict[str, Item | list[Item]] = {k: Item(v, 0) for k, v in env.items()}
+        self.exported: set[str] = set()
+        self.args = [Item(a, 0) for a in args]
+        self.notes: list[tuple[int, str]] = []
+        self.launch: Launch | None = None
+        self.exited = False
+
+    # -- expansion ---------------------------------------------------------------------------
+    def scalar(self, name: str) -> Item | None:
+        v = self.vars.get(name)
+        return (v[0] if v else None) if isinstance(v, list) else v
+
+    def expand(self, raw: str, line: int, split: bool = True) -> list[Item]:
+        """A word -> its fields (several for `"${A[@]}"`, `"$@"` and unquoted spaces)."""
+        bare = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] == '"' else raw
+        if bare in ("$@", "$*"):
+            return list(self.args)
+        m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}", bare)
+        if m:  # the array's own elements, each with the line it is written on
+            v = self.vars.get(m.group(1))
+            return list(v) if isinstance(v, list) else [v] if v else []
+        fields: list[list] = [["", False]]  # text, has-content
+        deps: list[int] = []
+
+        def add(text, quoted, items=None):
+            if items is not None:  # an array inside a longer word: its elements as fields
+                texts = [it.text for it in items]
+                if texts:
+                    fields[-1][0] += texts[0]
+                    fields[-1][1] = True
+                    fields.extend([t, True] for t in texts[1:])
+                return
+            if quoted or not split:
+                fields[-1][0] += text
+                fields[-1][1] = fields[-1][1] or quoted or bool(text)
+                return
+            parts = re.split(r"[ \t\n]+", text)
+            fields[-1][0] += parts[0]
+            fields[-1][1] = fields[-1][1] or bool(parts[0])
+            fields.extend([p, True] for p in parts[1:])
+
+        i, n, quoted = 0, len(raw), False
+        while i < n:
+            c = raw[i]
+            if c == '"':
+                quoted = not quoted
+                fields[-1][1] = True
+                i += 1
+            elif c == "'" and not quoted:
+                j = raw.index("'", i + 1)
+                add(raw[i + 1 : j], True)
+                i = j + 1
+            elif c == "\\" and i + 1 < n:
+                add(raw[i + 1], True)
+                i += 2
+            elif c == "$" and raw.startswith("$((", i):
+                j = word_piece_end(raw, i)
+                try:
+                    add(str(arith(raw[i + 3 : j - 2], lambda k: self._val(k, deps))), quoted)
+                except (ValueError, SyntaxError, ZeroDivisionError):
+                    self.notes.append((line, f"arithmetic {raw[i:j]} not resolved"))
+                    add(raw[i:j], quoted)
+                i = j
+            elif c == "$" and raw[i + 1 : i + 2] == "(" or c == "`":
+                j = word_piece_end(raw, i)
+                self.notes.append(
+                    (line, f"command substitution {raw[i:j]} not run (kept literally)")
+                )
+                add(raw[i:j], quoted)
+                i = j
+            elif c == "$" and raw[i + 1 : i + 2] == "{":
+                j = word_piece_end(raw, i)
+                text, items = self._param(raw[i + 2 : j - 1], line, deps)
+                add(text, quoted, items)
+                i = j
+            elif c == "$" and raw[i + 1 : i + 2] in ("@", "*"):
+                add("", quoted, list(self.args))
+                i += 2
+            elif c == "$" and (m := _NAME.match(raw, i + 1) or re.compile(r"\d").match(raw, i + 1)):
+                add(self._val(m.group(0), deps, line), quoted)
+                i = m.end()
+            else:
+                add(c, True)
+                i += 1
+        dl = tuple(sorted({d for d in deps if d}))
+        return [Item(t, line, dl) for t, has in fields if has or t]
+
+    def _val(self, name: str, deps: list[int], line: int | None = None) -> str:
+        if name.isdigit():
+            return self.args[int(name) - 1].text if 0 < int(name) <= len(self.args) else ""
+        v = self.scalar(name)
+        if v is None:
+            if line is not None:  # left for the user's environment, not guessed
+                self.notes.append((line, f"${name} is not set by the script (kept as ${name})"))
+                return "$" + name
+            return ""
+        deps.extend([v.line, *v.deps] if v.line else v.deps)
+        return v.text
+
+    def _param(self, body: str, line: int, deps: list[int]):
+        m = re.match(
+            r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.DOTALL
+        )
+        if body.startswith("#"):
+            v = self.vars.get(body[1:].split("[")[0])
+            return str(len(v) if isinstance(v, list) else len(v.text) if v else 0), None
+        if not m:
+            self.notes.append((line, f"${{{body}}} not resolved"))
+            return "${" + body + "}", None
+        name, index, op, rest = m.group(1), m.group(3), m.group(4), m.group(5)
+        v = self.vars.get(name)
+        if index in ("@", "*"):
+            items = v if isinstance(v, list) else ([v] if v else [])
+            return "", [Item(it.text, it.line, it.deps) for it in items]
+        if index is not None:
+            items = v if isinstance(v, list) else ([v] if v else [])
+            v = items[int(index)] if int(index) < len(items) else None
+        elif isinstance(v, list):
+            v = v[0] if v else None
+        unset = v is None or (op or "").startswith(":") and not v.text
+        if op and op.lstrip(":") in "-=":
+            if not unset:
+                deps.extend([v.line, *v.deps])
+                return v.text, None
+            inner = self.expand(rest, line, split=False)
+            deps.extend(d for it in inner for d in it.deps)
+            alt = " ".join(it.text for it in inner)
+            if op.lstrip(":") == "=":
+                self.vars[name] = Item(alt, line, tuple(deps))
+            return alt, None
+        if op and op.lstrip(":") == "+":
+            return ("" if unset else " ".join(it.text for it in self.expand(rest, line))), None
+        if v is None:
+            return self._val(name, deps, line), None
+        deps.extend([v.line, *v.deps])
+        return v.text, None
+
+    # -- statements ----------------------------------------------------------------------------
+    def run(self, toks):
+        self.toks, self.pos = toks, 0
+        self.block(stop=(), live=True)
+
+    def peek(self):
+        return self.toks[self.pos] if self.pos < len(self.toks) else ("EOF", "", 0)
+
+    def block(self, stop: tuple, live: bool):
+        while True:
+            kind, text, _ = self.peek()
+            if kind == "EOF" or kind == "WORD" and text in stop or kind == "OP" and text in stop:
+                return
+            if kind == "NL" or kind == "OP" and text in (";", "&"):
+                self.pos += 1
+                continue
+            start = self.pos
+            self.and_or(live)
+            if self.pos == start:  # a stray token: step over it
+                self.pos += 1
+
+    def and_or(self, live: bool):
+        status = self.pipeline(live)
+        while self.peek()[:2] in (("OP", "&&"), ("OP", "||")):
+            op = self.toks[self.pos][1]
+            self.pos += 1
+            while self.peek()[0] == "NL":
+                self.pos += 1
+            run = live and (status == 0 if op == "&&" else status != 0)
+            s = self.pipeline(run)
+            status = s if run else status
+        return status
+
+    def pipeline(self, live: bool):
+        negate = self.peek()[:2] == ("WORD", "!")
+        self.pos += negate
+        status = self.command(live)
+        while self.peek()[:2] == ("OP", "|"):
+            self.pos += 1
+            status = self.command(live)
+        return (status == 0) if negate else status
+
+    def command(self, live: bool) -> int:
+        kind, text, line = self.peek()
+        if self.exited:
+            live = False
+        if kind == "WORD" and text == "if":
+            return self._if(live)
+        if kind == "WORD" and text == "case":
+            return self._case(live)
+        if kind == "WORD" and text == "{":
+            self.pos += 1
+            self.block(stop=("}",), live=live)
+            self.pos += 1
+            return 0
+        if kind == "OP" and text == "(":
+            self.pos += 1
+            self.block(stop=(")",), live=live)
+            self.pos += 1
+            return 0
+        if kind == "WORD" and text in ("for", "while", "until", "function"):
+            self.notes.append((line, f"`{text}` is not followed by the importer (skipped)"))
+            self._skip_to(("done", "}"))
+            return 0
+        words, assigns = [], []
+        while True:
+            kind, text, line = self.peek()
+            if kind == "OP" and text in ("REDIR", "REDIR_DONE"):
+                self.pos += 1 + (text == "REDIR")
+                continue
+            in_test = words and words[0][0] == "[[" and words[-1][0] != "]]"
+            if in_test and kind == "OP" and text in ("&&", "||"):  # inside [[ ... ]]
+                words.append((text, line))
+                self.pos += 1
+                continue
+            if kind != "WORD" or words and text in ("then", "do"):
+                break
+            self.pos += 1
+            m = ASSIGN.match(text)
+            if not words and m and self.peek()[0] == "AOPEN":
+                self.pos += 1
+                elems = []
+                while self.peek()[:2] != ("OP", ")"):
+                    k, t, ln = self.toks[self.pos]
+                    self.pos += 1
+                    if k == "WORD" and live:
+                        elems += self.expand(t, ln)
+                assigns.append((m.group(1), m.group(2), elems, line))
+                self.pos += 1
+            elif not words and m:
+                assigns.append((m.group(1), m.group(2), m.group(3), line))
+            else:
+                words.append((text, line))
+        if not live:
+            return 0
+        if not words:
+            for a in assigns:
+                self._assign(*a)
+            return 0
+        argv = [it for raw, ln in words for it in self.expand(raw, ln)]
+        return self._exec(argv, assigns, words[0][1])
+
+    def _assign(self, name, op, value, line, export=False):
+        if isinstance(value, str):
+            items = self.expand(value, line, split=False)
+            value = Item(
+                "".join(it.text for it in items),
+                line,
+                tuple(sorted({d for it in items for d in it.deps})),
+            )
+        old = self.vars.get(name)
+        if op == "+=":
+            if isinstance(value, list) or isinstance(old, list):
+                value = (old if isinstance(old, list) else [old] if old else []) + (
+                    value if isinstance(value, list) else [value]
+                )
+            else:
+                value = Item((old.text if old else "") + value.text, line, value.deps)
+        self.vars[name] = value
+        if export:
+            self.exported.add(name)
+
+    def _exec(self, argv: list[Item], assigns, line) -> int:
+        name = os.path.basename(argv[0].text) if argv else ""
+        rest = argv[1:]
+        if name in ("export", "declare", "local", "readonly", "typeset"):
+            for it in rest:
+                m = ASSIGN.match(it.text)
+                if m:
+                    self.vars[m.group(1)] = Item(m.group(3), it.line, it.deps)
+                    if name == "export":
+                        self.exported.add(m.group(1))
+                elif name == "export" and not it.text.startswith("-"):
+                    self.exported.add(it.text)
+            return 0
+        if name == "unset":
+            for it in rest:
+                self.vars.pop(it.text, None)
+            return 0
+        if name in ("[", "[[", "test"):
+            return self._test([it.text for it in rest if it.text not in ("]", "]]")], line)
+        if name in ("true", ":"):
+            return 0
+        if name == "false":
+            return 1
+        if name == "exit":
+            self.exited = True
+            self.notes.append((line, "the script exits here"))
+            return 0
+        if name in ("source", "."):
+            self.notes.append((line, f"`{name} {rest[0].text if rest else ''}` not followed"))
+            return 0
+        py = next(
+            (
+                k
+                for k, it in enumerate(argv)
+                if re.fullmatch(r"python[0-9.]*", os.path.basename(it.text))
+            ),
+            None,
+        )
+        if py is None:
+            if name not in (
+                "set",
+                "echo",
+                "printf",
+                "mkdir",
+                "cat",
+                "cd",
+                "tee",
+                "shift",
+                "wait",
+                "sleep",
+                "ulimit",
+                "trap",
+                "pwd",
+                "ls",
+                "rm",
+                "cp",
+                "date",
+            ):
+                self.notes.append((line, f"command `{name}` skipped"))
+            return 0
+        flags = argv[py + 1 :]
+        while flags and flags[0].text.startswith("-") and flags[0].text != "-m":
+            flags = flags[1:]  # interpreter options (-u, -X ...)
+        if flags and flags[0].text == "-m":
+            entry, args = flags[1].text, flags[2:]
+        else:
+            entry, args = (flags[0].text, flags[1:]) if flags else ("", [])
+        env = {k: self.scalar(k) for k in sorted(self.exported) if self.scalar(k) is not None}
+        for n, _op, v, ln in assigns:
+            env[n] = Item("".join(it.text for it in self.expand(v, ln, split=False)), ln)
+        if self.launch is not None:
+            self.notes.append((line, "a second python launch (the first one is kept)"))
+            return 0
+        self.launch = Launch(entry, args, env, line)
+        return 0
+
+    def _test(self, a: list[str], line: int) -> int:
+        if "-o" in a or "||" in a:
+            k = a.index("-o") if "-o" in a else a.index("||")
+            return 0 if self._test(a[:k], line) == 0 or self._test(a[k + 1 :], line) == 0 else 1
+        if "-a" in a or "&&" in a:
+            k = a.index("-a") if "-a" in a else a.index("&&")
+            return 0 if self._test(a[:k], line) == 0 and self._test(a[k + 1 :], line) == 0 else 1
+        if a and a[0] == "!":
+            return 1 - self._test(a[1:], line)
+        if len(a) == 1:
+            return 0 if a[0] else 1
+        if len(a) == 2 and a[0] in ("-n", "-z"):
+            return 0 if bool(a[1]) == (a[0] == "-n") else 1
+        if len(a) == 2 and a[0] in ("-f", "-d", "-e", "-x", "-r"):
+            self.notes.append((line, f"file test `{' '.join(a)}` assumed false"))
+            return 1
+        if len(a) == 3:
+            x, op, y = a
+            ints = {
+                "-eq": operator.eq,
+                "-ne": operator.ne,
+                "-lt": operator.lt,
+                "-le": operator.le,
+                "-gt": operator.gt,
+                "-ge": operator.ge,
+            }
+            if op in ints:
+                try:
+                    return 0 if ints[op](int(x), int(y)) else 1
+                except ValueError:
+                    return 1
+            if op in ("=", "=="):
+                return 0 if x == y else 1
+            if op == "!=":
+                return 0 if x != y else 1
+        self.notes.append((line, f"test `{' '.join(a)}` not understood (false)"))
+        return 1
+
+    def _if(self, live: bool) -> int:
+        taken = False
+        while True:
+            self.pos += 1  # if / elif
+            cond = live and not taken and self._cond(("then",)) == 0
+            if not (live and not taken):
+                self.block(stop=("then",), live=False)
+            self.pos += 1  # then
+            self.block(stop=("elif", "else", "fi"), live=cond)
+            taken = taken or cond
+            word = self.peek()[1]
+            if word == "elif":
+                continue
+            if word == "else":
+                self.pos += 1
+                self.block(stop=("fi",), live=live and not taken)
+            self.pos += 1  # fi
+            return 0
+
+    def _cond(self, stop) -> int:
+        status = 0
+        while self.peek()[1] not in stop and self.peek()[0] != "EOF":
+            if self.peek()[0] == "NL" or self.peek()[:2] == ("OP", ";"):
+                self.pos += 1
+                continue
+            status = self.and_or(True)
+        return status
+
+    def _case(self, live: bool) -> int:
+        self.pos += 1
+        _, raw, line = self.toks[self.pos]
+        subject = "".join(it.text for it in self.expand(raw, line, split=False)) if live else ""
+        self.pos += 2  # word, `in`
+        matched = False
+        while True:
+            while self.peek()[0] == "NL":
+                self.pos += 1
+            if self.peek()[1] == "esac":
+                self.pos += 1
+                return 0
+            pats = []
+            while self.peek()[:2] != ("OP", ")"):
+                k, t, ln = self.toks[self.pos]
+                self.pos += 1
+                if k == "WORD" and t != "(":
+                    pats.append("".join(it.text for it in self.expand(t, ln, split=False)))
+            self.pos += 1
+            hit = live and not matched and any(glob_match(p, subject) for p in pats)
+            self.block(stop=(";;", "esac"), live=hit)
+            matched = matched or hit
+            if self.peek()[1] == ";;":
+                self.pos += 1
+
+    def _skip_to(self, words):
+        depth = 0
+        while self.peek()[0] != "EOF":
+            t = self.peek()[1]
+            self.pos += 1
+            depth += t in ("do", "{")
+            if t in words:
+                depth -= 1
+                if depth <= 0:
+                    return
+
+
+def resolve(
+    text: str, env: dict[str, str] | None = None, args: list[str] | None = None
+) -> Resolved:
+    """Resolve a bash script's launch. `env`: the variables the caller's environment would set
+    (nothing is read from this process); `args`: the script's own arguments (`$@`)."""
+    sh = _Shell(dict(env or {}), list(args or []))
+    sh.run(tokens(text))
+    notes = sorted(set(sh.notes))
+    return Resolved(sh.launch, notes)

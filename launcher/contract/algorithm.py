@@ -1,0 +1,44 @@
+"""Algorithm settings the rendered verl run (and the embedded default) would not honour."""
+
+from topl.launcher.contract.core import ERROR, rule
+
+DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
+
+
+@rule(
+    "TOP-ALG-001",
+    ERROR,
+    "dynamic sampling and overlong shaping run under DAPO's entrypoint",
+    ("algorithm.filter_groups", "algorithm.overlong_buffer_fraction", "algorithm.entrypoint"),
+    "use algorithm=dapo, or set algorithm.filter_groups=false algorithm.overlong_buffer_fraction=0",
+)
+def dapo_only(s):
+    """verl@0.9.1:verl/trainer/ppo/ray_trainer.py (main_ppo's trainer) never reads
+    algorithm.filter_groups, and ppo_trainer has no reward.reward_kwargs: the run would silently
+    be plain GRPO. verl-recipe's RayDAPOTrainer implements both."""
+    a = s.algorithm
+    used = [
+        k
+        for k, on in (
+            ("filter_groups", a.filter_groups),
+            ("overlong_buffer_fraction", a.overlong_buffer_fraction > 0),
+        )
+        if on
+    ]
+    if used and a.entrypoint != DAPO_ENTRYPOINT:
+        return f"algorithm.{' and algorithm.'.join(used)} set, but entrypoint={a.entrypoint} ignores them"
+
+
+@rule(
+    "TOP-ALG-002",
+    ERROR,
+    "the overlong buffer is a part of the response budget",
+    ("algorithm.overlong_buffer_fraction", "train.max_response_length"),
+    "set algorithm.overlong_buffer_fraction in (0, 1) so the buffer has at least one token, or 0",
+)
+def overlong_fits(s):
+    """verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager.__init__ asserts
+    0 < overlong_buffer_cfg.len <= max_resp_len."""
+    f = s.algorithm.overlong_buffer_fraction
+    if f and not (0 < f < 1 and round(f * s.train.max_response_length) >= 1):
+        return f"overlong_buffer_fraction={f} of max_response_length={s.train.max_response_length}"

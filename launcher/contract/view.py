@@ -1,0 +1,92 @@
+"""A read-recording view of the job spec: a rule reports exactly the fields it read."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+class Reads(dict):
+    """Dotted key -> value read, in first-read order."""
+
+    def add(self, key: str, value: Any) -> None:
+        self.setdefault(key, value)
+
+
+class View:
+    """Wraps a spec (or one of its sections); every leaf read is recorded as `a.b.c`.
+    Sections stay views; dicts become `DictView`s; leaves come back as they are."""
+
+    __slots__ = ("_obj", "_prefix", "_reads")
+
+    def __init__(self, obj: Any, reads: Reads, prefix: str = ""):
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_prefix", prefix)
+        object.__setattr__(self, "_reads", reads)
+
+    def __getattr__(self, name: str):
+        value = getattr(self._obj, name)
+        if name.startswith("_") or name.isupper() or callable(value):
+            return value  # class constants (Alignment.SWITCHES) and methods are not spec fields
+        return wrap(value, self._reads, f"{self._prefix}{name}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("rules are pure: the spec is read-only")
+
+
+class DictView:
+    """A dict field (cluster.env, algorithm.extra_overrides): each entry read is recorded as
+    `field.KEY`; listing the keys records the field itself."""
+
+    __slots__ = ("_d", "_key", "_reads")
+
+    def __init__(self, d: dict, reads: Reads, key: str):
+        self._d, self._key, self._reads = d, key, reads
+
+    def _entry(self, k):
+        self._reads.add(f"{self._key}.{k}", self._d[k])
+        return self._d[k]
+
+    def __getitem__(self, k):
+        return self._entry(k)
+
+    def get(self, k, default=None):
+        return self._entry(k) if k in self._d else default
+
+    def __contains__(self, k) -> bool:
+        if k in self._d:
+            self._reads.add(f"{self._key}.{k}", self._d[k])
+        else:
+            self._reads.add(self._key, self._d)
+        return k in self._d
+
+    def keys(self):
+        self._reads.add(self._key, self._d)
+        return list(self._d)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def items(self):
+        return [(k, self._entry(k)) for k in self.keys()]
+
+    def __len__(self) -> int:
+        self._reads.add(self._key, self._d)
+        return len(self._d)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+def wrap(value: Any, reads: Reads, key: str):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return View(value, reads, key + ".")
+    if isinstance(value, dict):
+        return DictView(value, reads, key)
+    reads.add(key, value)
+    return value
+
+
+def unwrap(spec):
+    """The plain spec behind a view (for code that must not count as reads)."""
+    return spec._obj if isinstance(spec, View) else spec

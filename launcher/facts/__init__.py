@@ -1,0 +1,118 @@
+"""The stack model: what each version of verl, vllm-ascend, torch_npu, MindSpeed and CANN does.
+
+Facts are data (`topl.launcher.facts.table.FACTS`), each with the citations
+`package@version:path:symbol` that `scripts/check_facts.py` re-reads in the real packages.
+Rules, the renderer and the doctor ask through one API instead of comparing versions themselves:
+
+    supports("fa3_backend", spec.cluster.versions)   -> bool
+    value("fa3_selected_by", spec.cluster.versions)  -> "backend" | "rl_config" | None
+    why("fa3_backend", spec.cluster.versions)         -> "text (citation; ...)"
+
+No torch, no I/O: the launcher paths (check / render / doctor) import this freely.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from topl.launcher.facts.table import FACTS, Evidence, Fact
+from topl.launcher.versions import parse
+
+BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
+_NUM = re.compile(r"(\d+(?:\.\d+)*)(?:\.?(rc|RC)\.?(\d+))?(\.post\d+)?")
+
+
+def version(package: str, text: Any) -> Version | None:
+    """A declared version as PEP 440: `core_r0.16.0` -> 0.16.0 (MindSpeed branches), `9.0.0.B160`
+    -> 9.0.0 and `8.5.RC1` -> 8.5rc1 (CANN), `2.9.0+cpu` -> 2.9.0; None when unreadable."""
+    s = str(text or "").strip().removeprefix("core_r").removeprefix("v")
+    if package == "mindspeed" and s in ("master", "main"):
+        return Version("9999")
+    m = _NUM.match(s)
+    if not m:
+        return None
+    return parse(m.group(1) + (f"rc{m.group(3)}" if m.group(2) else "") + (m.group(4) or ""))
+
+
+def fact(fid: str) -> Fact:
+    try:
+        return BY_ID[fid]
+    except KeyError:
+        raise KeyError(f"unknown stack fact {fid!r}; known: {', '.join(sorted(BY_ID))}") from None
+
+
+def _declared(versions: Any, key: str) -> Any:
+    return versions.get(key) if isinstance(versions, dict) else getattr(versions, key, None)
+
+
+def holds(fid: str, versions: Any) -> bool:
+    """Whether fact `fid` holds on the declared stack (`cluster.versions`, object or dict)."""
+    f = fact(fid)
+    if f.patch:
+        group, _, name = f.patch.partition(":")
+        if name in (_declared(versions, group) or []):
+            return True
+    if f.when is None:
+        return False
+    if f.package == "profile":
+        return _declared(versions, "profile") in f.when.split(",")
+    if not f.when:
+        return True
+    v = version(f.package, _declared(versions, f.package))
+    return v is not None and SpecifierSet(f.when).contains(v, prereleases=True)
+
+
+def supports(fid: str, versions: Any) -> bool:
+    """Alias of `holds` for features: `supports("rl_config", spec.cluster.versions)`."""
+    return holds(fid, versions)
+
+
+def value(fid: str, versions: Any) -> Any:
+    """The fact's value on this stack (`otherwise` where it does not hold)."""
+    f = fact(fid)
+    return f.value if holds(fid, versions) else f.otherwise
+
+
+def cites(fid: str) -> list[str]:
+    f = fact(fid)
+    return [e.cite for e in f.evidence] + ([f.source] if f.source else [])
+
+
+def why(fid: str, versions: Any = None) -> str:
+    """One line for people: what holds, for which versions, and where that was read."""
+    f = fact(fid)
+    scope = (
+        f"no {f.package} release"
+        if f.when is None
+        else f"{f.package} {f.when}"
+        if f.when
+        else f"every {f.package}"
+    )
+    if f.patch:
+        scope += f"; with patch {f.patch.partition(':')[2]}"
+    head = f"{f.text} [{scope}]"
+    if versions is not None:
+        head += (
+            f" (declared {f.package} {_declared(versions, f.package)}: "
+            f"{'holds' if holds(fid, versions) else 'does not hold'})"
+        )
+    return f"{head} — {'; '.join(cites(fid))}"
+
+
+__all__ = [
+    "BY_ID",
+    "FACTS",
+    "Evidence",
+    "Fact",
+    "cites",
+    "fact",
+    "holds",
+    "supports",
+    "value",
+    "version",
+    "why",
+]

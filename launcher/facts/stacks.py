@@ -1,0 +1,83 @@
+"""The README's "Supported stacks" table, generated from the shipped profiles and the facts:
+`python -m topl.launcher.facts.stacks` (tests/test_facts.py keeps the README in sync)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import yaml
+
+from topl.launcher.facts import supports
+
+FEATURES = (  # (row, fact id)
+    ("FA3 attention backend", "fa3_backend"),
+    ("FA3 chosen by attention_backend=FLASH_ATTN", "fa3_by_attention_backend"),
+    ("FA3 chosen by additional_config.rl_config", "rl_config"),
+    ("NZ off through VLLM_ASCEND_ENABLE_NZ", "nz_env"),
+    ("NZ off through additional_config.weight_nz_mode", "nz_config"),
+    ("per-request sampling seed", "per_request_seed"),
+    ("vLLM pipeline parallel on NPU", "vllm_pp_npu"),
+    ("MindSpeed batch-invariant switches", "mindspeed_bi_switches"),
+    ("torch_npu.npu.set_deterministic_level", "set_deterministic_level"),
+    ("HCCL strict keeps the order on A3", "hccl_strict_orders_on_a3"),
+    (
+        "vendor docs: chunked prefill / prefix cache / preemption break batch invariance",
+        "bi_breaks_with_chunked_prefill_prefix_cache_preemption",
+    ),
+    (
+        "seed evidence: logdiff 0 with prefix cache and chunked prefill on",
+        "seed_logdiff0_with_cache_and_chunking",
+    ),
+)
+
+
+def profiles() -> dict[str, dict]:
+    root = resources.files("topl.conf") / "stack"
+    found = {
+        p.name[:-5]: yaml.safe_load(p.read_text())
+        for p in root.iterdir()
+        if p.name.endswith(".yaml")
+    }
+    order = {"seed": 0, "release": 1, "prerelease": 2}  # the shipped ones first, then any others
+    return {k: found[k] for k in sorted(found, key=lambda k: (order.get(k, 3), k))}
+
+
+def _patched(version, patches) -> str:
+    return f"{version} + {', '.join(patches)}" if patches else str(version)
+
+
+def stacks_markdown() -> str:
+    ps = profiles()
+    names = list(ps)
+    vs = {k: {**p["versions"], "profile": k} for k, p in ps.items()}
+    rows = [
+        ("verl", [_patched(v["verl"], v.get("verl_patches")) for v in vs.values()]),
+        (
+            "vLLM / vllm-ascend",
+            [
+                f"{v['vllm']} / " + _patched(v["vllm_ascend"], v.get("vllm_ascend_patches"))
+                for v in vs.values()
+            ],
+        ),
+        ("torch / torch_npu", [f"{v['torch']} / {v['torch_npu']}" for v in vs.values()]),
+        ("CANN", [str(v["cann"]) for v in vs.values()]),
+        ("MindSpeed", [str(v["mindspeed"]) for v in vs.values()]),
+        (
+            "patch module",
+            [
+                f"`{p['external_modules']}`" if p.get("external_modules") else "none"
+                for p in ps.values()
+            ],
+        ),
+    ]
+    rows += [
+        (f"{label} (`{fid}`)", ["yes" if supports(fid, v) else "no" for v in vs.values()])
+        for label, fid in FEATURES
+    ]
+    out = ["| | " + " | ".join(f"`stack={n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    out += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(stacks_markdown())

@@ -1,0 +1,181 @@
+"""One redaction pass for everything topl writes or prints: secrets by name, by value, by shape.
+
+`current()` is the process's redactor. It knows the values of every secret-named variable of the
+launching environment and of the job's `cluster.env` (`remember`), so a secret is removed wherever
+it appears: in run-dir files, on stdout/stderr (`install` wraps both streams), in `topl render`.
+Common credential shapes (URL passwords, cloud / forge / hub tokens, private keys, `NAME=value`
+for a secret-looking NAME) are removed even when topl never saw the value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+REDACTED = "<redacted>"
+MIN_VALUE_LEN = 6  # shorter values (true, 1, abc) would garble output when replaced everywhere
+# Words that make a variable name secret (split on `_`), and endings inside one word (APIKEY).
+_WORDS = {
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PWD",
+    "PASS",
+    "PAT",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "DSN",
+    "COOKIE",
+    "PRIVATE",
+}
+_ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PWD")
+_STARTS = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+_NOT_SECRET = {"PWD", "OLDPWD"}  # the shell's working directories
+
+_SHAPES = [
+    # scheme://user:PASSWORD@host (DATABASE_URL, REDIS_URL, git remotes)
+    (
+        re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']+:)[^@\s\"'/]+(?=@)"),
+        r"\g<keep>" + REDACTED,
+    ),
+    (
+        re.compile(
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL
+        ),
+        REDACTED,
+    ),
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key id
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),  # GitHub tokens
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}\b"), REDACTED),
+    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b"), REDACTED),  # GitLab
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), REDACTED),  # Hugging Face
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"), REDACTED),  # OpenAI-style API keys
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"), REDACTED),  # Slack
+    (
+        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+        REDACTED,
+    ),  # JWT
+    (re.compile(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*"), r"\g<keep>" + REDACTED),
+]
+# NAME=value / "NAME": "value" / NAME: value for an upper-case (environment-style) NAME.
+_ASSIGN = re.compile(
+    r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
+    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
+)
+
+
+def secret_name(name: str) -> bool:
+    """Does a variable name look like it holds a secret (MY_API_KEY, MYSQL_PWD, GITHUB_PAT)?"""
+    upper = name.upper()
+    if upper in _NOT_SECRET:
+        return False
+    for word in re.split(r"[^A-Z0-9]+", upper):
+        if word in _WORDS or word.endswith(_ENDINGS) or word.startswith(_STARTS):
+            return True
+    return False
+
+
+class Redactor:
+    """Replaces known secret values and credential shapes by `<redacted>`."""
+
+    def __init__(self, values=()):
+        self.values: set[str] = set()
+        self.add(values)
+
+    def add(self, values) -> None:
+        for v in values:
+            v = str(v)
+            if len(v) >= MIN_VALUE_LEN:
+                self.values.add(v)
+                self.values.add(json.dumps(v)[1:-1])  # as it appears inside a JSON string
+
+    def remember(self, env: dict) -> None:
+        """Add the values of the secret-named entries of an environment mapping."""
+        self.add(str(v) for k, v in env.items() if secret_name(str(k)) and v is not None)
+
+    def text(self, s: str) -> str:
+        for v in sorted(self.values, key=len, reverse=True):
+            if v in s:
+                s = s.replace(v, REDACTED)
+        for pattern, repl in _SHAPES:
+            s = pattern.sub(repl, s)
+        return _ASSIGN.sub(_assign, s)
+
+    def env(self, env: dict) -> dict:
+        """An environment with every secret-named value (and secret value) redacted."""
+        return {
+            k: REDACTED if secret_name(str(k)) else self.text(str(v))
+            for k, v in sorted(env.items())
+        }
+
+    def obj(self, o: Any) -> Any:
+        """A JSON-like object with secrets redacted (secret-named keys hide their whole value)."""
+        if isinstance(o, dict):
+            return {
+                k: REDACTED
+                if isinstance(k, str) and secret_name(k) and isinstance(v, (str, int, float))
+                else self.obj(v)
+                for k, v in o.items()
+            }
+        if isinstance(o, (list, tuple)):
+            return [self.obj(v) for v in o]
+        return self.text(o) if isinstance(o, str) else o
+
+
+def _assign(m: re.Match) -> str:
+    value = m["value"]
+    if not secret_name(m["name"]) or value.strip("\"'") in ("", REDACTED):
+        return m[0]
+    quote = value[0] if value[0] in "\"'" else ""  # keep JSON / shell quoting valid
+    return f"{m['name']}{m['sep']}{quote}{REDACTED}{quote}"
+
+
+_current: Redactor | None = None
+
+
+def current() -> Redactor:
+    """The process's redactor, seeded from the launching environment on first use."""
+    global _current
+    if _current is None:
+        _current = Redactor()
+        _current.remember(dict(os.environ))
+    return _current
+
+
+def remember(env: dict) -> None:
+    current().remember(env)
+
+
+def text(s: str) -> str:
+    return current().text(s)
+
+
+class _Stream:
+    """A text stream that redacts every write before passing it on."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def write(self, s: str) -> int:
+        self._inner.write(current().text(s))
+        return len(s)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def install() -> None:
+    """Redact everything this process prints from now on (stdout and stderr)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Stream):
+            setattr(sys, name, _Stream(stream))

@@ -1,0 +1,281 @@
+"""Recipes and command-line overrides are untrusted input: data for topl's keys, never code.
+
+A recipe may set topl's own keys and pick topl's group options (or include other recipes) by
+name; nothing in it may name code (`_target_`, a logging `()` factory), call a resolver
+(`${oc.env:...}` would copy a secret into a printed key) or configure Hydra beyond the sweeper's
+parameters. Command-line overrides of Hydra's machinery (callbacks, logging, search path,
+output_subdir, env_set, launcher) are refused unless the user opts in with UNSAFE_FLAG.
+YAML is parsed with size, alias and expansion limits (a billion-laughs file is refused at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf._utils import get_yaml_loader
+
+from topl.launcher.errors import ToplError
+
+MAX_BYTES = 256 * 1024  # a recipe is a page of YAML; the shipped ones are < 1 KiB
+MAX_ALIASES = 64  # YAML aliases (*name) in one file
+MAX_NODES = 20_000  # values after alias expansion
+MAX_INCLUDES = 8  # recipes including recipes, depth
+# Keys that make Hydra, OmegaConf users or logging.config call code.
+CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
+# The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
+SELECTABLE = frozenset(
+    p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
+)
+UNSAFE_FLAG = "--unsafe-hydra-overrides"
+# hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
+RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
+# hydra.* keys the command line may set without UNSAFE_FLAG: where runs go, sweeper settings.
+CLI_HYDRA = (
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+    "hydra.sweep.subdir",
+    "hydra.sweeper.params.",
+    "hydra.sweeper.max_batch_size",
+    "hydra.sweeper.on_invalid",
+    "hydra.job.chdir",
+    "hydra.verbose",
+)
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
+_RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")  # ${name:...}: a resolver call
+_PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
+
+
+class _LimitedLoader(get_yaml_loader()):
+    """OmegaConf's YAML loader (the one Hydra uses), with a cap on aliases."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} YAML aliases")
+        return super().compose_node(parent, index)
+
+
+def _count(node: Any, budget: list[int]) -> None:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _count(k, budget)
+            _count(v, budget)
+    elif isinstance(node, list):
+        for v in node:
+            _count(v, budget)
+
+
+def load_yaml(text: bytes, where: str) -> Any:
+    """Parse YAML as OmegaConf/Hydra would, refusing oversize, alias-heavy or exploding files."""
+    fix = "recipes are small plain YAML: write values out instead of using anchors and aliases"
+    if len(text) > MAX_BYTES:
+        raise ToplError(
+            f"the file is {len(text)} bytes; the limit is {MAX_BYTES}", where=where, fix=fix
+        )
+    try:
+        loader = _LimitedLoader(text.decode("utf-8"))
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except UnicodeDecodeError:
+        raise ToplError("the file is not UTF-8 text", where=where) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
+        problem = getattr(e, "problem", None) or str(e)
+        if "alias" in problem:
+            raise ToplError(f"YAML limit: {problem}", where=at, fix=fix) from None
+        raise ToplError(
+            f"YAML syntax error: {problem}", where=at, fix="fix the YAML syntax at that line"
+        ) from None
+    try:
+        _count(data, [MAX_NODES])
+    except (ValueError, RecursionError):
+        raise ToplError(
+            f"the YAML expands to more than {MAX_NODES} values (aliases)", where=where, fix=fix
+        ) from None
+    return data
+
+
+def _walk(node: Any, path: str = ""):
+    """(dotted path, key, value) for every mapping entry, dotted keys split into their parts."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{path}.{k}" if path else str(k)
+            for part in str(k).split("."):
+                yield here, part, v
+            yield from _walk(v, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield f"{path}[{i}]", None, v
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def code_keys(node: Any) -> list[str]:
+    """Dotted paths of every key that names code (`_target_`, `()`, ...), dotted keys included."""
+    return sorted({p for p, part, _ in _walk(node) if part in CODE_KEYS})
+
+
+def check_values(node: Any, where: str, *, resolvers: bool) -> None:
+    """No code keys anywhere; no resolver calls in strings unless `resolvers` (the user's own typing)."""
+    hits = code_keys(node)
+    if hits:
+        raise ToplError(
+            f"{', '.join(hits)}: names code to run; recipes, configs and overrides are data",
+            where=where,
+            fix="remove those keys (topl never instantiates code from a config)",
+        )
+    if not resolvers:
+        calls = [p for p, _, v in _walk(node) if isinstance(v, str) and _RESOLVER.search(v)]
+        if calls:
+            raise ToplError(
+                f"resolver call (`${{name:...}}`) at {', '.join(calls)}: a recipe may reference "
+                "keys (`${model.name}`) but not call resolvers (oc.env would copy a secret)",
+                where=where,
+                fix="write the value, or pass it on the command line",
+            )
+
+
+def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
+    """Validate a parsed recipe; return the names of the recipes it includes."""
+    if not isinstance(data, dict):
+        raise ToplError("a recipe must be a YAML mapping", where=where)
+    check_values(data, where, resolvers=False)
+    unknown = [k for k in data if k not in spec_fields | {"defaults", "hydra"}]
+    if unknown:
+        raise ToplError(
+            f"unknown top-level key(s) {', '.join(map(str, unknown))}: a recipe sets topl's keys only",
+            where=where,
+            fix=f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
+        )
+    _check_hydra(data.get("hydra"), where)
+    return _check_defaults(data.get("defaults", []), where)
+
+
+def _check_hydra(node: Any, where: str) -> None:
+    if node is None:
+        return
+    allowed = ", ".join(f"hydra.{g}.{k}" for g, ks in RECIPE_HYDRA.items() for k in sorted(ks))
+    bad = [f"hydra.{g}" for g in node] if isinstance(node, dict) else ["hydra"]
+    bad = [b for b in bad if b.removeprefix("hydra.") not in RECIPE_HYDRA]
+    for group, keys in RECIPE_HYDRA.items():
+        sub = node.get(group) if isinstance(node, dict) else None
+        if sub is not None:
+            bad += [
+                f"hydra.{group}.{k}"
+                for k in (sub if isinstance(sub, dict) else ["?"])
+                if k not in keys
+            ]
+            params = sub.get("params") if isinstance(sub, dict) else None
+            if params is not None and not (
+                isinstance(params, dict)
+                and all(isinstance(v, (str, int, float, bool)) for v in params.values())
+            ):
+                bad.append(f"hydra.{group}.params")
+    if bad:
+        raise ToplError(
+            f"{', '.join(bad)}: a recipe may not configure Hydra (logging, callbacks, output "
+            "and environment settings run code or write outside the run directory)",
+            where=where,
+            fix=f"remove the `hydra:` keys; allowed: {allowed}",
+        )
+
+
+def _check_defaults(entries: Any, where: str) -> list[str]:
+    how = (
+        "defaults entries are `override /GROUP: OPTION` (GROUP one of "
+        f"{', '.join(sorted(SELECTABLE))}), another recipe's name, or `_self_`"
+    )
+    if not isinstance(entries, list):
+        raise ToplError("`defaults` must be a list", where=where, fix=how)
+    includes = []
+    for e in entries:
+        if e == "_self_":
+            continue
+        if isinstance(e, str) and _NAME.match(e) and not e.endswith((".yaml", ".yml")):
+            includes.append(
+                e
+            )  # a recipe by name (resolved in the shipped folder / TOPL_RECIPE_PATH)
+            continue
+        if isinstance(e, dict) and len(e) == 1:
+            ((key, value),) = e.items()
+            m = _GROUP_ENTRY.match(str(key))
+            if m and m["group"] in SELECTABLE and isinstance(value, str) and _NAME.match(value):
+                continue
+        raise ToplError(f"defaults entry {e!r} is not allowed in a recipe", where=where, fix=how)
+    return includes
+
+
+@dataclasses.dataclass
+class Recipe:
+    """A recipe file read once: its bytes (what Hydra will load) and the recipes it includes."""
+
+    path: Path
+    text: bytes
+    includes: list[str]
+
+
+def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
+    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+    try:
+        with path.open("rb") as f:
+            text = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ToplError(f"cannot read the recipe: {e.strerror}", where=str(path)) from None
+    data = load_yaml(text, str(path)) or {}
+    package = _PACKAGE.findall(text.decode("utf-8"))
+    if package and package[0] != "_global_":
+        raise ToplError(
+            f"`# @package {package[0]}`: recipes are `# @package _global_`",
+            where=str(path),
+            fix="start the file with `# @package _global_`",
+        )
+    return Recipe(path, text, check_recipe(data, str(path), spec_fields))
+
+
+def guard_overrides(overrides: list[str]) -> list[str]:
+    """Refuse overrides that name code, and those of Hydra's machinery unless UNSAFE_FLAG is given.
+
+    Returns the overrides without the flag."""
+    unsafe = UNSAFE_FLAG in overrides
+    overrides = [o for o in overrides if o != UNSAFE_FLAG]
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~").split("@", 1)[0].strip()
+        if CODE_KEYS & set(key.split(".")):
+            raise ToplError(
+                f"`{o}` names code to run; topl's configs are data",
+                where=f"command line `{o}`",
+                fix="remove it (topl never instantiates code from a config)",
+            )
+        if unsafe:
+            continue
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
+                continue
+            raise ToplError(
+                f"`{o}` configures Hydra itself (callbacks, logging, search path, output, "
+                "environment or launcher settings can run code or write outside the run dir)",
+                where=f"command line `{o}`",
+                fix=f"drop it; if you trust it, add {UNSAFE_FLAG} (allowed without it: "
+                f"{', '.join(a.rstrip('.') for a in CLI_HYDRA)})",
+            )
+    return overrides
+
+
+def spec_fields() -> set[str]:
+    from topl.launcher.spec import JobSpec
+
+    return {f.name for f in dataclasses.fields(JobSpec)}

@@ -1,0 +1,207 @@
+"""`topl recipes import`: bash launch scripts read as data, mapped onto the spec, rendered back."""
+
+import json
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import run_topl, verl_config_dir
+
+from topl.launcher.bash_resolve import resolve
+from topl.launcher.compose import compose_job
+from topl.launcher.errors import ToplError
+from topl.launcher.render import render
+from topl.launcher.script_import import build_recipe, read_script, recipe_text, same
+
+SCRIPTS = Path(__file__).parent / "data" / "scripts"
+# (script, env the caller sets, script arguments): every shape the scripts take
+CASES = [
+    ("grpo_arrays.sh", {}, []),
+    (
+        "grpo_arrays.sh",
+        {"ENABLE_TRUE_ON_POLICY": "0", "ACTOR_PP": "4"},
+        ["trainer.val_before_train=False"],
+    ),
+    ("grpo_arrays.sh", {"ENABLE_TRUE_ON_POLICY": "0", "ROLLOUT_PER_REQUEST_SEED": "true"}, []),
+    ("fsdp_inline.sh", {}, ["trainer.total_epochs=2"]),
+    ("fsdp_inline.sh", {"ENGINE": "fsdp2", "GPUS": "16"}, []),
+    ("dapo_unknown.sh", {"MAX_RESP": "8192"}, []),
+]
+IDS = [f"{s}-{i}" for i, (s, _, _) in enumerate(CASES)]
+
+
+def real_bash(script: Path, env: dict, args: list, tmp: Path):
+    """What bash itself passes to python (a stub python3 records argv and env; test scripts only)."""
+    stub = tmp / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$ARGV_OUT"\nenv > "$ENV_OUT"\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    (tmp / "logs").mkdir()
+    base = {
+        "PATH": f"{stub.parent}:/usr/bin:/bin",
+        "HOME": "$HOME",
+        "ARGV_OUT": str(tmp / "argv"),
+        "ENV_OUT": str(tmp / "env"),
+    }
+    subprocess.run(
+        ["bash", str(script), *args], env={**base, **env}, cwd=tmp, capture_output=True, check=True
+    )
+    argv = (tmp / "argv").read_text().splitlines()
+    penv = dict(
+        line.split("=", 1) for line in (tmp / "env").read_text().splitlines() if "=" in line
+    )
+    return argv, {
+        k: v
+        for k, v in penv.items()
+        if k not in base and k not in env and k not in ("PWD", "SHLVL", "_", "OLDPWD")
+    }
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("script,env,args", CASES, ids=IDS)
+def test_the_reader_agrees_with_bash(script, env, args, tmp_path):
+    argv, penv = real_bash(SCRIPTS / script, env, args, tmp_path)
+    launch = resolve((SCRIPTS / script).read_text(), env, args).launch
+    mine = [it.text for it in launch.args]
+    assert argv[:2] == ["-m", launch.entrypoint]
+    # $(nproc) is the one thing the reader leaves unresolved (it never runs commands)
+    assert [a for a in argv[2:] if "num_workers" not in a] == [
+        a for a in mine if "num_workers" not in a
+    ]
+    assert penv == {k: it.text for k, it in launch.env.items()}
+
+
+@pytest.mark.parametrize("script,env,args", CASES, ids=IDS)
+def test_import_round_trips(script, env, args, tmp_path):
+    """render(import(script)) holds every override of the script (modulo `+`) and its env."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    s = read_script((SCRIPTS / script).read_text(), env, args)
+    imp = build_recipe(s)
+    assert imp.round_trip == []
+    path = tmp_path / "imported.yaml"
+    path.write_text(recipe_text(imp, script))
+    inv = render(compose_job([f"recipe={path}"]).to_object())
+    got = {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
+    parser = OverridesParser.create()
+    assert inv.entrypoint == s.entrypoint
+    for key, st in s.overrides.items():
+        assert key in got, (key, st.line)
+        assert same(parser.parse_override(f"{key}={got[key]}").value(), st.value), (
+            key,
+            st.line,
+            got[key],
+        )
+    for name, it in s.env.items():
+        assert inv.env[name] == it.text, name
+    assert len(s.overrides) >= 10
+
+
+def test_conditionals_follow_the_switch():
+    on = read_script((SCRIPTS / "grpo_arrays.sh").read_text())
+    off = read_script((SCRIPTS / "grpo_arrays.sh").read_text(), {"ENABLE_TRUE_ON_POLICY": "0"})
+    assert "VLLM_BATCH_INVARIANT" in on.env and "VLLM_BATCH_INVARIANT" not in off.env
+    assert (
+        on.overrides["actor_rollout_ref.rollout.seed"].value == 7
+        and "actor_rollout_ref.rollout.seed" not in off.overrides
+    )
+    assert on.overrides["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"].value == 4096
+    assert on.overrides["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"].deps == (
+        23,
+        24,
+        25,
+    )  # the two lengths and the sum
+    with pytest.raises(ToplError, match="no `python -m"):  # `exit 1` comes first
+        read_script((SCRIPTS / "fsdp_inline.sh").read_text(), {"ENGINE": "megatron"})
+
+
+def test_imported_fields_land_on_the_spec():
+    imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
+    r = imp.recipe
+    assert r["train"]["pp"] == 2 and r["train"]["use_fused_rmsnorm"] is True
+    assert r["train"]["recompute_granularity"] == "full" and imp.defaults["stack"] == "seed"
+    assert imp.defaults["alignment"] == "strict" and imp.defaults["model"] == "qwen3_4b"
+    assert r["verl_overrides"]["trainer.logger"] == ["console"]
+
+
+def test_unmapped_keys_are_reported_with_their_lines():
+    imp = build_recipe(read_script((SCRIPTS / "dapo_unknown.sh").read_text()))
+    rows = {
+        (r["line"], r["key"]) for r in imp.report if r["kind"] == "verl override (no spec field)"
+    }
+    assert {(15, "actor_rollout_ref.actor.frobnicate_level"), (16, "my_team.custom_flag")} <= rows
+    notes = {r["line"] for r in imp.report if r["kind"] == "not resolved"}
+    assert {5, 21} <= notes  # $(nproc) assigned (line 5), then used (line 21)
+    r = imp.recipe
+    assert r["algorithm"]["overlong_buffer_len"] == 1024 and r["algorithm"]["gen_batch_size"] == 64
+    assert imp.defaults["algorithm"] == "dapo"
+
+
+@pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
+def test_keys_the_installed_verl_lacks_are_named():
+    imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
+    unknown = {(r["line"], r["key"]) for r in imp.report if r["kind"] == "unknown to verl"}
+    assert unknown == {(46, "actor_rollout_ref.rollout.per_request_seed")}
+
+
+def test_the_script_is_never_run(tmp_path):
+    mark = tmp_path / "ran"
+    text = f"touch {mark}\nX=$(touch {mark})\npython3 -m verl.trainer.main_ppo a.b=$(touch {mark}) `touch {mark}`\n"
+    s = read_script(text)
+    assert not mark.exists() and s.entrypoint == "verl.trainer.main_ppo"
+    assert any("command substitution" in msg for _, msg in s.notes)
+
+
+def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
+    out = tmp_path / "mine.yaml"
+    r = run_topl(
+        "recipes",
+        "import",
+        str(SCRIPTS / "grpo_arrays.sh"),
+        "-o",
+        str(out),
+        "--env",
+        "ENABLE_TRUE_ON_POLICY=0",
+        "--json",
+        "--",
+        "trainer.total_epochs=5",
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["round_trip"] == [] and d["groups"]["alignment"] == "off"
+    assert out.is_file() and Path(d["report_file"]).read_text().count("\n") == len(d["report"])
+    shown = run_topl("check", f"recipe={out}")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    diff = run_topl(
+        "recipes", "diff", "seed_qwen3_4b_grpo_on", str(SCRIPTS / "grpo_arrays.sh"), "--json"
+    )
+    rows = {row["key"]: row for row in json.loads(diff.stdout)["differences"]}
+    assert rows["train.pp"] == {"key": "train.pp", "a": 1, "b": 2}
+    assert rows["train.epochs"] == {"key": "train.epochs", "a": 10, "b": 3}
+    assert "verl_overrides.actor_rollout_ref.rollout.val_kwargs.top_p" not in rows  # both 0.7
+    missing = run_topl("recipes", "import", str(tmp_path / "nope.sh"))
+    assert (
+        missing.returncode == 2
+        and "does not exist" in missing.stderr
+        and "Traceback" not in missing.stderr
+    )
+
+
+def test_secrets_and_code_never_reach_the_recipe(tmp_path):
+    text = (
+        "export WANDB_API_KEY=abc123\nexport HF_TOKEN=hf_xyz\nexport TASK_QUEUE_ENABLE=2\n"
+        "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen3-4B \\\n"
+        "    reward.custom._target_=os.system trainer.nnodes=1\n"
+    )
+    s = read_script(text)
+    imp = build_recipe(s)
+    written = recipe_text(imp, "x.sh") + json.dumps(imp.report, default=str)
+    assert "abc123" not in written and "hf_xyz" not in written and "os.system" not in written
+    notes = {ln: msg for ln, msg in s.notes}
+    assert "secret WANDB_API_KEY" in notes[1] and "instantiates code" in notes[5]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("# @package _global_\nverl_overrides:\n  reward.custom._target_: os.system\n")
+    r = run_topl("render", f"recipe={bad}")
+    assert r.returncode == 2 and "_target_" in r.stderr and "Traceback" not in r.stderr

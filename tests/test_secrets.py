@@ -1,0 +1,131 @@
+"""Secrets never land in files or output: redaction by name, by value and by shape; owner-only files."""
+
+import json
+import stat
+
+import pytest
+from helpers import run_topl
+
+from topl.launcher.redact import REDACTED, Redactor, secret_name
+
+SECRETS = {
+    "MY_API_KEY": "s3cret-api-key-1",
+    "MYSQL_PWD": "hunter2-pwd",
+    "GITHUB_PAT": "ghpat-value-77",
+    "HF_TOKEN": "hf_" + "a" * 34,
+}
+DB_URL = "postgres://alice:db-pass-42@db.example:5432/x"
+
+
+@pytest.mark.parametrize(
+    "name,secret",
+    [
+        ("MY_API_KEY", True),
+        ("MYSQL_PWD", True),
+        ("GITHUB_PAT", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("PGPASSWORD", True),
+        ("WANDB_API_KEY", True),
+        ("HF_TOKEN", True),
+        ("SMTP_PASS", True),
+        ("PATH", False),
+        ("PWD", False),
+        ("OLDPWD", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("DATABASE_URL", False),
+        ("HCCL_DETERMINISTIC", False),
+        ("PYTHONPATH", False),
+    ],
+)
+def test_secret_names(name, secret):
+    assert secret_name(name) is secret
+
+
+@pytest.mark.parametrize(
+    "text,gone",
+    [
+        (f"DATABASE_URL={DB_URL}", "db-pass-42"),
+        ("key AKIAABCDEFGHIJKLMNOP here", "AKIAABCDEFGHIJKLMNOP"),
+        ("tok ghp_" + "x" * 36, "ghp_" + "x" * 36),
+        ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----", "MIIE"),
+        ("+ray_kwargs.ray_init.runtime_env.env_vars.MYSQL_PWD=abc12", "abc12"),
+        ('{"GITHUB_PAT": "short1"}', "short1"),
+        ("export MY_API_KEY='a b c'", "a b c"),
+        ("MY_API_KEY: 'q w e'", "q w e"),
+    ],
+)
+def test_credential_shapes_are_redacted_without_knowing_the_value(text, gone):
+    out = Redactor().text(text)
+    assert gone not in out and REDACTED in out
+
+
+def test_redacted_json_stays_json():
+    text = json.dumps({"env": {"GITHUB_PAT": "short1", "X": "postgres://u:pw-123456@h/db"}})
+    assert json.loads(Redactor().text(text)) == {
+        "env": {"GITHUB_PAT": REDACTED, "X": f"postgres://u:{REDACTED}@h/db"}
+    }
+
+
+def test_known_values_are_redacted_everywhere_and_plain_keys_are_kept():
+    r = Redactor()
+    r.remember({"MY_API_KEY": "s3cret-api-key-1", "USE_KEY": "1", "PATH": "/usr/bin"})
+    out = r.text("project=s3cret-api-key-1 ppo_max_token_len_per_gpu=16384 path=/usr/bin n=1")
+    assert out == f"project={REDACTED} ppo_max_token_len_per_gpu=16384 path=/usr/bin n=1"
+    assert r.obj({"a": ["x s3cret-api-key-1"], "HF_TOKEN": "t"}) == {
+        "a": [f"x {REDACTED}"],
+        "HF_TOKEN": REDACTED,
+    }
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in [*SECRETS.values(), "db-pass-42"] if s in text]
+
+
+def test_no_secret_in_run_dir_stdout_or_render(tmp_path):
+    env = {**SECRETS, "DATABASE_URL": DB_URL}
+    forwarded = [
+        "+cluster.env.MY_API_KEY=${oc.env:MY_API_KEY}",
+        "+cluster.env.EXTRA_TOKEN=typed-token-99",
+        "project=${oc.env:MYSQL_PWD}",
+    ]
+    secrets = [*SECRETS.values(), "db-pass-42", "typed-token-99"]
+    r = run_topl("launch", "--dry-run", *forwarded, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    for rr in (
+        r,
+        run_topl("render", *forwarded, cwd=tmp_path, env=env),
+        run_topl("render", "--json", *forwarded, cwd=tmp_path, env=env),
+    ):
+        assert rr.returncode == 0 and not [s for s in secrets if s in rr.stdout + rr.stderr], (
+            rr.stdout
+        )
+    assert json.loads(rr.stdout)["env"]["EXTRA_TOKEN"] == REDACTED  # --json stays JSON
+    (run_dir,) = [d for d in (tmp_path / "runs").iterdir()]
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {
+        "spec.yaml",
+        "command.sh",
+        "env.json",
+        "topl.json",
+        "config.yaml",
+        "overrides.yaml",
+    } <= {p.name for p in files}
+    for p in files:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+        assert not [s for s in secrets if s in p.read_text()], p
+    env_json = json.loads((run_dir / "env.json").read_text())
+    assert (
+        env_json["rendered"]["MY_API_KEY"] == REDACTED
+        and env_json["launching_process"]["MYSQL_PWD"] == REDACTED
+    )
+
+
+def test_secrets_still_reach_the_job(tmp_path):
+    """Redaction is for what topl writes and prints; the job's environment keeps the real value."""
+    from topl.launcher.backends.subprocess import child_env
+    from topl.launcher.render import Invocation
+
+    inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1"})
+    assert child_env(inv, tmp_path)["MY_API_KEY"] == "s3cret-api-key-1"
