@@ -49,7 +49,6 @@ CASES = {
     "TOP-SEED-001": (B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
                      B + ["rollout.per_request_seed=true"]),
     "TOP-CLUS-001": (B, B + ["cluster.ray_address=http://head:8265"]),  # presets name no head
-    "TOP-CLUS-002": (["cluster.backend=slurm"], []),
     "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
     "TOP-ALG-002": (["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"], ["algorithm=dapo"]),
     "TOP-SPEC-001": (B + ["train.tp=0"], B + ["train.tp=2", "rollout.tp=2"]),

@@ -121,11 +121,3 @@ def ray_address(s):
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
     if s.cluster.backend == "ray_job" and not s.cluster.ray_address:
         return "backend=ray_job without cluster.ray_address"
-
-
-@rule("TOP-CLUS-002", ERROR, "a known backend", ("cluster.backend",),
-      "set cluster.backend to local, subprocess or ray_job")
-def known_backend(s):
-    """topl starts jobs in three ways: the embedded engines, a child process, a Ray job."""
-    if s.cluster.backend not in ("local", "subprocess", "ray_job"):
-        return f"unknown backend {s.cluster.backend!r} (local | subprocess | ray_job)"
