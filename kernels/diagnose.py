@@ -140,12 +140,29 @@ def compare_boundary(ra: dict, rb: dict) -> dict | None:
     return out
 
 
-def diagnose(a: tuple[dict, dict], b: tuple[dict, dict]) -> dict:
-    """Compare two dumps (manifest, rows) -> report with a per-boundary table and a verdict."""
+class BoundaryMismatch(ValueError):
+    """The two dumps do not record the same boundaries: comparing a subset would hide the rest."""
+
+
+def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = False) -> dict:
+    """Compare two dumps (manifest, rows) -> report with a per-boundary table and a verdict.
+    Dumps with different boundary sets are refused (BoundaryMismatch) unless `common_only`."""
     (ma, ra), (mb, rb) = a, b
-    num_layers = int(ma["model"].get("num_layers", 0))
+    # the layer count from the dumps themselves too: a manifest without num_layers must not
+    # silently shrink the comparison to embed / final_norm / logits
+    seen = [int(m.group(1)) + 1 for n in (*ra, *rb) if (m := re.match(r"layers\.(\d+)\.", n))]
+    num_layers = max([int(ma["model"].get("num_layers") or 0), *seen])
+    unknown = sorted((set(ra) | set(rb)) - set(canonical_order(num_layers)))
+    only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
+    if unknown or ((only_a or only_b) and not common_only):
+        raise BoundaryMismatch(
+            "the dumps do not record the same boundaries"
+            + (f"; only in A: {', '.join(only_a)}" if only_a else "")
+            + (f"; only in B: {', '.join(only_b)}" if only_b else "")
+            + (f"; not canonical boundary names: {', '.join(unknown)}" if unknown else ""))
     moe = bool(ma["model"].get("num_experts", 0))
-    report = {"a": ma.get("engine"), "b": mb.get("engine"), "boundaries": [], "first_divergence": None}
+    report = {"a": ma.get("engine"), "b": mb.get("engine"), "boundaries": [], "first_divergence": None,
+              "common_only": bool(only_a or only_b)}
     wa, wb = ma.get("weights", {}), mb.get("weights", {})
     bad_w = sorted(k for k in set(wa) | set(wb) if wa.get(k) != wb.get(k)) if wa and wb else []
     cfg_diff = {k: (ma["model"].get(k), mb["model"].get(k)) for k in set(ma["model"]) | set(mb["model"])

@@ -81,16 +81,32 @@ def load(path: str | Path) -> tuple[dict, dict[str, dict[tuple[int, int], torch.
     return manifest, rows
 
 
-def manifest_for(engine: str, model, *, layout: dict | None = None, dims: dict | None = None) -> dict:
-    """What a dump says about itself; `dims` names the sharded dim of TP-split boundaries."""
-    import platform
+def model_facts(model) -> dict:
+    """The architecture a dump records: a reference Model's `arch`, or a Hugging Face model's
+    config (num_hidden_layers is also given as `num_layers`, the name diagnose reads)."""
     from dataclasses import asdict, is_dataclass
 
-    arch = asdict(model.arch) if is_dataclass(model.arch) else dict(vars(model.arch))
-    dtype = str(next(iter(model.w.values())).dtype) if hasattr(model, "w") else "unknown"
-    return {"engine": engine, "model": arch, "dtype": dtype, "layout": layout or {}, "dims": dims or {},
-            "versions": {"torch": torch.__version__, "python": platform.python_version()},
-            "weights": layer_hashes(model.w) if hasattr(model, "w") else {}}
+    if hasattr(model, "arch"):
+        return asdict(model.arch) if is_dataclass(model.arch) else dict(vars(model.arch))
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return {}
+    facts = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    facts.setdefault("num_layers", facts.get("num_hidden_layers", 0))
+    return facts
+
+
+def manifest_for(engine: str, model, *, layout: dict | None = None, dims: dict | None = None) -> dict:
+    """What a dump says about itself; `dims` names the sharded dim of TP-split boundaries.
+    `model`: a reference Model, or any nn.Module (weights hashed from its state_dict)."""
+    import platform
+
+    weights = model.w if hasattr(model, "w") else (
+        model.state_dict() if isinstance(model, torch.nn.Module) else {})
+    dtype = str(next(iter(weights.values())).dtype) if weights else "unknown"
+    return {"engine": engine, "model": model_facts(model), "dtype": dtype, "layout": layout or {},
+            "dims": dims or {}, "versions": {"torch": torch.__version__, "python": platform.python_version()},
+            "weights": layer_hashes(weights) if weights else {}}
 
 
 # --- hooks for nn.Module models -----------------------------------------------------------------

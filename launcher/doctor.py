@@ -74,6 +74,20 @@ def _package_text(module: str, needle: str) -> bool:
     return False
 
 
+def _import_error(module: str) -> str | None:
+    """None when `import module` works in a fresh interpreter here, else its last error line
+    (installed is not importable: a dependency may be missing; a child keeps our process clean)."""
+    import subprocess
+
+    try:
+        r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                           text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        return "import did not finish in 300 s"
+    lines = r.stderr.strip().splitlines()
+    return None if r.returncode == 0 else (lines[-1] if lines else f"exit code {r.returncode}")
+
+
 def _pkg_file(module: str, rel: str) -> str | None:
     """Text of a file inside an installed package, without importing it; None when absent."""
     try:
@@ -124,18 +138,28 @@ def cann_version() -> str | None:
 
 
 def accelerator() -> str:
-    """npu | cuda | cpu, as DeepSpeed's accelerator abstraction detects it."""
-    import logging
+    """npu | cuda | cpu: what torch (with torch_npu for NPUs) sees here; without torch, the device
+    nodes the drivers create (/dev/davinci* for Ascend, /dev/nvidia* for NVIDIA)."""
+    if _importable("torch"):
+        try:
+            import torch
 
-    logging.disable(logging.WARNING)
-    try:
-        from deepspeed.accelerator import get_accelerator
+            if _importable("torch_npu"):
+                import torch_npu  # noqa: F401  (registers torch.npu)
 
-        return get_accelerator().device_name()
-    except Exception:  # noqa: BLE001 - a broken stack must not crash the doctor
-        return "cpu"
-    finally:
-        logging.disable(logging.NOTSET)
+                if torch.npu.is_available():
+                    return "npu"
+            if torch.cuda.is_available():
+                return "cuda"
+            return "cpu"
+        except Exception:  # noqa: BLE001 - a broken stack must not crash the doctor
+            pass
+    dev = Path("/dev")
+    if any(dev.glob("davinci[0-9]*")):
+        return "npu"
+    if any(dev.glob("nvidia[0-9]*")):
+        return "cuda"
+    return "cpu"
 
 
 def worker_env(spec) -> dict[str, str]:
@@ -171,6 +195,10 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
         verl_v = _version("verl")
         add("TOP-DOC-VERL-001", verl_v is not None, "verl installed", verl_v or "missing", v.verl,
             f"pip install verl=={v.verl}")
+        if verl_v:
+            err = _import_error("verl")
+            add("TOP-DOC-VERL-004", err is None, "verl imports", err or "yes", "yes",
+                "install verl's dependencies (pip install verl==VERSION without --no-deps)")
         if verl_v and _v(verl_v) != _v(v.verl):
             add("TOP-DOC-VERL-002", False, "verl version", verl_v, v.verl,
                 "install the declared verl or update cluster.versions.verl", WARNING)

@@ -24,6 +24,7 @@ class LaunchContext:
     user_overrides: list[str] = field(default_factory=list)  # as the user typed them
     prepared: tuple | None = None  # single run: (Composed, violations), made once up front
     rc: int = 0  # the worst exit code of the jobs run so far
+    preflown: bool = False  # single run: preflight already passed before Hydra started
     watch: bool = False  # follow logdiff/reward live; strict: stop on the first logdiff != 0
 
 
@@ -64,6 +65,13 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
         return
     inv = render(spec)
+    if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
+        try:
+            preflight(spec)
+        except ToplError as e:
+            ctx.rc = 2
+            print(e.render(), file=sys.stderr)
+            return
     rundir.write(run_dir, composed, inv, violations)
     print(f"topl: run directory {run_dir}")
     if ctx.dry_run:
@@ -111,6 +119,23 @@ def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
 
     return run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python,
                        timeout=spec.cluster.ray_timeout_s)
+
+
+def preflight(spec) -> None:
+    """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
+    or one message (exit 2) before a run directory is written."""
+    if spec.cluster.backend == "local":
+        import importlib.util
+
+        from topl.launcher.cli import LOCAL_EXTRA, local_extra_error
+
+        for module in LOCAL_EXTRA:
+            if importlib.util.find_spec(module) is None:
+                raise local_extra_error("the local backend (cluster.backend=local)", module)
+    if spec.cluster.backend == "ray_job":
+        from topl.launcher.backends.ray_job import check_reachable
+
+        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
 
 
 def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:

@@ -41,21 +41,41 @@ def megatron_train_bytes(s) -> float:
 
 
 def fsdp_train_bytes(s) -> float:
-    """ZeRO-3 model states per device, from DeepSpeed's own estimator."""
-    estimate_zero3_model_states_mem_needs = _zero3_estimator()
+    """ZeRO-3 model states per device: DeepSpeed's own estimator when DeepSpeed is installed (the
+    `fsdp` extra), else the same closed form (`zero3_gpu_bytes`); a test keeps the two equal."""
     pc = param_counts(s.model)
     offload = s.train.param_offload or s.train.optimizer_offload
-    _, gpu, _ = estimate_zero3_model_states_mem_needs(
-        total_params=pc["total"], largest_layer_params=pc["largest_layer"],
-        num_gpus_per_node=s.cluster.devices_per_node, num_nodes=s.cluster.nodes,
-        cpu_offload=offload, cpu_offload_params=s.train.param_offload)
+    kw = dict(total_params=pc["total"], largest_layer_params=pc["largest_layer"],
+              num_gpus_per_node=s.cluster.devices_per_node, num_nodes=s.cluster.nodes,
+              cpu_offload=offload, cpu_offload_params=s.train.param_offload)
+    estimator = _zero3_estimator()
+    if estimator is None:
+        return float(zero3_gpu_bytes(**kw))
+    _, gpu, _ = estimator(**kw)
     return float(gpu)
 
 
+def zero3_gpu_bytes(total_params, largest_layer_params, num_gpus_per_node, num_nodes, cpu_offload,
+                    cpu_offload_params) -> int:
+    """The device term of deepspeed@0.19.8:deepspeed/runtime/zero/stage3.py:
+    estimate_zero3_model_states_mem_needs: 4 B per largest-layer parameter, plus 2 B (bf16
+    weights, optimizer offloaded) or 18 B (weights, grads, fp32 master and Adam) per parameter over
+    all devices; nothing more with params offloaded too."""
+    gpus = num_nodes * num_gpus_per_node
+    largest = 4 * largest_layer_params
+    if cpu_offload and cpu_offload_params:
+        return largest
+    return largest + int((2 if cpu_offload else 18) * total_params / gpus)
+
+
 def _zero3_estimator():
-    """DeepSpeed's estimator; its import-time accelerator notice is kept off our output."""
+    """DeepSpeed's estimator, or None without DeepSpeed; its import-time accelerator notice is
+    kept off our output."""
+    import importlib.util
     import logging
 
+    if importlib.util.find_spec("deepspeed") is None:
+        return None
     logging.disable(logging.WARNING)
     try:
         from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs

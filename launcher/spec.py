@@ -248,6 +248,8 @@ class LocalRunSpec:
     # toy task with a verifiable reward: reverse the prompt's digits
     task: str = c("reverse", one_of=("reverse",))
     plot: bool = True  # write metrics.png at the end
+    # a tiny model on many threads waits on hand-offs, and collapses when the machine is busy
+    threads: int = 0  # torch threads of the local job and probe; 0: OMP_NUM_THREADS, else hidden_size // 256 (1..cores)
 
 
 @dataclass

@@ -179,7 +179,8 @@ def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
     manifest = {**dump.manifest_for("topl-training", m), "engine": "hf-transformers",
                 "weights": dump.layer_hashes(hf.state_dict())}
     dump.save(tmp_path / "hf", d.recorder, manifest)
-    r = diagnose(dump.load(tmp_path / "hf"), dump.load(tmp_path / "ours"))
+    # the hf name map reaches fewer boundaries (q/k after RoPE live inside HF's forward): explicit
+    r = diagnose(dump.load(tmp_path / "hf"), dump.load(tmp_path / "ours"), common_only=True)
     compared = {b["boundary"]: b for b in r["boundaries"] if "max_abs" in b}
     assert not r["weights_differ"] and compared["embed"]["equal"]
     for b in ("layers.0.input_norm", "layers.0.v", "layers.0.attn", "layers.0.o_proj", "layers.1.post_attn_residual",

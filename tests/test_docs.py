@@ -14,5 +14,7 @@ def test_readme_rule_table_matches_the_code():
 
 def test_readme_has_the_two_setup_commands():
     text = README.read_text()
-    assert "pip install torch==2.13.0 && pip install . && topl launch" in text
+    assert 'pip install torch==2.13.0 && pip install ".[local]" && topl launch' in text
+    assert "```bash\npip install .\n```" in text  # the launcher-only line
+    assert "download.pytorch.org/whl/cpu" in text  # the CPU build where no local wheel exists
     assert 'pip install ".[test]"' in text and "pytest" in text

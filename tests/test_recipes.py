@@ -28,7 +28,8 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     vs = check(c)
     assert not errors(vs), [v.render() for v in vs]
     if name.endswith("_strict"):
-        assert c.cfg.alignment.mode == "strict" and not vs
+        # strict recipes are clean but for the Ray head a launch must name (TOP-CLUS-001 warns)
+        assert c.cfg.alignment.mode == "strict" and {v.rule for v in vs} <= {"TOP-CLUS-001"}
     spec = c.to_object()
     inv = render(spec)
     assert inv.entrypoint == ("recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo")

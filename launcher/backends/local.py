@@ -3,6 +3,8 @@ progress bar, verl's metrics file, a plot and a summary table."""
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from topl.launcher.errors import ToplError
@@ -32,6 +34,30 @@ def loop_config(spec):
     )
 
 
+def threads_for(spec) -> int:
+    """Intra-op threads for the reference engines (see LocalRunSpec.threads)."""
+    if spec.local.threads > 0:
+        return spec.local.threads
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, spec.model.hidden_size // 256))
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's intra-op thread count set to n for the block, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)
+
+
 def _embeddable(spec) -> None:
     """What the loop cannot run is the user's input: one ToplError, before any step."""
     from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
@@ -51,13 +77,20 @@ def _embeddable(spec) -> None:
 
 def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
-    from rich.console import Console
+    with torch_threads(threads_for(spec)):
+        return _run_local(spec, run_dir, quiet)
+
+
+def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+    """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from topl.kernels import rl_loop
 
     _embeddable(spec)
-    console = Console(quiet=quiet)
+    from topl.launcher.cli.output import make_console
+
+    console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
     strict = is_strict(spec)
     rc = 0
@@ -136,4 +169,6 @@ def summary(console, history: list[dict], spec, run_dir: Path) -> None:
     worst = max(h["topl/max_abs_logprob_diff"] for h in history)
     console.print(f"steps: {len(history)}   max |Δ log p| over the run: {worst:.3e}   "
                   f"({'on-policy: importance ratio exactly 1' if worst == 0 else 'off-policy'})")
-    console.print(f"metrics: {run_dir / 'metrics.jsonl'}   plot: {run_dir / 'metrics.png'}")
+    # soft_wrap: paths stay whole (the terminal wraps them, rich would break mid-filename)
+    console.print(f"metrics: {run_dir / 'metrics.jsonl'}", soft_wrap=True, highlight=False)
+    console.print(f"plot:    {run_dir / 'metrics.png'}", soft_wrap=True, highlight=False)

@@ -25,12 +25,20 @@ def _call(fn, what: str, timeout: float):
                         fix="start the head (`ray start --head`) or fix cluster.ray_address") from None
 
 
-def check_reachable(address: str, timeout: float) -> None:
-    """The head answers (a version handshake) within `timeout`: before the doctor or a submit."""
+def check_reachable(address: str | None, timeout: float) -> None:
+    """The head is named, Ray is here, and the head answers (a version handshake) within
+    `timeout`: before the doctor or a submit, and before a run directory is written."""
+    if not address:  # no silent target: shipped presets name no head
+        raise ToplError("backend=ray_job and no Ray head named: topl never guesses a cluster",
+                        where="cluster.ray_address",
+                        fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
+                            "or cluster.backend=local")
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError:
-        raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+        raise ToplError("backend=ray_job needs Ray, which is not installed here",
+                        where="cluster.backend=ray_job",
+                        fix="pip install 'ray[default]' (or topl's `ray` extra)") from None
 
     _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
 

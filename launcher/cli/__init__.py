@@ -33,11 +33,45 @@ commands:
             (--no-stop, --strict, --once, --json, --interval S)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
+  COMMAND --help    flags, override grammar and examples of one command;  topl --version
+
 examples:
   topl launch                                   # the embedded default: true on-policy GRPO here
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2
   topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json
 """
+
+
+# What the `local` extra brings: the reference engines, probe and diagnose import these.
+LOCAL_EXTRA = ("torch", "safetensors", "matplotlib")
+
+
+def local_extra_error(what: str, module: str) -> ToplError:
+    return ToplError(f"{what} needs {module}, which is not installed (the launcher-only install "
+                     "has no torch)", where=module,
+                     fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
+                         "&& pip install 'topl[local]'   (or use your own torch build)")
+
+
+def check_sweeper_discoverable() -> None:
+    """conf/config.yaml selects the `topl` sweeper, which Hydra finds by listing the
+    `hydra_plugins` namespace on disk (hydra-core@1.3.8:hydra/core/plugins.py:Plugins._scan_all_plugins,
+    pkgutil over hydra_plugins.__path__). A default `pip install -e .` maps it through an import
+    hook pkgutil cannot list: say how to fix that instead of Hydra's "Could not find"."""
+    import pkgutil
+
+    try:
+        import hydra_plugins
+    except ImportError:
+        found = False
+    else:
+        found = any(m.name == "topl_sweeper" for m in pkgutil.iter_modules(hydra_plugins.__path__))
+    if not found:
+        raise ToplError("Hydra cannot discover topl's sweeper plugin (hydra_plugins.topl_sweeper): "
+                        "an editable install in setuptools' default mode hides it from plugin "
+                        "discovery", where="the topl installation",
+                        fix="pip install -e . --config-settings editable_mode=strict "
+                            "(or a regular `pip install .`)")
 
 
 # One module per command, imported when run: `topl rules` must not pay for torch or Hydra.
@@ -51,11 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
+    if argv[0] in ("-V", "--version", "version"):
+        from topl.launcher.cli.help import version
+
+        print(version())
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(f"error: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    if "-h" in rest or "--help" in rest:
+        from topl.launcher.cli.help import text
+
+        print(text(cmd))
+        if cmd != "launch":
+            return 0
+        print("Hydra's help for this app follows (config groups, the composed config):\n")
     try:
+        if cmd not in ("rules", "diagnose"):
+            check_sweeper_discoverable()
         return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
     except ToplError as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -67,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(e.render(), file=sys.stderr)
         return e.exit_code
+    except ModuleNotFoundError as e:
+        if e.name not in LOCAL_EXTRA or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(local_extra_error(f"topl {cmd}", e.name).render(), file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return 0
     except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop

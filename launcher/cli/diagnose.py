@@ -8,11 +8,11 @@ from topl.launcher.cli.output import print_json, print_table
 
 def main(args: list[str]) -> int:
     from topl.kernels import dump
-    from topl.kernels.diagnose import diagnose, plot
+    from topl.kernels.diagnose import BoundaryMismatch, diagnose, plot
     from topl.launcher.cli.argv import parse
     from topl.launcher.errors import ToplError
 
-    flags, args = parse(args, flags=("--json",), options={"--plots": None})
+    flags, args = parse(args, flags=("--json", "--common"), options={"--plots": None})
     as_json, plots = flags.json, flags.plots
     if len(args) != 2:
         raise ToplError("topl diagnose needs two dump folders", fix="topl diagnose DUMP_A DUMP_B [--json] [--plots DIR]")
@@ -22,7 +22,12 @@ def main(args: list[str]) -> int:
             raise ToplError(f"{a} is not a dump folder (no manifest.json)", where=a,
                             fix="make dumps with `topl probe --dump DIR` or kernels.dump.HookDumper")
         loaded.append(dump.load(a))
-    report = diagnose(*loaded)
+    try:
+        report = diagnose(*loaded, common_only=flags.common)
+    except BoundaryMismatch as e:
+        raise ToplError(str(e), where=f"{args[0]} vs {args[1]}",
+                        fix="dump the same boundaries on both sides (same name map and num_layers), "
+                            "or --common to compare only the boundaries both have") from None
     if plots:
         report["plots"] = [str(p) for p in plot(report, loaded[0][1], loaded[1][1], plots)]
     if as_json:

@@ -55,10 +55,12 @@ def on_ray(address: str, spec) -> list[dict]:
     """Submit the per-node doctor as a Ray job with the job's runtime_env; collect its report."""
     import time
 
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
+    from topl.launcher.backends.ray_job import check_reachable
     from topl.launcher.errors import ToplError
     from topl.launcher.render import render
+
+    check_reachable(address, spec.cluster.ray_timeout_s)  # named, installed, answering: or one message
+    from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(address)
     entry = f"{sys.executable} -m topl.launcher.cli.doctor --node"
@@ -117,7 +119,13 @@ def main(args: list[str]) -> int:
     composed = compose_job(overrides)
     address = flags.ray
     if address == "":  # --ray alone: the spec's cluster.ray_address
-        address = composed.cfg.cluster.ray_address or "http://127.0.0.1:8265"
+        address = composed.cfg.cluster.ray_address
+        if not address:  # no silent target
+            from topl.launcher.errors import ToplError
+
+            raise ToplError("--ray without an address, and the spec names no Ray head",
+                            where="cluster.ray_address",
+                            fix="topl doctor --ray http://HEAD:8265 (or cluster.ray_address=...)")
     return report(run(composed.to_object(), address), flags.json)
 
 

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_violations
 from topl.launcher.errors import ToplError
-from topl.launcher.launch import LaunchContext, run_job
+from topl.launcher.launch import LaunchContext, preflight, run_job
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
@@ -91,6 +91,9 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             print("topl: rejected before launch; nothing started", file=sys.stderr)
             return 2
         ctx.prepared = (composed, vs)
+        if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
+            preflight(composed.to_object())
+            ctx.preflown = True
     made = None
     if not informational:
         # the run (or sweep) dir is made here, atomically and exclusively, before Hydra writes into it

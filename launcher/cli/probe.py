@@ -24,6 +24,7 @@ def model_for(spec):
 def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | None = None) -> dict:
     from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
+    from topl.launcher.backends.local import threads_for, torch_threads
 
     r = spec.rollout
     sp = SamplingParams(r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode)
@@ -31,13 +32,20 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
     max_len = default_prompt_length(spec.alignment.kv_tile, r.block_size)
     reqs = make_requests(prompts, spec.model.vocab_size, spec.local.seed, arrival=arrival,
                          max_len=max_len, max_new=24)
-    out = probe(model_for(spec), spec.alignment, requests=reqs, train_tp=spec.train.tp, rollout_tp=r.tp,
-                order=spec.collective.order, block_size=r.block_size, chunked_prefill=r.chunked_prefill,
-                max_num_batched_tokens=r.max_num_batched_tokens, max_num_seqs=r.max_num_seqs,
-                micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp, dump_dir=dump_dir)
+    with torch_threads(threads_for(spec)) as n:
+        out = _probe(spec, reqs, sp, dump_dir, probe)
+    out["threads"] = n
     out["alignment"] = spec.alignment.mode
     out["switches_off"] = [s for s in spec.alignment.SWITCHES if not getattr(spec.alignment, s)]
     return out
+
+
+def _probe(spec, reqs, sp, dump_dir, probe) -> dict:
+    r = spec.rollout
+    return probe(model_for(spec), spec.alignment, requests=reqs, train_tp=spec.train.tp, rollout_tp=r.tp,
+                 order=spec.collective.order, block_size=r.block_size, chunked_prefill=r.chunked_prefill,
+                 max_num_batched_tokens=r.max_num_batched_tokens, max_num_seqs=r.max_num_seqs,
+                 micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp, dump_dir=dump_dir)
 
 
 def _fmt(key: str, v) -> str:

@@ -36,7 +36,7 @@ def mitigation_set(s):
 
 
 @rule("TOP-ATTN-001", ERROR, "the aligned (FA3) attention backend on the rollout side",
-      ("rollout.attention_backend", "alignment.mode", "cluster.versions.vllm_ascend",
+      ("rollout.attention_backend", "alignment.mode", "cluster.device", "cluster.versions.vllm_ascend",
        "cluster.versions.vllm_ascend_patches"), "set rollout.attention_backend=FLASH_ATTN",
       facts=("fa3_by_attention_backend", "rl_config"))
 def fa3_backend(s):

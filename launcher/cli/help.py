@@ -1,0 +1,125 @@
+"""`topl COMMAND --help` and `topl --version`: the flags, the override grammar and examples of
+each command, printed before anything is composed (Hydra would read `--help` as an override)."""
+
+from __future__ import annotations
+
+OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/override_grammar/basic/):
+  key=value          set a field                        train.tp=2  rollout.temperature=0.7
+  group=option       pick a config group option         model=qwen3_4b  cluster=atlas_a3
+  recipe=NAME|PATH   start from a recipe                 recipe=qwen3_30b_a3b_grpo_a3_strict
+  +key=value         add a key the config lacks          +cluster.env.HCCL_BUFFSIZE=200
+  ~key               delete a key
+  key=a,b  key=range(1,9)   a sweep (`topl plan`, `topl launch -m`)
+  quote values with spaces or commas: 'key="a b"'"""
+
+HELP = {
+    "launch": (
+        "topl launch [OVERRIDES] [--dry-run] [--follow] [--skip-doctor] [HYDRA FLAGS]",
+        "Validate the spec, write a new run directory, start the backend (local reference "
+        "engines, subprocess, or a Ray job).",
+        """  --dry-run        write the run directory and print the command; start nothing
+  --follow         ray_job: stream the job's logs until it ends
+  --skip-doctor    remote backends run `topl doctor` first; this skips it, loudly
+  -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped
+  --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own""",
+        """  topl launch                                        # the embedded default, here
+  topl launch recipe=qwen3_30b_a3b_grpo_a3_strict --dry-run
+  topl launch recipe=qwen3_4b_grpo_a3_strict cluster.ray_address=http://HEAD:8265 --follow
+  topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
+    ),
+    "check": (
+        "topl check [OVERRIDES] [--json]",
+        "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
+        '  --json           {"ok", "violations"}',
+        """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json""",
+    ),
+    "render": (
+        "topl render [OVERRIDES] [--json]",
+        "Print the verl command (env included) the spec becomes.",
+        '  --json           {"entrypoint", "overrides", "env", "command"}',
+        "  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json",
+    ),
+    "rules": (
+        "topl rules [--json | --markdown]",
+        "Print the consistency contract's rule catalog.",
+        "  --json           machine-readable\n  --markdown       the README's table",
+        "  topl rules --json",
+    ),
+    "recipes": (
+        "topl recipes [--json] | topl recipes show NAME | topl recipes diff A B",
+        "List recipes (shipped and TOPL_RECIPE_PATH), show one resolved, or diff two.",
+        "  --json           machine-readable",
+        """  topl recipes
+  topl recipes show qwen3_30b_a3b_grpo_a3_strict
+  topl recipes diff qwen3_4b_grpo_a3_strict qwen3_4b_grpo_a3_off""",
+    ),
+    "plan": (
+        "topl plan [OVERRIDES with sweeps] [--json] [--all]",
+        "Expand a sweep, validate every point (contract + memory estimate), launch nothing.",
+        "  --json           machine-readable\n  --all            list every point, not only "
+        "the first ones",
+        "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8",
+    ),
+    "doctor": (
+        "topl doctor [OVERRIDES] [--json] [--ray [ADDRESS]]",
+        "Check the installed stack (accelerator, torch/torch_npu, CANN, verl importable, "
+        "vllm-ascend, env) here, or on every node of a Ray cluster.",
+        "  --json           machine-readable\n  --ray [ADDRESS]  on every alive Ray node "
+        "(default: cluster.ray_address)",
+        """  topl doctor
+  topl doctor recipe=qwen3_30b_a3b_grpo_a3_strict --ray http://HEAD:8265""",
+    ),
+    "probe": (
+        "topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] "
+        "[--dump DIR]",
+        "Run the reference rollout and training engines on generated prompts and compare "
+        "their log-probs (needs the `local` extra: torch).",
+        """  --json           machine-readable
+  --prompts N      how many prompts (16)
+  --arrival MODE   staggered | burst | reversed request arrival
+  --dump DIR       write boundary dumps for `topl diagnose`""",
+        """  topl probe
+  topl probe alignment=off --dump /tmp/d && topl diagnose /tmp/d/rollout /tmp/d/training""",
+    ),
+    "diagnose": (
+        "topl diagnose DUMP_A DUMP_B [--json] [--plots DIR] [--common]",
+        "Compare two boundary dumps (HookDumper / probe --dump): the first divergence, and "
+        "whether it comes from the operator path or the framework.",
+        "  --json           machine-readable\n  --plots DIR      per-boundary plots\n"
+        "  --common         compare only the boundaries both dumps have (else refused)",
+        "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots",
+    ),
+}
+
+
+def text(cmd: str) -> str:
+    import textwrap
+
+    usage, what, flags, examples = HELP[cmd]
+    out = f"usage: {usage}\n\n{textwrap.fill(what, 96)}\n\nflags:\n{flags}\n  -h, --help       this help\n"
+    if cmd not in ("rules", "recipes", "diagnose"):
+        out += f"\n{OVERRIDES}\n"
+    return out + f"\nexamples:\n{examples}\n"
+
+
+def version() -> str:
+    """topl's version, and the git SHA when topl runs from a checkout (editable install)."""
+    import subprocess
+    from pathlib import Path
+
+    from topl.launcher import __version__
+
+    here = Path(__file__).resolve().parent
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        sha = r.stdout.strip() if r.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"topl {__version__}" + (f" (git {sha})" if sha else "")

@@ -1,0 +1,33 @@
+"""Regenerate every generated table and reference in the docs (the tests check each one):
+README rule catalog, field constraints, supported stacks; docs/fields.md; the recipe matrix.
+
+    python scripts/regen_docs.py
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from topl.launcher.cli.rules import rules_markdown
+from topl.launcher.constraints import table as constraints_table
+from topl.launcher.facts.stacks import stacks_markdown
+from topl.launcher.fields import fields_markdown
+from topl.launcher.spec import JobSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def splice(text: str, marker: str, table: str) -> str:
+    head, rest = text.split(f"<!-- {marker}:begin -->")
+    _, tail = rest.split(f"<!-- {marker}:end -->")
+    return f"{head}<!-- {marker}:begin -->\n{table.strip()}\n<!-- {marker}:end -->{tail}"
+
+
+readme = ROOT / "README.md"
+text = readme.read_text()
+for marker, table in (("rules", rules_markdown()), ("constraints", constraints_table(JobSpec)),
+                      ("stacks", stacks_markdown())):
+    text = splice(text, marker, table)
+readme.write_text(text)
+(ROOT / "docs" / "fields.md").write_text(fields_markdown())
+subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_recipes.py")], check=True)

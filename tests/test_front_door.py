@@ -1,0 +1,234 @@
+"""What a new user meets first: help, version, no silent cluster target, Ray missing/unreachable,
+thread count of the local job, the doctor's accelerator and verl-import checks."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import _free_port
+from helpers import STRICT_A3, run_topl
+
+from topl.launcher.cli import COMMANDS
+from topl.launcher.memory_estimate import zero3_gpu_bytes
+
+A3_NO_ADDRESS = ["recipe=qwen3_4b_grpo_a3_strict"]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_help_on_every_command(cmd):
+    r = run_topl(cmd, "--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: topl {cmd}") and "examples:" in r.stdout, r.stdout
+    if cmd not in ("rules", "recipes", "diagnose"):
+        assert "override_grammar" in r.stdout and "key=value" in r.stdout
+    if cmd == "launch":  # topl's own flags, then Hydra's help (the config groups)
+        for flag in ("--dry-run", "--follow", "--skip-doctor", "-m, --multirun"):
+            assert flag in r.stdout
+        assert "Configuration groups" in r.stdout
+    assert "Traceback" not in r.stderr and "token recognition" not in r.stderr
+
+
+def test_version_names_the_checkout():
+    r = run_topl("--version")
+    assert r.returncode == 0 and r.stdout.startswith("topl 0.")
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(__file__),
+    )
+    if head.returncode == 0:  # a checkout: the SHA is printed
+        assert f"(git {head.stdout.strip()})" in r.stdout
+
+
+def test_remote_launch_without_address_refuses_and_check_warns(tmp_path):
+    r = run_topl("check", *A3_NO_ADDRESS, "--json")
+    assert r.returncode == 0  # validating a shared recipe still passes
+    got = {v["rule"]: v["severity"] for v in json.loads(r.stdout)["violations"]}
+    assert got == {"TOP-CLUS-001": "warning"}
+    r = run_topl("launch", *A3_NO_ADDRESS, cwd=tmp_path)
+    assert r.returncode == 2 and "cluster.ray_address" in r.stderr and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no run directory left behind
+    r = run_topl("launch", *A3_NO_ADDRESS, "--dry-run", f"run_root={tmp_path}/runs", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr  # a dry run needs no cluster
+
+
+def test_shipped_cluster_presets_name_no_ray_head(compose):
+    for cluster in ("atlas_a2", "atlas_a3"):
+        assert compose([f"cluster={cluster}"]).cfg.cluster.ray_address is None
+
+
+def test_ray_missing_is_one_message_and_no_run_dir(tmp_path):
+    fake = tmp_path / "site" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named ray (simulated)')\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run_topl(
+        "launch",
+        *STRICT_A3,
+        "cluster.ray_address=http://127.0.0.1:8265",
+        cwd=work,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert r.returncode == 2, r.stderr
+    assert "needs Ray" in r.stderr and "pip install" in r.stderr and "Traceback" not in r.stderr
+    assert list(work.iterdir()) == []
+
+
+def test_ray_unreachable_is_one_message_and_no_run_dir(tmp_path):
+    pytest.importorskip("ray")
+    address = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    r = run_topl("launch", *STRICT_A3, f"cluster.ray_address={address}", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert f"the Ray head at {address}" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) <= 4
+    assert list(tmp_path.iterdir()) == []
+    r = run_topl("doctor", *STRICT_A3, "--ray", address)
+    assert r.returncode == 2 and address in r.stderr and "Traceback" not in r.stderr
+    r = run_topl("doctor", *STRICT_A3, "--ray")  # no address anywhere: refused, none guessed
+    assert r.returncode == 2 and "cluster.ray_address" in r.stderr
+
+
+def test_thread_count_follows_field_env_and_model_size(compose, monkeypatch):
+    from topl.launcher.backends.local import threads_for
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads_for(compose([]).to_object()) == 1  # hidden 64: one thread
+    cores = len(os.sched_getaffinity(0))
+    assert threads_for(compose(["model=qwen3_4b"]).to_object()) == min(cores, 2560 // 256)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads_for(compose([]).to_object()) == 3
+    assert threads_for(compose(["local.threads=2"]).to_object()) == 2
+
+
+def test_local_job_metrics_identical_at_1_and_2_threads(compose, tmp_path, monkeypatch):
+    import torch
+
+    from topl.kernels import rl_loop
+    from topl.launcher.backends.local import run_local
+
+    seen, real_run = [], rl_loop.run
+
+    def spy(cfg):
+        seen.append(torch.get_num_threads())
+        yield from real_run(cfg)
+
+    monkeypatch.setattr(rl_loop, "run", spy)
+    runs = []
+    for n in (1, 2):
+        spec = compose(["train.steps=2", "local.plot=false", f"local.threads={n}"]).to_object()
+        d = tmp_path / str(n)
+        d.mkdir()
+        assert run_local(spec, d, quiet=True) == 0
+        lines = [json.loads(l)["data"] for l in (d / "metrics.jsonl").read_text().splitlines()]
+        runs.append([{k: v for k, v in m.items() if not k.startswith("timing_s/")} for m in lines])
+    assert seen == [1, 2]  # the job really ran at each count
+    assert runs[0] == runs[1] and len(runs[0]) == 2
+
+
+def test_zero3_closed_form_is_deepspeeds_estimator():
+    ds = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    import logging
+
+    logging.disable(logging.WARNING)
+    for offload, params in ((False, False), (True, False), (True, True)):
+        kw = dict(
+            total_params=30_500_000_000,
+            largest_layer_params=622_329_856,
+            num_gpus_per_node=16,
+            num_nodes=2,
+            cpu_offload=offload,
+            cpu_offload_params=params,
+        )
+        assert ds.estimate_zero3_model_states_mem_needs(**kw)[1] == zero3_gpu_bytes(**kw)
+    logging.disable(logging.NOTSET)
+
+
+def _accelerator_with(tmp_path, files: dict) -> str:
+    site = tmp_path / "site"
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    code = "from topl.launcher.doctor import accelerator; print(accelerator())"
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+FAKE_TORCH = (
+    "class cuda:\n    is_available = staticmethod(lambda: {cuda})\n"
+    "class npu:\n    is_available = staticmethod(lambda: False)\n"
+)
+
+
+def test_doctor_names_the_accelerator(tmp_path):
+    assert (
+        _accelerator_with(tmp_path / "a", {"torch/__init__.py": FAKE_TORCH.format(cuda=True)})
+        == "cuda"
+    )
+    assert (
+        _accelerator_with(tmp_path / "b", {"torch/__init__.py": FAKE_TORCH.format(cuda=False)})
+        == "cpu"
+    )
+    npu = {
+        "torch/__init__.py": FAKE_TORCH.format(cuda=False).replace("lambda: False", "lambda: True"),
+        "torch_npu/__init__.py": "",
+    }
+    assert _accelerator_with(tmp_path / "c", npu) == "npu"
+
+
+def test_doctor_reports_a_verl_that_does_not_import(tmp_path):
+    site = tmp_path / "site"
+    (site / "verl").mkdir(parents=True)
+    (site / "verl" / "__init__.py").write_text("import tensordict_missing_for_the_test\n")
+    info = site / "verl-0.9.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: verl\nVersion: 0.9.1\n")
+    r = run_topl("doctor", "cluster.backend=subprocess", "--json", env={"PYTHONPATH": str(site)})
+    found = {f["id"]: f for n in json.loads(r.stdout)["nodes"] for f in n["findings"]}
+    assert found["TOP-DOC-VERL-001"]["severity"] == "ok"  # installed ...
+    assert found["TOP-DOC-VERL-004"]["severity"] == "error"  # ... but not importable
+    assert "tensordict_missing_for_the_test" in found["TOP-DOC-VERL-004"]["found"]
+    assert r.returncode == 2
+
+
+ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("width", ["80", "120"])
+def test_tables_wrap_and_never_cut_ids(width):
+    from topl.launcher.contract import RULES
+
+    as_terminal = {"FORCE_COLOR": "1", "COLUMNS": width}
+    out = ANSI.sub("", run_topl("rules", env=as_terminal).stdout)
+    assert "…" not in out and all(r.id in out for r in RULES)
+    assert max(map(len, out.splitlines())) <= int(width)
+    out = ANSI.sub(
+        "", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout
+    )
+    assert "…" not in out and out.count("TOP-MEM-001") == 4 and out.count("TOP-TP-001") == 3
+    assert max(map(len, out.splitlines())) <= int(width)
+    r = run_topl("doctor", *STRICT_A3, env=as_terminal)
+    out = ANSI.sub("", r.stdout)
+    assert (
+        "…" not in out
+        and "TOP-DOC-ACC-001" in out
+        and max(map(len, out.splitlines())) <= int(width)
+    )
+
+
+def test_piped_tables_are_plain():
+    out = run_topl("rules", env={"COLUMNS": "80"}).stdout  # stdout is a pipe here
+    assert "\x1b[" not in out and "│" not in out and "┃" not in out
+    assert not any(l != l.rstrip() for l in out.splitlines())
+    lines = out.splitlines()
+    assert lines[1].split() == ["rule", "severity", "what", "must", "hold", "fix"]
+    assert all(len(l.split()) >= 3 and l.startswith("TOP-") for l in lines[2:])  # one rule a line

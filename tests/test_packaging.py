@@ -1,0 +1,140 @@
+"""The wheel and the installs users make: launcher-only (core dependencies, no torch, no
+DeepSpeed), and editable installs, which must either run sweeps or say how to fix them."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+A3 = "recipe=qwen3_30b_a3b_grpo_a3_strict"
+
+
+def sh(*args, cwd=None, env=None, timeout=600):
+    e = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})}
+    for k in ("PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV"):
+        e.pop(k, None)
+    return subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def source_copy(dest: Path) -> Path:
+    """The checkout's files without build outputs (pip builds inside the source folder)."""
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "outputs", "runs"
+    )
+    shutil.copytree(ROOT, dest, ignore=skip)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    r = sh(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "-w",
+        tmp / "dist",
+        source_copy(tmp / "src"),
+    )
+    assert r.returncode == 0, r.stderr
+    return next((tmp / "dist").glob("topl-*.whl"))
+
+
+def test_wheel_carries_configs_recipes_plugin_and_every_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder, package in (("conf", "topl/conf"), ("recipes", "topl/recipes")):
+        for f in (ROOT / folder).rglob("*.yaml"):
+            assert f"{package}/{f.relative_to(ROOT / folder)}" in names, f
+    assert "hydra_plugins/topl_sweeper/topl_sweeper.py" in names
+    for top in ("launcher", "kernels"):  # a new subpackage must be listed in pyproject's packages
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.relative_to(ROOT).as_posix()
+            want = (
+                ("hydra_plugins/" + rel.split("hydra_plugins/")[1])
+                if "hydra_plugins" in rel
+                else f"topl/{rel}"
+            )
+            assert want in names, f"{rel} is not in the wheel: add its package to pyproject.toml"
+
+
+def core_requirements(wheel) -> list[str]:
+    """Requires-Dist of the wheel without an extra: the core dependencies."""
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    lines = zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+    return [
+        l.split(":", 1)[1].strip()
+        for l in lines
+        if l.startswith("Requires-Dist:") and "extra ==" not in l
+    ]
+
+
+def test_launcher_only_install_runs_without_torch(wheel, tmp_path):
+    core = core_requirements(wheel)
+    assert not any(
+        r.split(";")[0].lower().startswith(("torch", "deepspeed", "triton")) for r in core
+    )
+    venv = tmp_path / "venv"
+    assert sh(sys.executable, "-m", "venv", venv).returncode == 0
+    py, topl = venv / "bin" / "python", venv / "bin" / "topl"
+    r = sh(py, "-m", "pip", "install", "-q", "--no-deps", wheel)
+    assert r.returncode == 0, r.stderr
+    r = sh(py, "-m", "pip", "install", "-q", *core)
+    assert r.returncode == 0, r.stderr
+    assert sh(py, "-c", "import torch").returncode != 0
+    assert sh(py, "-c", "import deepspeed").returncode != 0
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (
+        ["check", A3],
+        ["render", A3, "--json"],
+        ["plan", A3, "train.pp=4,8"],
+        ["recipes"],
+        ["rules"],
+        ["check", "recipe=qwen3_4b_grpo_a3_strict", "train=fsdp"],
+        ["launch", A3, "--dry-run"],
+        ["launch", "-m", A3, "train.pp=4,8", "--dry-run"],
+    ):
+        r = sh(topl, *args, cwd=work)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (
+            args,
+            r.stdout[-2000:],
+            r.stderr[-2000:],
+        )
+    assert sh(topl, "render", A3, "--json", cwd=work).stdout.lstrip().startswith("{")
+    r = sh(topl, "doctor", A3, "--json", cwd=work)  # runs; this host lacks the NPU stack
+    assert r.returncode == 2 and '"TOP-DOC-TORCH-001"' in r.stdout
+    before = sorted((work / "runs").iterdir())
+    r = sh(topl, "launch", cwd=work)  # the embedded default needs the `local` extra: say so
+    assert r.returncode == 2 and "needs torch" in r.stderr and "topl[local]" in r.stderr
+    assert "Traceback" not in r.stderr and sorted((work / "runs").iterdir()) == before
+
+
+@pytest.mark.parametrize("mode", ["strict", "default"])
+def test_editable_install_runs_sweeps_or_says_how(mode, tmp_path):
+    src = source_copy(tmp_path / "src")
+    venv = tmp_path / "venv"
+    assert sh(sys.executable, "-m", "venv", "--system-site-packages", venv).returncode == 0
+    py, topl = venv / "bin" / "python", venv / "bin" / "topl"
+    extra = ["--config-settings", "editable_mode=strict"] if mode == "strict" else []
+    r = sh(py, "-m", "pip", "install", "-q", "--no-deps", "-e", src, *extra)
+    assert r.returncode == 0, r.stderr
+    r = sh(topl, "launch", "-m", A3, "train.pp=4,8", "--dry-run", cwd=tmp_path)
+    if mode == "strict":
+        assert r.returncode == 0, r.stderr[-2000:]
+        sweep = tmp_path / "runs" / "multirun"
+        assert list(sweep.glob("*/sweep_report.json"))  # topl's sweeper ran: it writes the report
+        assert len(list(sweep.glob("*/*/command.sh"))) == 1  # pp=4 does not fit and was dropped
+    else:
+        assert (
+            r.returncode == 2 and "editable_mode=strict" in r.stderr and "Traceback" not in r.stderr
+        )
