@@ -77,6 +77,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     if ctx.dry_run:
         print(inv.command(spec.cluster.python))
         return
+
     def recorded() -> int:
         return lifecycle.run_recorded(run_dir, lambda: start(ctx, spec, inv, run_dir),
                                       backend=spec.cluster.backend)
