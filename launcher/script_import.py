@@ -18,8 +18,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item, resolve
 from topl.launcher.errors import ToplError
-from topl.launcher.render import CODE_KEYS
 from topl.launcher.redact import secret_name
+from topl.launcher.render import CODE_KEYS
 
 
 @dataclass
