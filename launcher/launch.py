@@ -25,6 +25,7 @@ class LaunchContext:
     prepared: tuple | None = None  # single run: (Composed, violations), made once up front
     rc: int = 0  # the worst exit code of the jobs run so far
     preflown: bool = False  # single run: preflight already passed before Hydra started
+    watch: bool = False  # follow logdiff/reward live; strict: stop on the first logdiff != 0
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
@@ -76,7 +77,18 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     if ctx.dry_run:
         print(inv.command(spec.cluster.python))
         return
-    rc = lifecycle.run_recorded(run_dir, lambda: start(ctx, spec, inv, run_dir), backend=spec.cluster.backend)
+
+    def recorded() -> int:
+        return lifecycle.run_recorded(run_dir, lambda: start(ctx, spec, inv, run_dir),
+                                      backend=spec.cluster.backend)
+
+    if ctx.watch:
+        from topl.launcher import watch
+        from topl.launcher.spec import is_strict
+
+        rc = watch.launched(run_dir, is_strict(spec), recorded)
+    else:
+        rc = recorded()
     ctx.rc = max(ctx.rc, rc)
 
 

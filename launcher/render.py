@@ -264,8 +264,10 @@ ENV_OWNERS: dict[str, tuple[str, ...]] = {
 
 
 def env_vars(s) -> dict[str, str]:
-    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env."""
-    return {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
+    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env,
+    then topl's guard (strict runs)."""
+    env = {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
+    return {**env, **guard_env(s, env)}
 
 
 def derived_env(s) -> dict[str, str]:
@@ -292,6 +294,32 @@ def derived_env(s) -> dict[str, str]:
     if s.cluster.external_modules:
         env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
     return env
+
+
+# env var -> the contract rule that requires it (what topl's guard checks in every process)
+GUARDED_ENV = {
+    "VLLM_BATCH_INVARIANT": "TOP-ALN-001", "VLLM_ASCEND_ENABLE_NZ": "TOP-ALN-001",
+    "CLOSE_MATMUL_K_SHIFT": "TOP-ALN-001", "ATB_MATMUL_SHUFFLE_K_ENABLE": "TOP-ALN-001",
+    "ATB_LLM_LCOC_ENABLE": "TOP-ALN-001", "HCCL_DETERMINISTIC": "TOP-COLL-001",
+    "LCCL_DETERMINISTIC": "TOP-COLL-002", "HCCL_ALGO": "TOP-COLL-003",
+}
+GUARD_MODULE = "topl.launcher.guard"  # = guard.MODULE (not imported: render stays import-light)
+
+
+def guard_env(s, env: dict[str, str]) -> dict[str, str]:
+    """Strict runs: topl's guard after the patch module in VERL_USE_EXTERNAL_MODULES (verl imports
+    them in order in every process, verl@0.9.1:verl/__init__.py) and its manifest (TOPL_GUARD):
+    the env vars and modules every process must have, each with the rule that requires it."""
+    if not is_strict(s):
+        return {}
+    patch = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    modules = {m: ["loaded", "TOP-STACK-005"] for m in patch}
+    if on_npu(s):
+        modules["batch_invariant_ops"] = ["importable", "TOP-STACK-004"]
+    manifest = {"strict": True, "modules": modules,
+                "env": {k: [v, GUARDED_ENV[k]] for k, v in env.items() if k in GUARDED_ENV}}
+    return {"VERL_USE_EXTERNAL_MODULES": ",".join([*patch, GUARD_MODULE]),
+            "TOPL_GUARD": json.dumps(manifest, separators=(",", ":"), sort_keys=True)}
 
 
 def overrides(s) -> list[tuple[str, Any]]:

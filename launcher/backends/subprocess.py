@@ -13,6 +13,7 @@ from topl.launcher import redact
 def child_env(invocation, run_dir: Path) -> dict[str, str]:
     env = {**os.environ, **invocation.env}
     env.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
+    env.setdefault("TOPL_GUARD_DIR", str(run_dir / "guard"))  # one record per verl process (guard.py)
     return env
 
 

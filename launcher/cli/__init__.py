@@ -19,6 +19,7 @@ commands:
   launch    validate, write a run directory, start the backend (Hydra app: -m, --cfg job, --info)
             flags: --dry-run (write the run dir, start nothing), --follow (ray_job: stream logs),
                    --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly),
+                   --watch (follow logdiff/reward live; strict: stop on the first logdiff != 0),
                    --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
@@ -28,6 +29,8 @@ commands:
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
+  watch     follow RUN_DIR: logdiff/reward per step, guard records; strict: stop on logdiff != 0
+            (--no-stop, --strict, --once, --json, --interval S)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
@@ -72,7 +75,8 @@ def check_sweeper_discoverable() -> None:
 
 
 # One module per command, imported when run: `topl rules` must not pay for torch or Hydra.
-COMMANDS = ("launch", "check", "render", "rules", "recipes", "probe", "plan", "doctor", "diagnose")
+COMMANDS = ("launch", "check", "render", "rules", "recipes", "probe", "plan", "doctor", "diagnose",
+            "watch")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from topl.launcher.errors import ToplError
 from topl.launcher.launch import LaunchContext, preflight, run_job
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
-TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", UNSAFE_FLAG)
+TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
 # Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
 UNSAFE_HYDRA_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
                       "--experimental-rerun")
@@ -79,7 +79,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
     hydra_overrides, root = prepared
-    ctx = LaunchContext(flags.dry_run, flags.follow, flags.skip_doctor, user_overrides=overrides, root=root)
+    ctx = LaunchContext(flags.dry_run, flags.follow, flags.skip_doctor, user_overrides=overrides, root=root,
+                        watch=flags.watch)
     if not informational and not multirun:
         # compose and check once, up front: bad input is a readable error and exit 2 before
         # Hydra makes a run dir; the job reuses this spec and these violations

@@ -1,0 +1,292 @@
+"""Follow a running job: logdiff and reward per step, the guard's records, and in strict mode a stop
+on the first step whose max logdiff is not exactly 0 (or whose diff metrics are missing).
+
+Sources, in the run directory: `metrics.jsonl`, one `{"step": N, "data": {...}}` per line as the
+local backend writes it and as verl's file logger does (verl@0.9.1:verl/utils/tracking.py:FileLogger.log,
+path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here); `guard/*.json` (one per
+verl process, launcher/guard.py); else the job's console lines `step:N - key:value - ...`
+(verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str) in `verl.log` or, for a Ray
+job, from the Ray Job API, and `TOPL-GUARD {...}` lines there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
+# verl@0.9.1:verl/utils/debug/metrics.py:calculate_debug_metrics (not computed under bypass_mode)
+DIFF_MAX, DIFF_MEAN = "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean"
+REWARD = "critic/rewards/mean"
+RATIO_KEYS = ("actor/ratio_max_abs_dev", "rollout_corr/rollout_is_mean", "actor/ppo_kl")
+_CONSOLE = re.compile(r"^(?:\([^)]*\) )?step:(\d+) - (.*)$")  # Ray prefixes "(Actor pid=N) "
+
+
+def verdict(data: dict) -> str | None:
+    """Why this step is off-policy under alignment=strict, or None."""
+    if DIFF_MAX not in data:
+        return (
+            f"{DIFF_MAX} missing: verl did not compare rollout and training log-probs "
+            "(bypass_mode, or the rollout returned no log-probs)"
+        )
+    v = data[DIFF_MAX]
+    if not isinstance(v, (int, float)) or math.isnan(v) or v != 0:
+        return f"{DIFF_MAX} = {v!r}, not exactly 0: the run went off-policy"
+    return None
+
+
+def parse_console(line: str) -> tuple[int, dict] | None:
+    m = _CONSOLE.match(line.strip())
+    if not m:
+        return None
+    data = {}
+    for part in m.group(2).split(" - "):
+        k, _, v = part.rpartition(":")
+        try:
+            data[k] = float(v)
+        except ValueError:
+            continue
+    return int(m.group(1)), data
+
+
+class Tail:
+    """New complete lines of a growing file (a partial last line waits for its newline)."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos, self.buf = path, 0, ""
+
+    def lines(self) -> list[str]:
+        if not self.path.is_file():
+            return []
+        with self.path.open() as f:
+            f.seek(self.pos)
+            chunk = f.read()
+            self.pos = f.tell()
+        *done, self.buf = (self.buf + chunk).split("\n")
+        return done
+
+
+@dataclass
+class Watcher:
+    """One run directory followed step by step; `poll()` yields what is new since the last call."""
+
+    run_dir: Path
+    strict: bool
+    logs: Callable[[], str] | None = None  # a Ray job's whole log so far (Ray Job API)
+    steps: list[tuple[int, dict]] = field(default_factory=list)
+    guards: dict[str, dict] = field(default_factory=dict)
+    reason: str | None = None
+    _seen: int = 0
+
+    def __post_init__(self):
+        self.metrics = Tail(self.run_dir / "metrics.jsonl")
+        self.console = Tail(self.run_dir / "verl.log")
+
+    def _lines(self) -> Iterator[str]:
+        yield from self.console.lines()
+        if self.logs is not None:
+            text = self.logs()
+            yield from text[self._seen :].splitlines()
+            self._seen = len(text)
+
+    def poll(self) -> list[tuple[str, object]]:
+        new: list[tuple[str, object]] = []
+        for p in sorted((self.run_dir / "guard").glob("*.json")):
+            if p.name not in self.guards:
+                try:
+                    self.guards[p.name] = rec = json.loads(p.read_text())
+                except ValueError:
+                    continue  # still being written
+                new.append(("guard", rec))
+        from_file = self.metrics.path.is_file()
+        for line in self.metrics.lines():
+            with_step = json.loads(line) if line.strip() else None
+            if with_step:
+                new.append(("step", (int(with_step["step"]), with_step["data"])))
+        for line in self._lines():
+            if line.startswith(PREFIX + " "):
+                rec = json.loads(line[len(PREFIX) + 1 :])
+                self.guards[f"{rec['host']}-{rec['pid']}"] = rec
+                new.append(("guard", rec))
+            elif not from_file and (parsed := parse_console(line)):
+                new.append(("step", parsed))
+        for kind, item in new:
+            if kind == "step":
+                self.steps.append(item)
+                if self.strict and self.reason is None and (why := verdict(item[1])):
+                    self.reason = f"step {item[0]}: {why}"
+        return new
+
+
+def row(step: int, data: dict) -> str:
+    def f(k):
+        v = data.get(k)
+        return f"{v:>10.3g}" if isinstance(v, (int, float)) else f"{'-':>10}"
+
+    ratio = next((k for k in RATIO_KEYS if k in data), RATIO_KEYS[0])
+    return f"{step:>5} {f(DIFF_MAX)} {f(DIFF_MEAN)} {f(REWARD)} {f(ratio)}"
+
+
+HEADER = f"{'step':>5} {'logdiff max':>10} {'mean':>10} {'reward':>10} {'ratio':>10}"
+
+
+def guard_line(rec: dict) -> str:
+    miss = "; ".join(f"{m['rule']} {m['what']}" for m in rec.get("missing", [])) or "ok"
+    return (
+        f"guard {rec.get('role')} {rec.get('host')}:{rec.get('pid')} "
+        f"verl {rec.get('versions', {}).get('verl')} {rec.get('accelerator', {}).get('kind')}: {miss}"
+    )
+
+
+def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
+    """logdiff / reward / ratio over steps (matplotlib if installed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [s for s, _ in steps]
+    ratio = next((k for k in RATIO_KEYS if any(k in d for _, d in steps)), RATIO_KEYS[0])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    for ax, key in zip(axes, (DIFF_MAX, REWARD, ratio)):
+        ax.plot(xs, [d.get(key, float("nan")) for _, d in steps], marker="o")
+        ax.set(title=key, xlabel="step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def stop_job(run_dir: Path, status: dict) -> str:
+    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
+    job = run_dir / "ray_job_id"
+    if job.is_file():
+        from ray.job_submission import JobSubmissionClient
+
+        from topl.launcher.lifecycle import with_deadline
+
+        address, job_id = _spec_get(run_dir, "cluster.ray_address"), job.read_text().strip()
+        with_deadline(
+            lambda: JobSubmissionClient(address).stop_job(job_id),
+            60,
+            "Ray stop_job",
+            fix=f"ray job stop {job_id} --address {address}",
+        )
+        return f"ray job {job_id} stopped"
+    pid = status.get("pid")
+    if not pid:
+        return "no pid in status.json: nothing stopped"
+    try:
+        os.kill(int(pid), signal.SIGTERM)  # topl turns SIGTERM into a stop of the whole job group
+    except ProcessLookupError:
+        return f"topl (pid {pid}) already gone"
+    return f"SIGTERM to topl (pid {pid})"
+
+
+def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
+    """Let topl record the stop first, then say why in status.json (the run failed)."""
+    from topl.launcher import rundir
+
+    deadline = time.monotonic() + wait_s
+    while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    st = read_status(run_dir)
+    st.pop("state", None), st.pop("updated", None)
+    rundir.set_status(
+        run_dir, "failed", **{**st, "stopped_by": "topl watch", "reason": reason, "stop": how}
+    )
+
+
+def read_status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _spec_get(run_dir: Path, dotted: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(OmegaConf.load(run_dir / "spec.yaml"), dotted)
+
+
+def is_strict_run(run_dir: Path) -> bool:
+    try:
+        return _spec_get(run_dir, "alignment.mode") == "strict"
+    except OSError:
+        return False
+
+
+def follow(
+    w: Watcher,
+    out=sys.stdout,
+    interval: float = 1.0,
+    on_stop: Callable[[str], None] | None = None,
+    done: Callable[[], bool] | None = None,
+    quiet: bool = False,
+) -> Watcher:
+    """Poll until the run ends (status not running) or a strict violation (then `on_stop(reason)`)."""
+    done = done or (lambda: read_status(w.run_dir).get("state") not in (None, "running"))
+    if not quiet:
+        print(HEADER, file=out, flush=True)
+    while True:
+        finished = done()  # read before the last poll: nothing written before the end is missed
+        for kind, item in w.poll():
+            if not quiet:
+                print(row(*item) if kind == "step" else guard_line(item), file=out, flush=True)
+        if w.reason:
+            if not quiet:
+                print(f"topl watch: STOP {w.reason}", file=out, flush=True)
+            if on_stop:
+                on_stop(w.reason)
+            return w
+        if finished:
+            return w
+        time.sleep(interval)
+
+
+def launched(run_dir: Path, strict: bool, run: Callable[[], int], interval: float = 0.5) -> int:
+    """`topl launch --watch`: `run()` (the recorded backend) with a watcher beside it; a strict
+    violation interrupts the main thread as SIGTERM would (the backend stops its job) and the
+    status says why."""
+    import _thread
+    import threading
+
+    finished = threading.Event()
+    w = Watcher(run_dir, strict)
+
+    def stop(_reason: str) -> None:
+        # raises Interrupted in the main thread while the job runs; a no-op once the default
+        # SIGTERM handler is back (Python skips SIG_DFL here), so a late stop cannot kill topl
+        _thread.interrupt_main(signal.SIGTERM)
+
+    t = threading.Thread(
+        target=follow,
+        args=(w,),
+        daemon=True,
+        name="topl-watch",
+        kwargs=dict(interval=interval, on_stop=stop, done=finished.is_set),
+    )
+    t.start()
+    try:
+        rc = run()
+    finally:
+        finished.set()
+        t.join(30)
+    if w.steps:
+        plot(w.steps, run_dir / "watch.png")
+    if w.reason:
+        mark(run_dir, w.reason, "topl launch --watch interrupted the job", wait_s=0)
+        print(f"topl watch: stopped: {w.reason} (run dir {run_dir})", file=sys.stderr)
+        return rc or 1
+    return rc
