@@ -3,6 +3,7 @@ engine and a training engine that agree bit for bit when aligned.
 
 Knows nothing about Hydra: everything reads one :class:`Alignment` object.
 """
+
 from topl.kernels.alignment import Alignment, RolloutCorrection
 
 __all__ = ["Alignment", "RolloutCorrection"]

@@ -1,4 +1,5 @@
 """The alignment switches: defined once, read by the contract, the renderer and the kernels."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,8 +8,19 @@ from typing import Optional
 # Field metadata ("ge", "one_of", "src", ...) declares a field's constraint; the launcher checks
 # it (launcher/constraints.py). verl 0.9.1's rollout correction checks, cited per field:
 _RC = "verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py"
-_RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-               "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+_RS_OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
 
 
 @dataclass
@@ -16,17 +28,26 @@ class RolloutCorrection:
     """verl's `algorithm.rollout_correction` (TIS/MIS): mitigation when exactness is not the goal."""
 
     # importance-sampling level: null | token | sequence
-    rollout_is: Optional[str] = field(default=None, metadata={
-        "one_of": (None, "token", "sequence"), "src": f"{_RC}:compute_rollout_correction_weights"})
+    rollout_is: Optional[str] = field(
+        default=None,
+        metadata={
+            "one_of": (None, "token", "sequence"),
+            "src": f"{_RC}:compute_rollout_correction_weights",
+        },
+    )
     # truncation threshold of the IS weight
-    rollout_is_threshold: float = field(default=2.0, metadata={
-        "gt": 0, "src": f"{_RC}:_parse_rollout_is_threshold"})
+    rollout_is_threshold: float = field(
+        default=2.0, metadata={"gt": 0, "src": f"{_RC}:_parse_rollout_is_threshold"}
+    )
     # rejection sampling: null or comma-separated options, e.g. token_k1, seq_mean_k3
-    rollout_rs: Optional[str] = field(default=None, metadata={
-        "each_of": _RS_OPTIONS, "src": f"{_RC}:SUPPORTED_ROLLOUT_RS_OPTIONS"})
+    rollout_rs: Optional[str] = field(
+        default=None,
+        metadata={"each_of": _RS_OPTIONS, "src": f"{_RC}:SUPPORTED_ROLLOUT_RS_OPTIONS"},
+    )
     # rejection threshold (k1 options: ratio bounds [1/t, t]); required when rollout_rs is set
-    rollout_rs_threshold: Optional[float] = field(default=None, metadata={
-        "gt": 0, "src": f"{_RC}:_parse_rollout_rs_thresholds"})
+    rollout_rs_threshold: Optional[float] = field(
+        default=None, metadata={"gt": 0, "src": f"{_RC}:_parse_rollout_rs_thresholds"}
+    )
     bypass_mode: bool = False  # True skips the old-log-prob recompute (and the diff metrics)
 
 
@@ -39,14 +60,23 @@ class Alignment:
     """
 
     # strict (true on-policy) | off (plain run) | mitigated (TIS/MIS)
-    mode: str = field(default="strict", metadata={"one_of": ("strict", "off", "mitigated"),
-                                                  "src": ""})
-    attention_semantics: bool = True  # (a) only visible tokens enter the softmax reduction, both sides
-    reduction_order: bool = True  # (b) the same KV split/tile boundaries in decode, prefill and training
+    mode: str = field(
+        default="strict", metadata={"one_of": ("strict", "off", "mitigated"), "src": ""}
+    )
+    attention_semantics: bool = (
+        True  # (a) only visible tokens enter the softmax reduction, both sides
+    )
+    reduction_order: bool = (
+        True  # (b) the same KV split/tile boundaries in decode, prefill and training
+    )
     softmax_tiling: bool = True  # (c) the same online-softmax block and sequential merge cadence
     fp32_critical_path: bool = True  # (d) fp32 softmax sums and fp32 log-softmax at the same points
-    batch_invariant: bool = True  # a row's matmul/RMSNorm result independent of rows sharing the batch
-    fused_ops_matched: bool = True  # swiglu / add+RMSNorm / RoPE: same fused-or-not form on both sides
+    batch_invariant: bool = (
+        True  # a row's matmul/RMSNorm result independent of rows sharing the batch
+    )
+    fused_ops_matched: bool = (
+        True  # swiglu / add+RMSNorm / RoPE: same fused-or-not form on both sides
+    )
     moe_fixed_combine: bool = True  # top-k expert outputs summed in a fixed (rank) order
     tp_aligned_reduction: bool = True  # rollout reduces row-parallel partials in training's order
     # KV tile = decode split = online-softmax block (FA3 consistency block: 128)
@@ -74,5 +104,7 @@ class Alignment:
         from dataclasses import replace
 
         if switch not in self.SWITCHES:
-            raise ValueError(f"unknown alignment switch {switch!r}; known: {', '.join(self.SWITCHES)}")
+            raise ValueError(
+                f"unknown alignment switch {switch!r}; known: {', '.join(self.SWITCHES)}"
+            )
         return replace(self, **{switch: False}, mode="off")

@@ -16,6 +16,7 @@ switch is off, the plan differs:
            (paged-attention-v2's reduce).
 - fp32:    the softmax sum accumulates fp32 probabilities; False sums the rounded ones (mixed).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,7 +60,9 @@ def _partial(q, k, v, plan: Plan, vis: torch.Tensor, valid: torch.Tensor, dtype)
     s = (q[:, :, None, :] * k.transpose(1, 2)).sum(-1)  # [R, H, n], reduced over D per element
     idx = torch.arange(k.shape[1])
     see = idx[None, :] < vis[:, None]
-    s = s.masked_fill(~(see if plan.visible else idx[None, :] < valid[:, None])[:, None, :], float("-inf"))
+    s = s.masked_fill(
+        ~(see if plan.visible else idx[None, :] < valid[:, None])[:, None, :], float("-inf")
+    )
     m = s.amax(-1)
     p = torch.exp(s - m[..., None])
     if not plan.visible:
@@ -69,9 +72,17 @@ def _partial(q, k, v, plan: Plan, vis: torch.Tensor, valid: torch.Tensor, dtype)
     return m, l, (pb.float()[..., None] * v.transpose(1, 2)).sum(-2)
 
 
-def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tensor, plan: Plan,
-           scale: float, splits: int = 1, seq: list[int] | None = None, lens: list[int] | None = None
-           ) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    positions: list[int],
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: Plan,
+    scale: float,
+    splits: int = 1,
+    seq: list[int] | None = None,
+    lens: list[int] | None = None,
+) -> torch.Tensor:
     """Causal attention for rows q [R, H, D] at `positions` over keys k, v [L, KVH, D] of one
     sequence, or of a batch: k, v [S, L, KVH, D] (padded), row i in sequence seq[i] of lens[...] keys.
 
@@ -85,8 +96,15 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
         out = torch.empty_like(q)  # a batch: one sequence at a time
         for s in range(k.shape[0]):
             rows = [i for i, x in enumerate(seq) if x == s]
-            out[rows] = _attend_cuda(q[rows], [positions[i] for i in rows], k[s, :lens[s]], v[s, :lens[s]], plan,
-                                     scale, splits)
+            out[rows] = _attend_cuda(
+                q[rows],
+                [positions[i] for i in rows],
+                k[s, : lens[s]],
+                v[s, : lens[s]],
+                plan,
+                scale,
+                splits,
+            )
         return out
     if k.dim() == 3:
         k, v, seq, lens = k[None], v[None], [0] * q.shape[0], [k.shape[0]]
@@ -110,8 +128,15 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
         idx = present.nonzero()[:, 0]
         rows_seq = seq_t[idx]
         pm, pl_, po = torch.full((r, h), float("-inf")), torch.zeros(r, h), torch.zeros(r, h, d)
-        m, l, o = _partial(qf[idx], kf[rows_seq, s:s + t], vf[rows_seq, s:s + t], plan,
-                           (pos_t[idx] + 1 - s).clamp(max=t), (len_t[rows_seq] - s).clamp(max=t), q.dtype)
+        m, l, o = _partial(
+            qf[idx],
+            kf[rows_seq, s : s + t],
+            vf[rows_seq, s : s + t],
+            plan,
+            (pos_t[idx] + 1 - s).clamp(max=t),
+            (len_t[rows_seq] - s).clamp(max=t),
+            q.dtype,
+        )
         pm[idx], pl_[idx], po[idx] = m, l, o
         if plan.merge == "online":
             new_split = present & (j % per == 0) & (j > 0)
@@ -129,7 +154,9 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
             state_m = new_m
         else:
             partials.append((pm, pl_, po, present))
-    if plan.merge == "oneshot":  # paged-attention-v2 style: normalised partials stored in the model dtype
+    if (
+        plan.merge == "oneshot"
+    ):  # paged-attention-v2 style: normalised partials stored in the model dtype
         gm = torch.stack([p[0] for p in partials]).amax(0)
         for pm, pl_, po, present in partials:
             w = torch.where(present[:, None], pl_ * torch.exp(pm - gm), torch.zeros_like(gm))
@@ -139,17 +166,30 @@ def attend(q: torch.Tensor, positions: list[int], k: torch.Tensor, v: torch.Tens
     elif done:  # split-KV reduce: each split's normalised output stored in the model dtype (as
         # paged-attention v2's tmp_out), weighted by exp(lse_split - lse_max), summed in split order
         done.append((state_m, state_l, state_o, torch.ones(r, dtype=torch.bool)))
-        lse = [torch.where(rows[:, None], m + torch.log(l), float("-inf")) for m, l, _, rows in done]
+        lse = [
+            torch.where(rows[:, None], m + torch.log(l), float("-inf")) for m, l, _, rows in done
+        ]
         top = torch.stack(lse).amax(0)
         total = sum(torch.exp(x - top).nan_to_num(0.0) for x in lse)
-        out = sum(torch.exp(x - top).nan_to_num(0.0)[..., None]
-                  * (o / l.clamp_min(1e-30)[..., None]).to(q.dtype).float() for x, (_, l, o, _) in zip(lse, done))
+        out = sum(
+            torch.exp(x - top).nan_to_num(0.0)[..., None]
+            * (o / l.clamp_min(1e-30)[..., None]).to(q.dtype).float()
+            for x, (_, l, o, _) in zip(lse, done)
+        )
         return (out / total[..., None]).to(q.dtype)
     return (state_o / state_l[..., None]).to(q.dtype)
 
 
-def attend_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, tables: list[list[int]],
-                 spans: list[tuple[int, int]], pos: list[int], plans: list[Plan], scale: float) -> torch.Tensor:
+def attend_paged(
+    q: torch.Tensor,
+    k_pages: torch.Tensor,
+    v_pages: torch.Tensor,
+    tables: list[list[int]],
+    spans: list[tuple[int, int]],
+    pos: list[int],
+    plans: list[Plan],
+    scale: float,
+) -> torch.Tensor:
     """One attention call for a continuous batch: rows q[a:b] of item n (spans[n]) at positions
     pos[a:b] attend over the keys 0..pos[b-1] of that request, read from cache pages
     k_pages / v_pages [blocks, block_size, KVH, D] through its block table; plans[n] per item.
@@ -163,7 +203,9 @@ def attend_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
     lens = [pos[b - 1] + 1 for a, b in spans]
     splits = 1
     if any(p.tiles == "split" for p in plans):
-        splits = num_splits(len(spans), q.shape[1], max(b - a for a, b in spans), max(lens), plans[0].tile)
+        splits = num_splits(
+            len(spans), q.shape[1], max(b - a for a, b in spans), max(lens), plans[0].tile
+        )
     out = torch.empty_like(q)
     for plan in dict.fromkeys(plans):
         items = [n for n, p in enumerate(plans) if p == plan]
@@ -177,25 +219,52 @@ def attend_paged(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, 
             vs.append(torch.nn.functional.pad(v_pages[blocks, idx % bs], fill))
         rows = torch.cat([torch.arange(*spans[n]) for n in items])
         seq = [i for i, n in enumerate(items) for _ in range(*spans[n])]
-        out[rows] = attend(q[rows], [pos[i] for i in rows.tolist()], torch.stack(ks), torch.stack(vs), plan,
-                           scale, splits, seq, [lens[n] for n in items])
+        out[rows] = attend(
+            q[rows],
+            [pos[i] for i in rows.tolist()],
+            torch.stack(ks),
+            torch.stack(vs),
+            plan,
+            scale,
+            splits,
+            seq,
+            [lens[n] for n in items],
+        )
     return out
 
 
 def _attend_cuda(q, positions, k, v, plan: Plan, scale: float, splits: int = 1) -> torch.Tensor:
     """GPU: the aligned plan runs the Triton kernel family (kernels/gpu/attention.py); any other
     plan is the native path, torch SDPA."""
-    aligned = plan.tiles == "left" and plan.visible and plan.merge == "online" and plan.fp32 and splits == 1
+    aligned = (
+        plan.tiles == "left"
+        and plan.visible
+        and plan.merge == "online"
+        and plan.fp32
+        and splits == 1
+    )
     d = q.shape[-1]
     if aligned and plan.tile >= 16 and d >= 16 and (plan.tile & (plan.tile - 1)) == 0:
         from topl.kernels.gpu.attention import attention
 
         pos = torch.as_tensor(positions, dtype=torch.int32, device=q.device)
-        return attention(q.contiguous(), k.contiguous(), v.contiguous(), [0] * q.shape[0], pos,
-                         kv_start=torch.zeros(1, dtype=torch.int32, device=q.device), tile=plan.tile)
+        return attention(
+            q.contiguous(),
+            k.contiguous(),
+            v.contiguous(),
+            [0] * q.shape[0],
+            pos,
+            kv_start=torch.zeros(1, dtype=torch.int32, device=q.device),
+            tile=plan.tile,
+        )
     pos = torch.as_tensor(positions, device=q.device)
     mask = torch.arange(k.shape[0], device=q.device)[None, :] <= pos[:, None]
     out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=mask,
-        scale=scale, enable_gqa=True)
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        attn_mask=mask,
+        scale=scale,
+        enable_gqa=True,
+    )
     return out[0].transpose(0, 1)

@@ -15,6 +15,7 @@ results by about one ULP (median <= ROUNDING_ULPS), relative errors of the order
 epsilon, and in both directions about equally often; a logic-level change moves them further, or
 all the same way (a x1.01 scale is within 2 bf16 ULPs, but every |value| grows).
 """
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,8 @@ BIAS_MIN_ELEMENTS, BIAS_FRACTION = 64, 0.9
 # with the contract rules that enforce them.
 CANDIDATES = {
     "input_norm": ["batch_invariant", "fused_ops_matched"],
-    "q": ["fused_ops_matched", "batch_invariant"], "k": ["fused_ops_matched", "batch_invariant"],
+    "q": ["fused_ops_matched", "batch_invariant"],
+    "k": ["fused_ops_matched", "batch_invariant"],
     "v": ["batch_invariant"],
     "attn": ["attention_semantics", "reduction_order", "softmax_tiling", "fp32_critical_path"],
     "o_proj": ["tp_aligned_reduction", "batch_invariant"],
@@ -65,7 +67,7 @@ REMEDY = {  # where no alignment switch applies
     "k": "alignment.fused_ops_matched (RoPE) / alignment.batch_invariant — TOP-ALN-001",
     "v": "alignment.batch_invariant — TOP-ALN-001",
     "attn": "alignment.attention_semantics / reduction_order / softmax_tiling / fp32_critical_path — "
-            "TOP-ATTN-001, TOP-ATTN-004, TOP-ALN-001",
+    "TOP-ATTN-001, TOP-ATTN-004, TOP-ALN-001",
     "o_proj": "alignment.tp_aligned_reduction / alignment.batch_invariant — TOP-TP-001, TOP-COLL-001",
     "post_attn_residual": "alignment.fused_ops_matched (add+RMSNorm) — TOP-ALN-001",
     "router_logits": "alignment.batch_invariant (router matmul) — TOP-ALN-001",
@@ -85,23 +87,40 @@ def _inputs(boundary: str, num_layers: int, moe: bool) -> list[str]:
     m = re.match(r"layers\.(\d+)\.(\w+)$", boundary)
     if not m:
         last = f"layers.{num_layers - 1}."
-        return {"final_norm": [last + "post_attn_residual", last + "mlp"], "logits": ["final_norm"],
-                "logprobs": ["logits"]}[boundary]
+        return {
+            "final_norm": [last + "post_attn_residual", last + "mlp"],
+            "logits": ["final_norm"],
+            "logprobs": ["logits"],
+        }[boundary]
     i, b = int(m.group(1)), m.group(2)
     p = f"layers.{i}."
-    layer_in = ["embed"] if i == 0 else [f"layers.{i - 1}.post_attn_residual", f"layers.{i - 1}.mlp"]
-    return {"input_norm": layer_in, "q": [p + "input_norm"], "k": [p + "input_norm"], "v": [p + "input_norm"],
-            "attn": [p + "q", p + "k", p + "v"], "o_proj": [p + "attn"],
-            "post_attn_residual": [p + "o_proj", *layer_in], "router_logits": [p + "post_attn_residual"],
-            "experts": [p + "router_logits"], "expert_out": [p + "post_attn_residual", p + "experts"],
-            "mlp": [p + "post_attn_residual"] + ([p + "expert_out"] if moe else [])}[b]
+    layer_in = (
+        ["embed"] if i == 0 else [f"layers.{i - 1}.post_attn_residual", f"layers.{i - 1}.mlp"]
+    )
+    return {
+        "input_norm": layer_in,
+        "q": [p + "input_norm"],
+        "k": [p + "input_norm"],
+        "v": [p + "input_norm"],
+        "attn": [p + "q", p + "k", p + "v"],
+        "o_proj": [p + "attn"],
+        "post_attn_residual": [p + "o_proj", *layer_in],
+        "router_logits": [p + "post_attn_residual"],
+        "experts": [p + "router_logits"],
+        "expert_out": [p + "post_attn_residual", p + "experts"],
+        "mlp": [p + "post_attn_residual"] + ([p + "expert_out"] if moe else []),
+    }[b]
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Distance in units in the last place, in the tensors' own dtype (integer view)."""
     if not a.is_floating_point():
         return (a != b).long()
-    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}.get(a.dtype)
+    bits = {
+        torch.float32: torch.int32,
+        torch.bfloat16: torch.int16,
+        torch.float16: torch.int16,
+    }.get(a.dtype)
     if bits is None:
         a, b, bits = a.float(), b.float(), torch.int32
     ia, ib = a.contiguous().view(bits).long(), b.contiguous().view(bits).long()
@@ -117,26 +136,43 @@ def compare_boundary(ra: dict, rb: dict) -> dict | None:
     if not keys:
         return None
     if any(ra[k].numel() != rb[k].numel() for k in keys[:1]):
-        return {"tokens": len(keys), "shape_mismatch": [list(ra[keys[0]].shape), list(rb[keys[0]].shape)],
-                "equal": False}
-    a = torch.stack([ra[k].reshape(-1) for k in keys])  # per token, flattened: [KVH, D] maps to [KVH*D]
+        return {
+            "tokens": len(keys),
+            "shape_mismatch": [list(ra[keys[0]].shape), list(rb[keys[0]].shape)],
+            "equal": False,
+        }
+    a = torch.stack(
+        [ra[k].reshape(-1) for k in keys]
+    )  # per token, flattened: [KVH, D] maps to [KVH*D]
     b = torch.stack([rb[k].reshape(-1) for k in keys])
     if a.shape != b.shape:
-        return {"tokens": len(keys), "shape_mismatch": [list(a.shape), list(b.shape)], "equal": False}
+        return {
+            "tokens": len(keys),
+            "shape_mismatch": [list(a.shape), list(b.shape)],
+            "equal": False,
+        }
     if a.dtype != b.dtype:
         a, b = a.float(), b.float()
     eq = a == b
     ulp = ulp_distance(a, b)
     diff = ulp[~eq].float()
-    out = {"tokens": len(keys), "equal": bool(eq.all()), "fraction_equal": float(eq.float().mean()),
-           "max_abs": float((a.float() - b.float()).abs().max()), "max_ulp": int(ulp.max()),
-           "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0, "differing": int(diff.numel())}
+    out = {
+        "tokens": len(keys),
+        "equal": bool(eq.all()),
+        "fraction_equal": float(eq.float().mean()),
+        "max_abs": float((a.float() - b.float()).abs().max()),
+        "max_ulp": int(ulp.max()),
+        "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0,
+        "differing": int(diff.numel()),
+    }
     if diff.numel() and a.is_floating_point():
         fa, fb = a[~eq].float(), b[~eq].float()
         eps = torch.finfo(a.dtype).eps
-        out.update(sign_bias=float((fa > fb).float().mean()),  # share of A > B: 0.5 for rounding
-                   magnitude_bias=float((fa.abs() > fb.abs()).float().mean()),  # share of |A| > |B|
-                   median_rel_err_eps=float(((fa - fb).abs() / fb.abs().clamp_min(1e-30)).median() / eps))
+        out.update(
+            sign_bias=float((fa > fb).float().mean()),  # share of A > B: 0.5 for rounding
+            magnitude_bias=float((fa.abs() > fb.abs()).float().mean()),  # share of |A| > |B|
+            median_rel_err_eps=float(((fa - fb).abs() / fb.abs().clamp_min(1e-30)).median() / eps),
+        )
     return out
 
 
@@ -159,21 +195,32 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
             "the dumps do not record the same boundaries"
             + (f"; only in A: {', '.join(only_a)}" if only_a else "")
             + (f"; only in B: {', '.join(only_b)}" if only_b else "")
-            + (f"; not canonical boundary names: {', '.join(unknown)}" if unknown else ""))
+            + (f"; not canonical boundary names: {', '.join(unknown)}" if unknown else "")
+        )
     moe = bool(ma["model"].get("num_experts", 0))
-    report = {"a": ma.get("engine"), "b": mb.get("engine"), "boundaries": [], "first_divergence": None,
-              "common_only": bool(only_a or only_b)}
+    report = {
+        "a": ma.get("engine"),
+        "b": mb.get("engine"),
+        "boundaries": [],
+        "first_divergence": None,
+        "common_only": bool(only_a or only_b),
+    }
     wa, wb = ma.get("weights", {}), mb.get("weights", {})
     bad_w = sorted(k for k in set(wa) | set(wb) if wa.get(k) != wb.get(k)) if wa and wb else []
-    cfg_diff = {k: (ma["model"].get(k), mb["model"].get(k)) for k in set(ma["model"]) | set(mb["model"])
-                if k not in ("name", "hf_path") and ma["model"].get(k) != mb["model"].get(k)}
+    cfg_diff = {
+        k: (ma["model"].get(k), mb["model"].get(k))
+        for k in set(ma["model"]) | set(mb["model"])
+        if k not in ("name", "hf_path") and ma["model"].get(k) != mb["model"].get(k)
+    }
     report["weights_differ"] = bad_w
     report["config_differ"] = {k: list(v) for k, v in cfg_diff.items()}
     for name in canonical_order(num_layers):
         in_a, in_b = name in ra, name in rb
         row = {"boundary": name}
         if not (in_a and in_b):
-            row["mapped"] = "absent in " + ("both" if not (in_a or in_b) else ("A" if not in_a else "B"))
+            row["mapped"] = "absent in " + (
+                "both" if not (in_a or in_b) else ("A" if not in_a else "B")
+            )
             if in_a or in_b:
                 report["boundaries"].append(row)
             continue
@@ -188,7 +235,8 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
             report["first_divergence"] = name
     layouts = (ma.get("layout") or {}, mb.get("layout") or {})
     report["verdict"], report["reason"], report["remedy"], report["switches"] = _verdict(
-        report, num_layers, moe, layouts)
+        report, num_layers, moe, layouts
+    )
     return report
 
 
@@ -200,8 +248,10 @@ def systematic(r: dict) -> str | None:
         for key, what in (("sign_bias", "A > B"), ("magnitude_bias", "|A| > |B|")):
             share = r.get(key, 0.5)
             if max(share, 1 - share) >= BIAS_FRACTION:
-                return (f"{what} on {share:.0%} of {r['differing']} differing elements "
-                        f"(rounding goes both ways; relative error {r['median_rel_err_eps']:.1f} eps)")
+                return (
+                    f"{what} on {share:.0%} of {r['differing']} differing elements "
+                    f"(rounding goes both ways; relative error {r['median_rel_err_eps']:.1f} eps)"
+                )
     return None
 
 
@@ -211,7 +261,10 @@ def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) 
     cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
     sibling = first.rsplit(".", 1)[0] + ".v"
     if kind in ("q", "k") and rows.get(sibling, {}).get("equal") is False:
-        cands = ["batch_invariant", "fused_ops_matched"]  # v differs too: the shared projection GEMM
+        cands = [
+            "batch_invariant",
+            "fused_ops_matched",
+        ]  # v differs too: the shared projection GEMM
     off = set()
     for lay in layouts:  # a dump that records its alignment (topl's engines do) narrows the list
         al = lay.get("alignment") or {}
@@ -224,43 +277,77 @@ def _verdict(report, num_layers, moe, layouts):
     rows = {r["boundary"]: r for r in report["boundaries"]}
     first = report["first_divergence"]
     if report["weights_differ"]:
-        return ("framework difference", f"weights differ in {', '.join(report['weights_differ'])}",
-                "load the same checkpoint on both sides (a conversion or sharding bug)", [])
+        return (
+            "framework difference",
+            f"weights differ in {', '.join(report['weights_differ'])}",
+            "load the same checkpoint on both sides (a conversion or sharding bug)",
+            [],
+        )
     if report["config_differ"]:
         where = f"; first visible at {first}" if first else ""
-        return ("framework difference", f"model config differs: {report['config_differ']}{where}",
-                "make both engines read the same model config", [])
+        return (
+            "framework difference",
+            f"model config differs: {report['config_differ']}{where}",
+            "make both engines read the same model config",
+            [],
+        )
     if first is None:
         compared = [r for r in report["boundaries"] if "equal" in r]
         if not compared:
-            return ("framework difference", "no boundary maps between the two dumps", "check the name maps", [])
+            return (
+                "framework difference",
+                "no boundary maps between the two dumps",
+                "check the name maps",
+                [],
+            )
         return ("equal", "every mapped boundary is bitwise equal", "", [])
     r = rows[first]
     if "shape_mismatch" in r:
-        return ("framework difference", f"{first}: shapes {r['shape_mismatch']} do not map",
-                "check the name map / TP gather dims", [])
+        return (
+            "framework difference",
+            f"{first}: shapes {r['shape_mismatch']} do not map",
+            "check the name map / TP gather dims",
+            [],
+        )
     inputs = _inputs(first, num_layers, moe)
     missing = [i for i in inputs if "equal" not in rows.get(i, {})]
     if missing:
-        return ("cannot tell", f"{first} differs but its inputs {missing} were not dumped in both: the "
-                "divergence may start there", f"dump {', '.join(missing)} as well (name map / keys)",
-                switches_for(first, rows, moe, layouts))
+        return (
+            "cannot tell",
+            f"{first} differs but its inputs {missing} were not dumped in both: the "
+            "divergence may start there",
+            f"dump {', '.join(missing)} as well (name map / keys)",
+            switches_for(first, rows, moe, layouts),
+        )
     unequal_inputs = [i for i in inputs if rows[i].get("equal") is False]
     if unequal_inputs:
-        return ("framework difference", f"inputs of {first} already differ: {unequal_inputs}", "", [])
+        return (
+            "framework difference",
+            f"inputs of {first} already differ: {unequal_inputs}",
+            "",
+            [],
+        )
     why = systematic(r)
     if why:
-        return ("framework difference", f"{first}: logic-level difference with equal inputs ({why}): an op "
-                "applied at a different point, another scale or formula", "compare the two implementations of "
-                "this step", [])
+        return (
+            "framework difference",
+            f"{first}: logic-level difference with equal inputs ({why}): an op "
+            "applied at a different point, another scale or formula",
+            "compare the two implementations of this step",
+            [],
+        )
     found = switches_for(first, rows, moe, layouts)
     kind = first.rsplit(".", 1)[-1]
     remedy = "; ".join(f"alignment.{s}=true: {WHAT[s]}" for s in found) or REMEDY.get(kind, "")
     if kind == "logprobs":
         remedy += "; rollout.logprobs_mode (TOP-LOGP-002)"
-    return ("operator path", f"{first}: inputs equal, outputs differ at rounding level (median "
-            f"{r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no sign bias): kernel or reduction order",
-            remedy, found)
+    return (
+        "operator path",
+        f"{first}: inputs equal, outputs differ at rounding level (median "
+        f"{r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no sign bias): kernel or reduction order",
+        remedy,
+        found,
+    )
 
 
 def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
@@ -276,8 +363,11 @@ def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [r for r in report["boundaries"] if "max_abs" in r]
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.3), 4))
-    ax.bar(range(len(rows)), [max(r["max_abs"], 1e-12) for r in rows],
-           color=["tab:green" if r["equal"] else "tab:red" for r in rows])
+    ax.bar(
+        range(len(rows)),
+        [max(r["max_abs"], 1e-12) for r in rows],
+        color=["tab:green" if r["equal"] else "tab:red" for r in rows],
+    )
     ax.set_yscale("log")
     ax.set_xticks(range(len(rows)), [r["boundary"] for r in rows], rotation=90, fontsize=7)
     ax.set_ylabel("max |Δ| (1e-12 = equal)")
@@ -289,7 +379,9 @@ def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
     paths = [p1]
     if "logprobs" in rows_a and "logprobs" in rows_b:
         keys = sorted(set(rows_a["logprobs"]) & set(rows_b["logprobs"]))
-        d = torch.stack([rows_a["logprobs"][k].float() - rows_b["logprobs"][k].float() for k in keys]).flatten()
+        d = torch.stack(
+            [rows_a["logprobs"][k].float() - rows_b["logprobs"][k].float() for k in keys]
+        ).flatten()
         fig, ax = plt.subplots(figsize=(6, 3.5))
         ax.hist(d.numpy(), bins=50)
         ax.set(title="Δ log p (A - B)", xlabel="Δ log p", ylabel="tokens")

@@ -8,6 +8,7 @@ Two ways to fill a dump: the reference engines call `Recorder.record` directly; 
 `nn.Module` model (Hugging Face, Megatron, vLLM) gets forward hooks from `HookDumper` with a
 name map from module names to boundaries.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,13 +21,29 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-LAYER_BOUNDARIES = ("input_norm", "q", "k", "v", "attn", "o_proj", "post_attn_residual", "router_logits", "experts",
-                    "expert_out", "mlp")
+LAYER_BOUNDARIES = (
+    "input_norm",
+    "q",
+    "k",
+    "v",
+    "attn",
+    "o_proj",
+    "post_attn_residual",
+    "router_logits",
+    "experts",
+    "expert_out",
+    "mlp",
+)
 
 
 def canonical_order(num_layers: int) -> list[str]:
-    return ["embed", *[f"layers.{i}.{b}" for i in range(num_layers) for b in LAYER_BOUNDARIES],
-            "final_norm", "logits", "logprobs"]
+    return [
+        "embed",
+        *[f"layers.{i}.{b}" for i in range(num_layers) for b in LAYER_BOUNDARIES],
+        "final_norm",
+        "logits",
+        "logprobs",
+    ]
 
 
 class Recorder:
@@ -69,7 +86,9 @@ def save(path: str | Path, recorder: Recorder, manifest: dict) -> Path:
         tensors[boundary] = torch.stack([rows[k] for k in order]).contiguous()
         keys[boundary] = [list(k) for k in order]
     save_file(tensors, str(path / "dump.safetensors"))
-    (path / "manifest.json").write_text(json.dumps({**manifest, "keys": keys}, indent=1, default=str))
+    (path / "manifest.json").write_text(
+        json.dumps({**manifest, "keys": keys}, indent=1, default=str)
+    )
     return path
 
 
@@ -77,7 +96,9 @@ def load(path: str | Path) -> tuple[dict, dict[str, dict[tuple[int, int], torch.
     path = Path(path)
     manifest = json.loads((path / "manifest.json").read_text())
     tensors = load_file(str(path / "dump.safetensors"))
-    rows = {b: {tuple(k): tensors[b][i] for i, k in enumerate(manifest["keys"][b])} for b in tensors}
+    rows = {
+        b: {tuple(k): tensors[b][i] for i, k in enumerate(manifest["keys"][b])} for b in tensors
+    }
     return manifest, rows
 
 
@@ -96,17 +117,28 @@ def model_facts(model) -> dict:
     return facts
 
 
-def manifest_for(engine: str, model, *, layout: dict | None = None, dims: dict | None = None) -> dict:
+def manifest_for(
+    engine: str, model, *, layout: dict | None = None, dims: dict | None = None
+) -> dict:
     """What a dump says about itself; `dims` names the sharded dim of TP-split boundaries.
     `model`: a reference Model, or any nn.Module (weights hashed from its state_dict)."""
     import platform
 
-    weights = model.w if hasattr(model, "w") else (
-        model.state_dict() if isinstance(model, torch.nn.Module) else {})
+    weights = (
+        model.w
+        if hasattr(model, "w")
+        else (model.state_dict() if isinstance(model, torch.nn.Module) else {})
+    )
     dtype = str(next(iter(weights.values())).dtype) if weights else "unknown"
-    return {"engine": engine, "model": model_facts(model), "dtype": dtype, "layout": layout or {},
-            "dims": dims or {}, "versions": {"torch": torch.__version__, "python": platform.python_version()},
-            "weights": layer_hashes(weights) if weights else {}}
+    return {
+        "engine": engine,
+        "model": model_facts(model),
+        "dtype": dtype,
+        "layout": layout or {},
+        "dims": dims or {},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "weights": layer_hashes(weights) if weights else {},
+    }
 
 
 # --- hooks for nn.Module models -----------------------------------------------------------------
@@ -158,8 +190,15 @@ class HookDumper:
     for boundaries listed in `dims` {boundary_suffix: dim}.
     """
 
-    def __init__(self, module: torch.nn.Module, name_map: str | list, keys: list[tuple[int, int]],
-                 recorder: Recorder | None = None, gather: Callable | None = None, dims: dict | None = None):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        name_map: str | list,
+        keys: list[tuple[int, int]],
+        recorder: Recorder | None = None,
+        gather: Callable | None = None,
+        dims: dict | None = None,
+    ):
         self.recorder, self.keys = recorder or Recorder(), keys
         self.gather, self.dims, self.handles = gather, dims or {}, []
         table = NAME_MAPS[name_map] if isinstance(name_map, str) else name_map

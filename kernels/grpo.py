@@ -1,5 +1,6 @@
 """The verifiable toy task of the embedded RL loop: tokenizer and reward (the algorithms' math
 is in kernels/algorithms.py)."""
+
 from __future__ import annotations
 
 import random
@@ -29,8 +30,13 @@ class ReverseTask:
     max_digits: int = 4
 
     def prompts(self, n: int, rnd: random.Random) -> list[str]:
-        return ["".join(str(rnd.randrange(DIGITS)) for _ in range(rnd.randint(self.min_digits, self.max_digits)))
-                for _ in range(n)]
+        return [
+            "".join(
+                str(rnd.randrange(DIGITS))
+                for _ in range(rnd.randint(self.min_digits, self.max_digits))
+            )
+            for _ in range(n)
+        ]
 
     @staticmethod
     def reward(digits: str, response: list[int]) -> float:

@@ -1,4 +1,5 @@
 """Logdiff metrics between rollout and training log-probs (verl's names where verl has one)."""
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ Weights use Hugging Face checkpoint names (per-expert tensors as in the hub's sa
 real checkpoint loads as is. The engines own the sequence handling and the attention; the
 layer pieces here are row-wise and shared.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,10 +30,14 @@ class Side:
     moe_order: str  # rank: top-k summed in rank order (fp32) | expert: index_add in expert-id order
     tp: int  # ways the row-parallel layers' partial sums are split
     order: str  # ring | tree all-reduce order of those partials
-    leaves: int = 0  # aligned reduction: K-chunks both sides tree-sum (lcm of the TP degrees); 0: tp
+    leaves: int = (
+        0  # aligned reduction: K-chunks both sides tree-sum (lcm of the TP degrees); 0: tp
+    )
 
 
-def sides(a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ring") -> tuple[Side, Side]:
+def sides(
+    a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ring"
+) -> tuple[Side, Side]:
     """(training side, rollout side). A switch that is on makes the rollout do what training does."""
     t = a.kv_tile
     train_plan = Plan(t, "left", visible=a.attention_semantics, merge="online", fp32=True)
@@ -49,9 +54,20 @@ def sides(a: Alignment, train_tp: int = 1, rollout_tp: int = 1, order: str = "ri
         # every TP degree and batch shape. What an engine needs to implement it: a tree all-reduce
         # and a GEMM split at the same K boundaries on the side with the smaller TP.
         leaves, order = math.lcm(train_tp, rollout_tp), "tree"
-    train = Side(a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order, leaves)
-    rollout = Side(a.batch_invariant, not a.fused_ops_matched, a.fp32_critical_path, prefill, decode,
-                   "rank" if a.moe_fixed_combine else "expert", rollout_tp, order, leaves)
+    train = Side(
+        a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order, leaves
+    )
+    rollout = Side(
+        a.batch_invariant,
+        not a.fused_ops_matched,
+        a.fp32_critical_path,
+        prefill,
+        decode,
+        "rank" if a.moe_fixed_combine else "expert",
+        rollout_tp,
+        order,
+        leaves,
+    )
     return train, rollout
 
 
@@ -75,29 +91,45 @@ class Model:
     def random(cls, arch, seed: int = 0, dtype=torch.bfloat16, std: float = 0.02) -> "Model":
         g = torch.Generator().manual_seed(seed)
         a = arch
-        shapes = {"model.embed_tokens.weight": (a.vocab_size, a.hidden_size), "model.norm.weight": (a.hidden_size,)}
+        shapes = {
+            "model.embed_tokens.weight": (a.vocab_size, a.hidden_size),
+            "model.norm.weight": (a.hidden_size,),
+        }
         if not a.tie_word_embeddings:
             shapes["lm_head.weight"] = (a.vocab_size, a.hidden_size)
         for i in range(a.num_layers):
             p = f"model.layers.{i}."
-            shapes.update({
-                p + "input_layernorm.weight": (a.hidden_size,), p + "post_attention_layernorm.weight": (a.hidden_size,),
-                p + "self_attn.q_proj.weight": (a.num_heads * a.head_dim, a.hidden_size),
-                p + "self_attn.k_proj.weight": (a.num_kv_heads * a.head_dim, a.hidden_size),
-                p + "self_attn.v_proj.weight": (a.num_kv_heads * a.head_dim, a.hidden_size),
-                p + "self_attn.o_proj.weight": (a.hidden_size, a.num_heads * a.head_dim),
-                p + "self_attn.q_norm.weight": (a.head_dim,), p + "self_attn.k_norm.weight": (a.head_dim,)})
+            shapes.update(
+                {
+                    p + "input_layernorm.weight": (a.hidden_size,),
+                    p + "post_attention_layernorm.weight": (a.hidden_size,),
+                    p + "self_attn.q_proj.weight": (a.num_heads * a.head_dim, a.hidden_size),
+                    p + "self_attn.k_proj.weight": (a.num_kv_heads * a.head_dim, a.hidden_size),
+                    p + "self_attn.v_proj.weight": (a.num_kv_heads * a.head_dim, a.hidden_size),
+                    p + "self_attn.o_proj.weight": (a.hidden_size, a.num_heads * a.head_dim),
+                    p + "self_attn.q_norm.weight": (a.head_dim,),
+                    p + "self_attn.k_norm.weight": (a.head_dim,),
+                }
+            )
             if a.num_experts:
                 shapes[p + "mlp.gate.weight"] = (a.num_experts, a.hidden_size)
                 for e in range(a.num_experts):
                     q = f"{p}mlp.experts.{e}."
-                    shapes.update({q + "gate_proj.weight": (a.moe_intermediate_size, a.hidden_size),
-                                   q + "up_proj.weight": (a.moe_intermediate_size, a.hidden_size),
-                                   q + "down_proj.weight": (a.hidden_size, a.moe_intermediate_size)})
+                    shapes.update(
+                        {
+                            q + "gate_proj.weight": (a.moe_intermediate_size, a.hidden_size),
+                            q + "up_proj.weight": (a.moe_intermediate_size, a.hidden_size),
+                            q + "down_proj.weight": (a.hidden_size, a.moe_intermediate_size),
+                        }
+                    )
             else:
-                shapes.update({p + "mlp.gate_proj.weight": (a.intermediate_size, a.hidden_size),
-                               p + "mlp.up_proj.weight": (a.intermediate_size, a.hidden_size),
-                               p + "mlp.down_proj.weight": (a.hidden_size, a.intermediate_size)})
+                shapes.update(
+                    {
+                        p + "mlp.gate_proj.weight": (a.intermediate_size, a.hidden_size),
+                        p + "mlp.up_proj.weight": (a.intermediate_size, a.hidden_size),
+                        p + "mlp.down_proj.weight": (a.hidden_size, a.intermediate_size),
+                    }
+                )
         w = {}
         for name, shape in shapes.items():
             if name.endswith("norm.weight"):
@@ -153,11 +185,21 @@ class Model:
         """q [R, H, D], k and v [R, KVH, D]: projections, per-head q/k RMSNorm, RoPE."""
         a, p = self.arch, f"model.layers.{i}.self_attn."
         r = x.shape[0]
-        q = P.linear(x, self.w[p + "q_proj.weight"], side.invariant).view(r, a.num_heads, a.head_dim)
-        k = P.linear(x, self.w[p + "k_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
-        v = P.linear(x, self.w[p + "v_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
-        q = P.rms_norm(q.reshape(-1, a.head_dim), self.w[p + "q_norm.weight"], a.rms_norm_eps, side.invariant)
-        k = P.rms_norm(k.reshape(-1, a.head_dim), self.w[p + "k_norm.weight"], a.rms_norm_eps, side.invariant)
+        q = P.linear(x, self.w[p + "q_proj.weight"], side.invariant).view(
+            r, a.num_heads, a.head_dim
+        )
+        k = P.linear(x, self.w[p + "k_proj.weight"], side.invariant).view(
+            r, a.num_kv_heads, a.head_dim
+        )
+        v = P.linear(x, self.w[p + "v_proj.weight"], side.invariant).view(
+            r, a.num_kv_heads, a.head_dim
+        )
+        q = P.rms_norm(
+            q.reshape(-1, a.head_dim), self.w[p + "q_norm.weight"], a.rms_norm_eps, side.invariant
+        )
+        k = P.rms_norm(
+            k.reshape(-1, a.head_dim), self.w[p + "k_norm.weight"], a.rms_norm_eps, side.invariant
+        )
         cos, sin = P.rope_tables(positions, a.head_dim, a.rope_theta)
         q = P.apply_rope(q.view(r, a.num_heads, a.head_dim), cos, sin, side.fused)
         k = P.apply_rope(k.view(r, a.num_kv_heads, a.head_dim), cos, sin, side.fused)
@@ -169,13 +211,29 @@ class Model:
         """o_proj (row-parallel), residual add + post-attention norm, MLP. Returns (h, pending)."""
         p = f"model.layers.{i}."
         self.tap(f"layers.{i}.attn", attn.reshape(attn.shape[0], -1))
-        o = P.row_parallel(attn.reshape(attn.shape[0], -1), self.w[p + "self_attn.o_proj.weight"], side.tp,
-                           side.order, side.invariant, side.leaves)
+        o = P.row_parallel(
+            attn.reshape(attn.shape[0], -1),
+            self.w[p + "self_attn.o_proj.weight"],
+            side.tp,
+            side.order,
+            side.invariant,
+            side.leaves,
+        )
         self.tap(f"layers.{i}.o_proj", o)
-        x, h = P.add_rms_norm(o, h, self.w[p + "post_attention_layernorm.weight"], self.arch.rms_norm_eps,
-                              side.invariant, side.fused)
+        x, h = P.add_rms_norm(
+            o,
+            h,
+            self.w[p + "post_attention_layernorm.weight"],
+            self.arch.rms_norm_eps,
+            side.invariant,
+            side.fused,
+        )
         self.tap(f"layers.{i}.post_attn_residual", h)
-        out = self.moe(i, x, side) if self.arch.num_experts else self.mlp(f"{p}mlp.", x, side, side.tp, side.leaves)
+        out = (
+            self.moe(i, x, side)
+            if self.arch.num_experts
+            else self.mlp(f"{p}mlp.", x, side, side.tp, side.leaves)
+        )
         self.tap(f"layers.{i}.mlp", out)
         return h, out
 
@@ -183,8 +241,14 @@ class Model:
         """Column-parallel gate/up, swiglu, row-parallel down_proj (experts: tp=1, not split)."""
         gate = P.linear(x, self.w[p + "gate_proj.weight"], side.invariant)
         up = P.linear(x, self.w[p + "up_proj.weight"], side.invariant)
-        return P.row_parallel(P.swiglu(gate, up, side.fused), self.w[p + "down_proj.weight"], tp, side.order,
-                              side.invariant, leaves)
+        return P.row_parallel(
+            P.swiglu(gate, up, side.fused),
+            self.w[p + "down_proj.weight"],
+            tp,
+            side.order,
+            side.invariant,
+            leaves,
+        )
 
     def route(self, i: int, x: torch.Tensor, side: Side):
         """Softmax router (fp32), top-k, renormalised weights."""
@@ -203,14 +267,18 @@ class Model:
         ys = x.new_zeros(r, k, x.shape[1])
         for e in local:  # each expert sees only its tokens: batch invariance matters
             rows, slot = torch.nonzero(top_i == e, as_tuple=True)
-            ys = ys.index_put((rows, slot), self.mlp(f"model.layers.{i}.mlp.experts.{e}.", x[rows], side, 1))
-        if side.moe_order == "rank":  # fixed combine: gather every expert's output, then top-1 + top-2 + ... (fp32)
+            ys = ys.index_put(
+                (rows, slot), self.mlp(f"model.layers.{i}.mlp.experts.{e}.", x[rows], side, 1)
+            )
+        if (
+            side.moe_order == "rank"
+        ):  # fixed combine: gather every expert's output, then top-1 + top-2 + ... (fp32)
             if ep is not None:
                 ys = ep(ys.contiguous())  # zeros elsewhere: the sum is an exact gather
             self.tap(f"layers.{i}.expert_out", ys)
             out = ys[:, 0].float() * top_w[:, :1]
             for j in range(1, k):
-                out = out + ys[:, j].float() * top_w[:, j:j + 1]
+                out = out + ys[:, j].float() * top_w[:, j : j + 1]
             return out.to(x.dtype)
         self.tap(f"layers.{i}.expert_out", ys)
         out = x.new_zeros(x.shape)  # vLLM-style: accumulate per expert, in expert-id order, in bf16
@@ -220,8 +288,14 @@ class Model:
         return out if ep is None else ep(out.contiguous())  # rank partials summed by the collective
 
     def logits(self, h: torch.Tensor, pending: torch.Tensor, side: Side) -> torch.Tensor:
-        x, _ = P.add_rms_norm(pending, h, self.w["model.norm.weight"], self.arch.rms_norm_eps, side.invariant,
-                              side.fused)
+        x, _ = P.add_rms_norm(
+            pending,
+            h,
+            self.w["model.norm.weight"],
+            self.arch.rms_norm_eps,
+            side.invariant,
+            side.fused,
+        )
         self.tap("final_norm", x)
         out = P.linear(x, self.lm_head(), side.invariant)
         self.tap("logits", out)

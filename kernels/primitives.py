@@ -4,6 +4,7 @@
 versions emulate what inference kernels do for speed (split-K for small batches, split
 reductions, fused ops), which is exactly what breaks bitwise agreement.
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,12 +60,16 @@ EXPERT_PARALLEL = None  # expert-parallel group: experts e with e % size == rank
 def _tree(parts: list[torch.Tensor]) -> torch.Tensor:
     """Pairwise sum ((p0 + p1) + (p2 + p3)): for 2^n parts any rank's contiguous block is a subtree."""
     while len(parts) > 1:
-        parts = [parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        parts = [
+            parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
     return parts[0]
 
 
-def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool,
-                 leaves: int = 0) -> torch.Tensor:
+def row_parallel(
+    x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invariant: bool, leaves: int = 0
+) -> torch.Tensor:
     """A TP=tp row-parallel linear on one device: rank r multiplies its K slice into one partial
     (model dtype) and the collective sums the tp partials in its order.
 
@@ -85,8 +90,12 @@ def row_parallel(x: torch.Tensor, w: torch.Tensor, tp: int, order: str, invarian
 
     def partial(rank: int) -> torch.Tensor:  # what rank `rank` holds before the collective
         per, c = n // tp, k // n
-        return _tree([linear(x[:, j * c:(j + 1) * c], w[:, j * c:(j + 1) * c], invariant)
-                      for j in range(rank * per, (rank + 1) * per)])
+        return _tree(
+            [
+                linear(x[:, j * c : (j + 1) * c], w[:, j * c : (j + 1) * c], invariant)
+                for j in range(rank * per, (rank + 1) * per)
+            ]
+        )
 
     if ALLREDUCE is not None:
         return ALLREDUCE(partial(ALLREDUCE.rank).contiguous())
@@ -133,7 +142,10 @@ def add_rms_norm(x, residual, weight, eps, invariant: bool, fused: bool):
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    inv = 1.0 / (
+        theta
+        ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    )
     freqs = positions.float()[:, None] * inv[None]
     emb = torch.cat([freqs, freqs], -1)
     return emb.cos(), emb.sin()

@@ -1,4 +1,5 @@
 """Run both engines on generated prompts and compare their log-probs."""
+
 from __future__ import annotations
 
 import random
@@ -25,8 +26,15 @@ def default_prompt_length(kv_tile: int, block_size: int) -> int:
     return max(40, 5 * max(kv_tile, block_size) // 2)
 
 
-def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int = 30, max_new: int = 20,
-                  arrival: str = "staggered") -> list[Request]:
+def make_requests(
+    n: int,
+    vocab: int,
+    seed: int,
+    min_len: int = 3,
+    max_len: int = 30,
+    max_new: int = 20,
+    arrival: str = "staggered",
+) -> list[Request]:
     """Prompts of varied length; arrivals staggered, all at once, or reversed."""
     rnd = random.Random(seed)
     reqs = []
@@ -37,7 +45,9 @@ def make_requests(n: int, vocab: int, seed: int, min_len: int = 3, max_len: int 
     return reqs
 
 
-def long_requests(n: int, vocab: int, seed: int, length: int = 600, min_new: int = 32) -> list[Request]:
+def long_requests(
+    n: int, vocab: int, seed: int, length: int = 600, min_new: int = 32
+) -> list[Request]:
     """n requests of exactly `length` tokens (prompt + response), responses of min_new..2*min_new
     tokens, arriving two per engine step."""
     rnd = random.Random(seed)
@@ -48,10 +58,23 @@ def long_requests(n: int, vocab: int, seed: int, length: int = 600, min_new: int
     return reqs
 
 
-def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_tp: int = 1, rollout_tp: int = 1,
-          order: str = "ring", block_size: int = 16, chunked_prefill: bool = True, max_num_batched_tokens: int = 64,
-          max_num_seqs: int = 256, micro_batch: int = 4, sampling: SamplingParams | None = None,
-          dump_dir: str | Path | None = None, train_model: Model | None = None) -> dict:
+def probe(
+    model: Model,
+    alignment: Alignment,
+    *,
+    requests: list[Request],
+    train_tp: int = 1,
+    rollout_tp: int = 1,
+    order: str = "ring",
+    block_size: int = 16,
+    chunked_prefill: bool = True,
+    max_num_batched_tokens: int = 64,
+    max_num_seqs: int = 256,
+    micro_batch: int = 4,
+    sampling: SamplingParams | None = None,
+    dump_dir: str | Path | None = None,
+    train_model: Model | None = None,
+) -> dict:
     """Rollout then training recompute of the same tokens; metrics plus timing.
 
     `dump_dir`: write boundary dumps of both engines (`rollout/`, `training/`) for `topl diagnose`.
@@ -61,8 +84,14 @@ def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_
     sp = sampling or SamplingParams()
     recs = (Recorder(), Recorder()) if dump_dir else (None, None)
     t0 = time.perf_counter()
-    eng = RolloutEngine(model, rollout_side, block_size, max_num_seqs=max_num_seqs,
-                        max_num_batched_tokens=max_num_batched_tokens, chunked_prefill=chunked_prefill)
+    eng = RolloutEngine(
+        model,
+        rollout_side,
+        block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        chunked_prefill=chunked_prefill,
+    )
     model.recorder = recs[0]
     done = eng.generate(requests, sp)
     model.recorder = None
@@ -73,25 +102,54 @@ def probe(model: Model, alignment: Alignment, *, requests: list[Request], train_
     train_model.recorder = None
     t2 = time.perf_counter()
     if dump_dir:
-        layout = {"train_tp": train_tp, "rollout_tp": rollout_tp, "order": order, "block_size": block_size,
-                  "alignment": asdict(alignment)}
-        save(Path(dump_dir) / "rollout", recs[0], manifest_for("topl-rollout", model, layout=layout))
-        save(Path(dump_dir) / "training", recs[1], manifest_for("topl-training", train_model, layout=layout))
+        layout = {
+            "train_tp": train_tp,
+            "rollout_tp": rollout_tp,
+            "order": order,
+            "block_size": block_size,
+            "alignment": asdict(alignment),
+        }
+        save(
+            Path(dump_dir) / "rollout", recs[0], manifest_for("topl-rollout", model, layout=layout)
+        )
+        save(
+            Path(dump_dir) / "training",
+            recs[1],
+            manifest_for("topl-training", train_model, layout=layout),
+        )
     out = compare([torch.tensor(r.logprobs) for r in done], lp)
-    out.update(rollout_s=t1 - t0, train_s=t2 - t1, engine_steps=len(eng.batch_sizes),
-               distinct_batch_sizes=len(set(eng.batch_sizes)))
+    out.update(
+        rollout_s=t1 - t0,
+        train_s=t2 - t1,
+        engine_steps=len(eng.batch_sizes),
+        distinct_batch_sizes=len(set(eng.batch_sizes)),
+    )
     return out
 
 
-def matrix_point(arch, seed: int, dtype: str, chunked: bool, batch: int, length: int = 600,
-                 tile: int = 64) -> dict:
+def matrix_point(
+    arch, seed: int, dtype: str, chunked: bool, batch: int, length: int = 600, tile: int = 64
+) -> dict:
     """One point of the strict-exactness matrix: `batch` requests of `length` tokens on seeded
     weights, KV tile = cache block = `tile`; chunked prefill with a 256-token budget, or unchunked
     with a budget that holds the longest prompt. Returns the probe's metrics plus the point."""
     model = Model.random(arch, seed=seed, dtype=DTYPES[dtype])
     reqs = long_requests(batch, arch.vocab_size, seed, length)
     budget = 256 if chunked else length
-    out = probe(model, Alignment(kv_tile=tile), requests=reqs, block_size=tile, chunked_prefill=chunked,
-                max_num_batched_tokens=budget, sampling=SamplingParams(seed=seed))
-    return {"seed": seed, "model": getattr(arch, "name", "?"), "dtype": dtype, "chunked": chunked,
-            "batch": batch, **out}
+    out = probe(
+        model,
+        Alignment(kv_tile=tile),
+        requests=reqs,
+        block_size=tile,
+        chunked_prefill=chunked,
+        max_num_batched_tokens=budget,
+        sampling=SamplingParams(seed=seed),
+    )
+    return {
+        "seed": seed,
+        "model": getattr(arch, "name", "?"),
+        "dtype": dtype,
+        "chunked": chunked,
+        "batch": batch,
+        **out,
+    }

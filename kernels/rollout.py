@@ -4,6 +4,7 @@ Requests arrive at given steps and finish at different times, so the batch every
 in changes from step to step. Each token's K/V is computed once, written to cache pages, and read
 back by later steps; nothing recomputes attention over a whole sequence.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,8 +36,16 @@ class Request:
 class PagedKVCache:
     """K/V in fixed-size pages; a request's block table maps positions to pages."""
 
-    def __init__(self, layers: int, blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype,
-                 device="cpu"):
+    def __init__(
+        self,
+        layers: int,
+        blocks: int,
+        block_size: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype,
+        device="cpu",
+    ):
         shape = (layers, blocks, block_size, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -57,7 +66,9 @@ class PagedKVCache:
         table = torch.tensor(req.blocks, device=positions.device)
         return table[positions // self.block_size], positions % self.block_size
 
-    def write(self, layer: int, req: Request, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write(
+        self, layer: int, req: Request, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         b, o = self._slots(req, positions)
         self.k[layer, b, o], self.v[layer, b, o] = k, v
 
@@ -85,13 +96,32 @@ class SamplingParams:
 
 
 class RolloutEngine:
-    def __init__(self, model: Model, side: Side, block_size: int = 16, num_blocks: int = 4096,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int = 512, chunked_prefill: bool = True):
+    def __init__(
+        self,
+        model: Model,
+        side: Side,
+        block_size: int = 16,
+        num_blocks: int = 4096,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 512,
+        chunked_prefill: bool = True,
+    ):
         a = model.arch
         self.model, self.side = model, side
-        self.cache = PagedKVCache(a.num_layers, num_blocks, block_size, a.num_kv_heads, a.head_dim,
-                                  model.w["model.embed_tokens.weight"].dtype, model.device)
-        self.max_num_seqs, self.budget, self.chunked = max_num_seqs, max_num_batched_tokens, chunked_prefill
+        self.cache = PagedKVCache(
+            a.num_layers,
+            num_blocks,
+            block_size,
+            a.num_kv_heads,
+            a.head_dim,
+            model.w["model.embed_tokens.weight"].dtype,
+            model.device,
+        )
+        self.max_num_seqs, self.budget, self.chunked = (
+            max_num_seqs,
+            max_num_batched_tokens,
+            chunked_prefill,
+        )
         self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
         from topl.kernels.gpu import paged_hook
 
@@ -120,7 +150,7 @@ class RolloutEngine:
         ids, pos, spans = [], [], []
         for r, n in items:
             spans.append((len(ids), len(ids) + n))
-            ids += r.tokens[r.cached:r.cached + n]
+            ids += r.tokens[r.cached : r.cached + n]
             pos += list(range(r.cached, r.cached + n))
         ids, positions = torch.tensor(ids, device=m.device), torch.tensor(pos, device=m.device)
         self.batch_sizes.append(len(ids))
@@ -137,8 +167,9 @@ class RolloutEngine:
                 attn = self.paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos)
             else:
                 plans = [side.decode if (n == 1 and r.output) else side.prefill for r, n in items]
-                attn = attend_paged(q, self.cache.k[i], self.cache.v[i], tables, spans, pos,
-                                    plans, m.scale)  # the whole batch in one call, as vLLM's backend
+                attn = attend_paged(
+                    q, self.cache.k[i], self.cache.v[i], tables, spans, pos, plans, m.scale
+                )  # the whole batch in one call, as vLLM's backend
             h, pending = m.post_attention(i, h, attn, side)
         last = torch.tensor([b - 1 for _, b in spans], device=m.device)
         keys = m.row_keys
@@ -171,13 +202,17 @@ class RolloutEngine:
         processed = P.log_softmax(masked, fp32)
         g = torch.Generator().manual_seed(sp.seed * 1_000_003 + r.id * 10_007 + len(r.output))
         tok = int(torch.multinomial(processed.exp().cpu(), 1, generator=g))
-        value = {"raw_logprobs": lambda: P.log_softmax(raw, fp32)[tok],
-                 "processed_logprobs": lambda: processed[tok],
-                 "raw_logits": lambda: raw[tok].float(),
-                 "processed_logits": lambda: masked[tok].float()}[sp.mode]()
+        value = {
+            "raw_logprobs": lambda: P.log_softmax(raw, fp32)[tok],
+            "processed_logprobs": lambda: processed[tok],
+            "raw_logits": lambda: raw[tok].float(),
+            "processed_logits": lambda: masked[tok].float(),
+        }[sp.mode]()
         r.logprobs.append(float(value))
         if self.model.recorder is not None:
-            self.model.recorder.record("logprobs", torch.tensor([r.logprobs[-1]]), [(r.id, len(r.tokens) - 1)])
+            self.model.recorder.record(
+                "logprobs", torch.tensor([r.logprobs[-1]]), [(r.id, len(r.tokens) - 1)]
+            )
         return tok
 
     def generate(self, requests: list[Request], sp: SamplingParams) -> list[Request]:
@@ -186,8 +221,10 @@ class RolloutEngine:
         if not self.chunked and longest > self.budget:
             # vLLM refuses this at start-up (SchedulerConfig._verify_args: "max_num_batched_tokens
             # (...) is smaller than max_model_len"); without chunking such a prompt never fits a step
-            raise ValueError(f"chunked prefill is off and a prompt has {longest} tokens, more than "
-                             f"max_num_batched_tokens={self.budget}: raise the budget or chunk")
+            raise ValueError(
+                f"chunked prefill is off and a prompt has {longest} tokens, more than "
+                f"max_num_batched_tokens={self.budget}: raise the budget or chunk"
+            )
         pending = sorted(requests, key=lambda r: (r.arrival, r.id))
         active: list[Request] = []
         step = 0

@@ -3,6 +3,7 @@
 This is the log-prob recompute of the trainer (verl's `old_log_prob`), and with `grad=True` the
 differentiable forward of the policy update.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,27 +35,35 @@ class TrainingEngine:
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
             q, k, v = m.qkv(i, x, positions, side)
-            attn = torch.cat([
-                attend(q[a:b], list(range(b - a)), k[a:b], v[a:b], side.prefill, m.scale)
-                for a, b in zip(bounds[:-1], bounds[1:])])
+            attn = torch.cat(
+                [
+                    attend(q[a:b], list(range(b - a)), k[a:b], v[a:b], side.prefill, m.scale)
+                    for a, b in zip(bounds[:-1], bounds[1:])
+                ]
+            )
             h, pending = m.post_attention(i, h, attn, side)
         return m.logits(h, pending, side)
 
-    def logprobs(self, seqs: list[list[int]], starts: list[int], temperature: float = 1.0,
-                 grad: bool = False) -> list[torch.Tensor]:
+    def logprobs(
+        self, seqs: list[list[int]], starts: list[int], temperature: float = 1.0, grad: bool = False
+    ) -> list[torch.Tensor]:
         """log p of each response token seqs[n][starts[n]:] given its prefix, per sequence."""
         out: list[torch.Tensor] = []
         ctx = torch.enable_grad() if grad else torch.no_grad()
         with ctx:
             for lo in range(0, len(seqs), self.micro_batch):
-                batch, st = seqs[lo:lo + self.micro_batch], starts[lo:lo + self.micro_batch]
+                batch, st = seqs[lo : lo + self.micro_batch], starts[lo : lo + self.micro_batch]
                 logits = self._forward_packed(batch, lo)
                 offset = 0
                 for n, (s, start) in enumerate(zip(batch, st)):
-                    rows = logits[offset + start - 1: offset + len(s) - 1]
+                    rows = logits[offset + start - 1 : offset + len(s) - 1]
                     lp = token_logprobs(rows, temperature, self.side.fp32_logits)
-                    out.append(lp.gather(1, torch.tensor(s[start:], device=lp.device)[:, None])[:, 0])
+                    out.append(
+                        lp.gather(1, torch.tensor(s[start:], device=lp.device)[:, None])[:, 0]
+                    )
                     if self.model.recorder is not None:
-                        self.model.recorder.record("logprobs", out[-1], [(lo + n, p) for p in range(start - 1, len(s) - 1)])
+                        self.model.recorder.record(
+                            "logprobs", out[-1], [(lo + n, p) for p in range(start - 1, len(s) - 1)]
+                        )
                     offset += len(s)
         return out

@@ -3,6 +3,7 @@
 Hydra does not say where a value came from, so we replay its defaults list: every config file
 in composition order, then the command-line overrides; the last writer of a key is its source.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,7 +50,9 @@ class Composed:
                 return self.sources[k]
             parts.pop()
         below = sorted({v for k, v in self.sources.items() if k.startswith(key + ".")})
-        return ", ".join(below) if below else SCHEMA_SOURCE  # a container: where its entries came from
+        return (
+            ", ".join(below) if below else SCHEMA_SOURCE
+        )  # a container: where its entries came from
 
     def value(self, key: str) -> Any:
         return OmegaConf.select(self.cfg, key, throw_on_missing=False)
@@ -95,7 +98,8 @@ def _strict_bools(hydra_overrides: list[str]) -> None:
     import typing
 
     for ov in OverridesParser.create().parse_overrides(
-            [o for o in hydra_overrides if not o.startswith("hydra.")]):
+        [o for o in hydra_overrides if not o.startswith("hydra.")]
+    ):
         if ov.is_sweep_override() or ov.is_delete():
             continue
         node, typ = JobSpec, None
@@ -104,8 +108,11 @@ def _strict_bools(hydra_overrides: list[str]) -> None:
             typ = hints.get(part)
             node = typ
         if typ is bool and not isinstance(ov.value(), bool):
-            raise ToplError(f"{ov.key_or_group}={ov.get_value_element_as_str()}: a switch is true or false",
-                            where=f"command line `{ov.input_line}`", fix=f"write {ov.key_or_group}=true or =false")
+            raise ToplError(
+                f"{ov.key_or_group}={ov.get_value_element_as_str()}: a switch is true or false",
+                where=f"command line `{ov.input_line}`",
+                fix=f"write {ov.key_or_group}=true or =false",
+            )
 
 
 def _recipe_sweep(override: str) -> list[str] | None:
@@ -122,8 +129,11 @@ def _recipe_sweep(override: str) -> list[str] | None:
     if isinstance(ov.value(), Glob):
         return ov.value().filter(list(recipes.available()))
     if not ov.is_discrete_sweep():
-        raise ToplError(f"{override}: a sweep over recipes needs a list, choice() or glob()",
-                        where=override, fix="e.g. recipe=a,b")
+        raise ToplError(
+            f"{override}: a sweep over recipes needs a list, choice() or glob()",
+            where=override,
+            fix="e.g. recipe=a,b",
+        )
     return [str(v) for v in ov.sweep_string_iterator()]
 
 
@@ -133,25 +143,39 @@ def _friendly(e: Exception, overrides: list[str]) -> ToplError:
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause).strip() and str(cause).strip() not in msg:
         msg = f"{msg}\n  {str(cause).strip()}"
-    msg = "\n".join(l for l in msg.splitlines()
-                    if not l.strip().startswith(("full_key:", "reference_type=", "object_type=")))
+    msg = "\n".join(
+        l
+        for l in msg.splitlines()
+        if not l.strip().startswith(("full_key:", "reference_type=", "object_type="))
+    )
     fix = "check the key and value names: `topl launch --cfg job` prints the composed config"
     if "not in" in msg or "Could not override" in msg or "Key '" in msg:
         fix = "check the key's spelling (`topl launch --cfg job` lists every key); new keys are not accepted"
     elif "Could not find" in msg or "not found" in msg:
-        fix = "use an existing option: `topl launch --info defaults` lists groups; `ls conf/<group>`"
+        fix = (
+            "use an existing option: `topl launch --info defaults` lists groups; `ls conf/<group>`"
+        )
     elif "Value '" in msg or "could not be converted" in msg or "Invalid value" in msg:
         fix = "give a value of the field's type (see launcher/spec.py)"
-    elif "mismatched input" in msg or "no viable alternative" in msg or "Error parsing override" in msg:
+    elif (
+        "mismatched input" in msg
+        or "no viable alternative" in msg
+        or "Error parsing override" in msg
+    ):
         fix = "write overrides as key=value (Hydra override grammar); quote values with spaces"
-    return ToplError(msg.replace("\n", "\n  "), where=f"overrides: {' '.join(overrides) or '(none)'}", fix=fix)
+    return ToplError(
+        msg.replace("\n", "\n  "), where=f"overrides: {' '.join(overrides) or '(none)'}", fix=fix
+    )
 
 
 def _check_no_code(cfg: DictConfig, overrides: list[str]) -> None:
     """Nothing composed names code: `_target_` / `()` anywhere, dotted keys of free-form maps
     (algorithm.extra_overrides, rendered into verl, whose workers would instantiate it) included."""
-    untrusted.check_values(OmegaConf.to_container(cfg, resolve=False),
-                           f"overrides: {' '.join(overrides) or '(none)'}", resolvers=True)
+    untrusted.check_values(
+        OmegaConf.to_container(cfg, resolve=False),
+        f"overrides: {' '.join(overrides) or '(none)'}",
+        resolvers=True,
+    )
 
 
 def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
@@ -161,8 +185,11 @@ def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
     names = {f.name: f for f in dataclasses.fields(schema)}
     for key in cfg.keys():
         if key not in names:
-            raise ToplError(f"unknown key {prefix}{key}: the job spec has no such field",
-                            where=f"`{prefix}{key}`", fix="check the spelling (`topl launch --cfg job` lists every key)")
+            raise ToplError(
+                f"unknown key {prefix}{key}: the job spec has no such field",
+                where=f"`{prefix}{key}`",
+                fix="check the spelling (`topl launch --cfg job` lists every key)",
+            )
         node = cfg._get_node(key)
         if isinstance(node, DictConfig) and dataclasses.is_dataclass(node._metadata.object_type):
             _refuse_unknown(node, node._metadata.object_type, f"{prefix}{key}.")
@@ -191,7 +218,9 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
         raise _friendly(e, overrides) from None
     finally:
         GlobalHydra.instance().clear()
-    choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra/" not in k}
+    choices = {
+        k: v for k, v in cfg.hydra.runtime.choices.items() if v is not None and "hydra/" not in k
+    }
     with open_dict(cfg):
         del cfg["hydra"]
     _check_no_code(cfg, overrides)
@@ -226,8 +255,9 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
     return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
 
 
-def from_hydra_job(cfg: DictConfig, hydra_overrides: list[str], choices: dict, root,
-                   user_overrides: list[str]) -> Composed:
+def from_hydra_job(
+    cfg: DictConfig, hydra_overrides: list[str], choices: dict, root, user_overrides: list[str]
+) -> Composed:
     """The Composed of a job Hydra composed itself (`topl launch -m`: one per sweep point)."""
     typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
     _check_no_code(typed, user_overrides)
@@ -256,10 +286,18 @@ def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
     sources: dict[str, str] = {}
     conf = conf_dir()
     for d in defaults.defaults:
-        if d.config_path is None or d.config_path.startswith("hydra/") or d.config_path == "topl_schema":
+        if (
+            d.config_path is None
+            or d.config_path.startswith("hydra/")
+            or d.config_path == "topl_schema"
+        ):
             continue
         result = repo.load_config(d.config_path)
-        if result is None or result.provider == "structured config" or not result.path.startswith("file://"):
+        if (
+            result is None
+            or result.provider == "structured config"
+            or not result.path.startswith("file://")
+        ):
             continue
         file = Path(result.path.removeprefix("file://")) / f"{d.config_path}.yaml"
         if root is not None and str(file).startswith(str(root.dir)):

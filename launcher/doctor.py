@@ -5,6 +5,7 @@ goes silently off-policy; a verl without the PP patch accepts the key and then r
 here looks at what is really installed (package metadata, importable modules, source markers,
 CANN's version file, environment as the job's processes see it).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -80,8 +81,9 @@ def _import_error(module: str) -> str | None:
     import subprocess
 
     try:
-        r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                           text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
+        )
     except subprocess.TimeoutExpired:
         return "import did not finish in 300 s"
     lines = r.stderr.strip().splitlines()
@@ -132,7 +134,11 @@ def cann_version() -> str | None:
                 if f.is_file():
                     for line in f.read_text(errors="replace").splitlines():
                         key, _, val = line.partition("=")
-                        if key.strip().lower() in ("version", "toolkit_version", "runtime_running_version"):
+                        if key.strip().lower() in (
+                            "version",
+                            "toolkit_version",
+                            "runtime_running_version",
+                        ):
                             return val.strip().strip('"[]').split(":")[0]
     return None
 
@@ -184,87 +190,219 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
         out.append(Finding(id_, OK if ok else sev, what, found, needed, "" if ok else fix))
 
     py = platform.python_version()
-    add("TOP-DOC-PY-001", sys.version_info >= (3, 10), "Python", py, ">= 3.10", "use Python 3.10 or newer")
+    add(
+        "TOP-DOC-PY-001",
+        sys.version_info >= (3, 10),
+        "Python",
+        py,
+        ">= 3.10",
+        "use Python 3.10 or newer",
+    )
     torch_v = _version("torch")
-    add("TOP-DOC-TORCH-001", torch_v is not None, "torch installed", torch_v or "missing", "torch",
-        "pip install torch (the build your accelerator needs)")
+    add(
+        "TOP-DOC-TORCH-001",
+        torch_v is not None,
+        "torch installed",
+        torch_v or "missing",
+        "torch",
+        "pip install torch (the build your accelerator needs)",
+    )
     acc = accelerator()
-    add("TOP-DOC-ACC-001", acc == spec.cluster.device or (spec.cluster.device == "cpu"), "accelerator visible",
-        acc, spec.cluster.device, f"run on a host with {spec.cluster.device} devices (CANN/driver installed)")
+    add(
+        "TOP-DOC-ACC-001",
+        acc == spec.cluster.device or (spec.cluster.device == "cpu"),
+        "accelerator visible",
+        acc,
+        spec.cluster.device,
+        f"run on a host with {spec.cluster.device} devices (CANN/driver installed)",
+    )
     if spec.cluster.backend != "local":
         verl_v = _version("verl")
-        add("TOP-DOC-VERL-001", verl_v is not None, "verl installed", verl_v or "missing", v.verl,
-            f"pip install verl=={v.verl}")
+        add(
+            "TOP-DOC-VERL-001",
+            verl_v is not None,
+            "verl installed",
+            verl_v or "missing",
+            v.verl,
+            f"pip install verl=={v.verl}",
+        )
         if verl_v:
             err = _import_error("verl")
-            add("TOP-DOC-VERL-004", err is None, "verl imports", err or "yes", "yes",
-                "install verl's dependencies (pip install verl==VERSION without --no-deps)")
+            add(
+                "TOP-DOC-VERL-004",
+                err is None,
+                "verl imports",
+                err or "yes",
+                "yes",
+                "install verl's dependencies (pip install verl==VERSION without --no-deps)",
+            )
         if verl_v and _v(verl_v) != _v(v.verl):
-            add("TOP-DOC-VERL-002", False, "verl version", verl_v, v.verl,
-                "install the declared verl or update cluster.versions.verl", WARNING)
+            add(
+                "TOP-DOC-VERL-002",
+                False,
+                "verl version",
+                verl_v,
+                v.verl,
+                "install the declared verl or update cluster.versions.verl",
+                WARNING,
+            )
         if spec.rollout.pp > 1:
-            patch_check(add, "TOP-DOC-VERL-003", "vllm_pp_npu", "vllm_pp", spec, installed=verl_v,
-                        what="verl sizes vLLM pipeline-parallel replicas (the PP patch)",
-                        fix="apply the seed's PP patch to verl (stack=seed), or set rollout.pp=1")
-        if spec.rollout.per_request_seed is not False and facts.supports("per_request_seed", v) \
-                and strict:
-            patch_check(add, "TOP-DOC-VERL-004", "per_request_seed", "per_request_seed", spec,
-                        installed=verl_v, what="verl has the per-request sampling seed",
-                        fix="apply the seed's per-request seed patch to verl")
+            patch_check(
+                add,
+                "TOP-DOC-VERL-003",
+                "vllm_pp_npu",
+                "vllm_pp",
+                spec,
+                installed=verl_v,
+                what="verl sizes vLLM pipeline-parallel replicas (the PP patch)",
+                fix="apply the seed's PP patch to verl (stack=seed), or set rollout.pp=1",
+            )
+        if (
+            spec.rollout.per_request_seed is not False
+            and facts.supports("per_request_seed", v)
+            and strict
+        ):
+            patch_check(
+                add,
+                "TOP-DOC-VERL-004",
+                "per_request_seed",
+                "per_request_seed",
+                spec,
+                installed=verl_v,
+                what="verl has the per-request sampling seed",
+                fix="apply the seed's per-request seed patch to verl",
+            )
     if npu:
         npu_v = _version("torch_npu")
-        add("TOP-DOC-NPU-001", npu_v is not None, "torch_npu installed", npu_v or "missing", v.torch_npu,
-            "install torch_npu matching your torch and CANN")
+        add(
+            "TOP-DOC-NPU-001",
+            npu_v is not None,
+            "torch_npu installed",
+            npu_v or "missing",
+            v.torch_npu,
+            "install torch_npu matching your torch and CANN",
+        )
         if npu_v and torch_v:
             pin = torch_pin() or ".".join(map(str, facts.version("torch_npu", npu_v).release))
             t = facts.version("torch", torch_v)
-            add("TOP-DOC-NPU-002", t is not None and t.release == facts.version("torch", pin).release,
-                "torch is the release torch_npu requires", f"torch {torch_v}, torch_npu {npu_v}",
-                f"torch=={pin} (torch_npu's Requires-Dist)", f"pip install torch=={pin.split('+')[0]}")
+            add(
+                "TOP-DOC-NPU-002",
+                t is not None and t.release == facts.version("torch", pin).release,
+                "torch is the release torch_npu requires",
+                f"torch {torch_v}, torch_npu {npu_v}",
+                f"torch=={pin} (torch_npu's Requires-Dist)",
+                f"pip install torch=={pin.split('+')[0]}",
+            )
         cann = cann_version()
-        add("TOP-DOC-CANN-001", cann is not None, "CANN toolkit", cann or "not found (ASCEND_HOME_PATH unset?)",
-            v.cann, "source CANN's set_env.sh (sets ASCEND_HOME_PATH)")
+        add(
+            "TOP-DOC-CANN-001",
+            cann is not None,
+            "CANN toolkit",
+            cann or "not found (ASCEND_HOME_PATH unset?)",
+            v.cann,
+            "source CANN's set_env.sh (sets ASCEND_HOME_PATH)",
+        )
         va = _version("vllm-ascend") or _version("vllm_ascend")
-        add("TOP-DOC-VLLMA-001", va is not None and facts.version("vllm_ascend", va)
-            == facts.version("vllm_ascend", v.vllm_ascend), "vllm-ascend version", va or "missing",
-            v.vllm_ascend, f"pip install vllm-ascend=={v.vllm_ascend} (and vllm=={v.vllm}), or "
-            "pick the stack profile that matches what is installed", ERROR if va is None else WARNING)
+        add(
+            "TOP-DOC-VLLMA-001",
+            va is not None
+            and facts.version("vllm_ascend", va) == facts.version("vllm_ascend", v.vllm_ascend),
+            "vllm-ascend version",
+            va or "missing",
+            v.vllm_ascend,
+            f"pip install vllm-ascend=={v.vllm_ascend} (and vllm=={v.vllm}), or "
+            "pick the stack profile that matches what is installed",
+            ERROR if va is None else WARNING,
+        )
         if strict:
-            patch_check(add, "TOP-DOC-VLLMA-002", "fa3_backend", "true_on_policy", spec,
-                        installed=va, what="vllm-ascend has the FA3 backend (attention/fa3_v1.py)",
-                        fix="install vllm-ascend >= 0.23.0, or 0.18.0 from source with the seed's "
-                            "patch module (stack=seed)")
+            patch_check(
+                add,
+                "TOP-DOC-VLLMA-002",
+                "fa3_backend",
+                "true_on_policy",
+                spec,
+                installed=va,
+                what="vllm-ascend has the FA3 backend (attention/fa3_v1.py)",
+                fix="install vllm-ascend >= 0.23.0, or 0.18.0 from source with the seed's "
+                "patch module (stack=seed)",
+            )
             if va:  # FA3 is selected the way the rendered command asks for it
                 want, have = facts.supports("rl_config", v), detected("rl_config")
                 how = {True: "additional_config.rl_config", False: "attention_backend=FLASH_ATTN"}
-                add("TOP-DOC-VLLMA-003", want == have, "vllm-ascend selects FA3 the way topl renders it",
-                    how[have], how[want], "declare the installed vllm-ascend in cluster.versions "
-                    "(or pick its stack profile) so the command selects FA3 the way it reads it")
-            add("TOP-DOC-BIO-001", _importable("batch_invariant_ops"), "batch_invariant_ops importable",
-                "yes" if _importable("batch_invariant_ops") else "no", "yes",
-                "install CANN's batch_invariant_ops (without it the patch only warns and the run is off-policy)")
-            add("TOP-DOC-FA3-001", _importable("flash_attn_npu_v3"), "flash_attn_npu_v3 importable",
-                "yes" if _importable("flash_attn_npu_v3") else "no", "yes", "install flash-attention-npu")
+                add(
+                    "TOP-DOC-VLLMA-003",
+                    want == have,
+                    "vllm-ascend selects FA3 the way topl renders it",
+                    how[have],
+                    how[want],
+                    "declare the installed vllm-ascend in cluster.versions "
+                    "(or pick its stack profile) so the command selects FA3 the way it reads it",
+                )
+            add(
+                "TOP-DOC-BIO-001",
+                _importable("batch_invariant_ops"),
+                "batch_invariant_ops importable",
+                "yes" if _importable("batch_invariant_ops") else "no",
+                "yes",
+                "install CANN's batch_invariant_ops (without it the patch only warns and the run is off-policy)",
+            )
+            add(
+                "TOP-DOC-FA3-001",
+                _importable("flash_attn_npu_v3"),
+                "flash_attn_npu_v3 importable",
+                "yes" if _importable("flash_attn_npu_v3") else "no",
+                "yes",
+                "install flash-attention-npu",
+            )
             if spec.train.engine == "megatron":
                 ms = detected("mindspeed_bi_switches")
-                add("TOP-DOC-MS-001", ms, "MindSpeed has --use-batch-invariant-ops",
+                add(
+                    "TOP-DOC-MS-001",
+                    ms,
+                    "MindSpeed has --use-batch-invariant-ops",
                     "yes" if ms else ("no" if _importable("mindspeed") else "MindSpeed missing"),
-                    "MindSpeed core_r0.16.0", "install MindSpeed core_r0.16.0")
+                    "MindSpeed core_r0.16.0",
+                    "install MindSpeed core_r0.16.0",
+                )
                 fa = _importable("flash_attn_npu")
-                add("TOP-DOC-FA3-002", fa, "flash_attn_npu importable (MindSpeed's FA3 path)",
-                    "yes" if fa else "no", "yes", "install flash-attention-npu (its flash_attn_npu module)")
+                add(
+                    "TOP-DOC-FA3-002",
+                    fa,
+                    "flash_attn_npu importable (MindSpeed's FA3 path)",
+                    "yes" if fa else "no",
+                    "yes",
+                    "install flash-attention-npu (its flash_attn_npu module)",
+                )
             if spec.cluster.external_modules:
                 mod = spec.cluster.external_modules
-                add("TOP-DOC-PATCH-001", _importable(mod), f"patch module {mod} importable",
-                    "yes" if _importable(mod) else "no", "yes", "install the true on-policy patch package")
+                add(
+                    "TOP-DOC-PATCH-001",
+                    _importable(mod),
+                    f"patch module {mod} importable",
+                    "yes" if _importable(mod) else "no",
+                    "yes",
+                    "install the true on-policy patch package",
+                )
         soc = _soc()
         if soc and spec.cluster.soc:
-            add("TOP-DOC-SOC-001", soc == spec.cluster.soc, "SoC type", soc, spec.cluster.soc,
-                "pick the cluster config that matches the hardware (cluster=atlas_a2 / atlas_a3)")
+            add(
+                "TOP-DOC-SOC-001",
+                soc == spec.cluster.soc,
+                "SoC type",
+                soc,
+                spec.cluster.soc,
+                "pick the cluster config that matches the hardware (cluster=atlas_a2 / atlas_a3)",
+            )
     for k, want in env_vars(spec).items():
         seen = env.get(k)
-        add("TOP-DOC-ENV-001", seen == want, f"env {k} as the job's processes see it", seen or "unset", want,
-            f"forward {k}={want} to every worker (runtime_env env_vars)")
+        add(
+            "TOP-DOC-ENV-001",
+            seen == want,
+            f"env {k} as the job's processes see it",
+            seen or "unset",
+            want,
+            f"forward {k}={want} to every worker (runtime_env env_vars)",
+        )
     return out
 
 
@@ -281,8 +419,15 @@ def patch_check(add, id_, fid, patch, spec, installed, what, fix):
     v, mod = spec.cluster.versions, spec.cluster.external_modules
     declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
     at_import = declared and bool(mod) and _importable(mod)
-    add(id_, False, what, f"absent; {mod} applies patch {patch} at import" if at_import else "absent",
-        "present", fix, WARNING if at_import else ERROR)
+    add(
+        id_,
+        False,
+        what,
+        f"absent; {mod} applies patch {patch} at import" if at_import else "absent",
+        "present",
+        fix,
+        WARNING if at_import else ERROR,
+    )
 
 
 def _soc() -> str | None:

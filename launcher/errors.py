@@ -1,4 +1,5 @@
 """Errors meant for people: what went wrong, where the value came from, how to fix it."""
+
 from __future__ import annotations
 
 # The one severity vocabulary: contract violations and doctor findings both use it.

@@ -1,4 +1,5 @@
 """The field reference (docs/fields.md), generated from the spec's own field comments."""
+
 from __future__ import annotations
 
 import dataclasses

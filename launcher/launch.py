@@ -1,5 +1,6 @@
 """One launch: the context a `topl launch` carries to every job, and what one job does
 (check, write the run directory, run the doctor for remote backends, start the backend)."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,13 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         composed, violations = ctx.prepared
     else:
         task_overrides = list(hc.overrides.task)
-        composed = from_hydra_job(cfg, task_overrides, dict(hc.runtime.choices), ctx.root,
-                                  ctx.user_overrides or task_overrides)
+        composed = from_hydra_job(
+            cfg,
+            task_overrides,
+            dict(hc.runtime.choices),
+            ctx.root,
+            ctx.user_overrides or task_overrides,
+        )
         violations = check(composed)
     print_violations(violations)
     spec = composed.to_object()
@@ -79,8 +85,9 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         return
 
     def recorded() -> int:
-        return lifecycle.run_recorded(run_dir, lambda: start(ctx, spec, inv, run_dir),
-                                      backend=spec.cluster.backend)
+        return lifecycle.run_recorded(
+            run_dir, lambda: start(ctx, spec, inv, run_dir), backend=spec.cluster.backend
+        )
 
     if ctx.watch:
         from topl.launcher import watch
@@ -102,8 +109,11 @@ def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
     if backend != "local" and not doctor_ok(ctx, spec, run_dir):
         from topl.launcher.errors import ToplError
 
-        raise ToplError("the doctor found errors; nothing started", where=str(run_dir / "doctor.json"),
-                        fix="fix the findings above, or --skip-doctor (loudly)")
+        raise ToplError(
+            "the doctor found errors; nothing started",
+            where=str(run_dir / "doctor.json"),
+            fix="fix the findings above, or --skip-doctor (loudly)",
+        )
     if backend == "local":
         from topl.launcher.backends.local import run_local
 
@@ -118,8 +128,14 @@ def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
         return run_subprocess(inv, run_dir, spec.cluster.python)
     from topl.launcher.backends.ray_job import run_ray_job
 
-    return run_ray_job(inv, run_dir, spec.cluster.ray_address, ctx.follow, python=spec.cluster.python,
-                       timeout=spec.cluster.ray_timeout_s)
+    return run_ray_job(
+        inv,
+        run_dir,
+        spec.cluster.ray_address,
+        ctx.follow,
+        python=spec.cluster.python,
+        timeout=spec.cluster.ray_timeout_s,
+    )
 
 
 def preflight(spec) -> None:
@@ -145,18 +161,27 @@ def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:
     from topl.launcher.cli import doctor
 
     if ctx.skip_doctor:
-        print("topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing "
-              "batch_invariant_ops or an unpatched verl will only show up as logdiff != 0 or a "
-              "crash hours in", file=sys.stderr)
+        print(
+            "topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing "
+            "batch_invariant_ops or an unpatched verl will only show up as logdiff != 0 or a "
+            "crash hours in",
+            file=sys.stderr,
+        )
         return True
     address = spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
-    nodes = lifecycle.with_deadline(lambda: doctor.run(spec, address), spec.cluster.ray_timeout_s + 600,
-                                    f"topl doctor on {address or 'this machine'}",
-                                    fix="check that the Ray head answers (`ray status`), or --skip-doctor")
+    nodes = lifecycle.with_deadline(
+        lambda: doctor.run(spec, address),
+        spec.cluster.ray_timeout_s + 600,
+        f"topl doctor on {address or 'this machine'}",
+        fix="check that the Ray head answers (`ray status`), or --skip-doctor",
+    )
     rundir.write_file(run_dir / "doctor.json", json.dumps(nodes, indent=1))
     bad = [(n["node"], f) for n in nodes for f in n["findings"] if f["severity"] == "error"]
     for node, f in bad:
-        print(f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n"
-              f"  fix: {f['fix']}", file=sys.stderr)
+        print(
+            f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n"
+            f"  fix: {f['fix']}",
+            file=sys.stderr,
+        )
     return not bad

@@ -1,4 +1,5 @@
 """Memory-fit estimates per device, from the model's architecture facts."""
+
 from __future__ import annotations
 
 from topl.launcher.spec import world_size
@@ -18,8 +19,12 @@ def param_counts(m) -> dict[str, int]:
     embed = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
     dense = m.num_layers * layer_dense + embed + m.hidden_size
     experts = m.num_layers * expert
-    return {"total": dense + experts, "dense": dense, "expert": experts,
-            "largest_layer": max(layer_dense + expert, m.vocab_size * m.hidden_size)}
+    return {
+        "total": dense + experts,
+        "dense": dense,
+        "expert": experts,
+        "largest_layer": max(layer_dense + expert, m.vocab_size * m.hidden_size),
+    }
 
 
 def megatron_train_bytes(s) -> float:
@@ -30,8 +35,10 @@ def megatron_train_bytes(s) -> float:
     """
     t, world = s.train, world_size(s)
     pc = param_counts(s.model)
-    shards = [(pc["dense"] / (t.tp * t.pp), max(world // (t.tp * t.pp * t.cp), 1)),
-              (pc["expert"] / (t.ep * t.etp * t.pp), max(world // (t.ep * t.etp * t.pp), 1))]
+    shards = [
+        (pc["dense"] / (t.tp * t.pp), max(world // (t.tp * t.pp * t.cp), 1)),
+        (pc["expert"] / (t.ep * t.etp * t.pp), max(world // (t.ep * t.etp * t.pp), 1)),
+    ]
     total = 0.0
     for p, dp in shards:
         total += 0 if t.param_offload else 2 * p
@@ -45,9 +52,14 @@ def fsdp_train_bytes(s) -> float:
     `fsdp` extra), else the same closed form (`zero3_gpu_bytes`); a test keeps the two equal."""
     pc = param_counts(s.model)
     offload = s.train.param_offload or s.train.optimizer_offload
-    kw = dict(total_params=pc["total"], largest_layer_params=pc["largest_layer"],
-              num_gpus_per_node=s.cluster.devices_per_node, num_nodes=s.cluster.nodes,
-              cpu_offload=offload, cpu_offload_params=s.train.param_offload)
+    kw = dict(
+        total_params=pc["total"],
+        largest_layer_params=pc["largest_layer"],
+        num_gpus_per_node=s.cluster.devices_per_node,
+        num_nodes=s.cluster.nodes,
+        cpu_offload=offload,
+        cpu_offload_params=s.train.param_offload,
+    )
     estimator = _zero3_estimator()
     if estimator is None:
         return float(zero3_gpu_bytes(**kw))
@@ -55,8 +67,14 @@ def fsdp_train_bytes(s) -> float:
     return float(gpu)
 
 
-def zero3_gpu_bytes(total_params, largest_layer_params, num_gpus_per_node, num_nodes, cpu_offload,
-                    cpu_offload_params) -> int:
+def zero3_gpu_bytes(
+    total_params,
+    largest_layer_params,
+    num_gpus_per_node,
+    num_nodes,
+    cpu_offload,
+    cpu_offload_params,
+) -> int:
     """The device term of deepspeed@0.19.8:deepspeed/runtime/zero/stage3.py:
     estimate_zero3_model_states_mem_needs: 4 B per largest-layer parameter, plus 2 B (bf16
     weights, optimizer offloaded) or 18 B (weights, grads, fp32 master and Adam) per parameter over
@@ -107,10 +125,17 @@ def rollout_fit(s) -> dict[str, float]:
     weights = rollout_weight_bytes(s)
     kv_room = s.rollout.gpu_memory_utilization * s.cluster.device_memory_gb * GB - weights
     seq = s.train.max_prompt_length + s.train.max_response_length
-    return {"rollout_weights_gb": weights / GB, "kv_room_gb": kv_room / GB,
-            "kv_seqs": kv_room / (kv_bytes_per_token(s) * seq)}
+    return {
+        "rollout_weights_gb": weights / GB,
+        "kv_room_gb": kv_room / GB,
+        "kv_seqs": kv_room / (kv_bytes_per_token(s) * seq),
+    }
 
 
 def estimate(s) -> dict[str, float]:
     """Per-device GB: training states, rollout weights, KV room, and the device budget."""
-    return {"train_gb": train_bytes(s) / GB, "device_gb": s.cluster.device_memory_gb, **rollout_fit(s)}
+    return {
+        "train_gb": train_bytes(s) / GB,
+        "device_gb": s.cluster.device_memory_gb,
+        **rollout_fit(s),
+    }

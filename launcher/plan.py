@@ -4,6 +4,7 @@ Hydra composes each point from scratch (tens of ms). Here each distinct combinat
 choices is composed once through Hydra; a point then only sets its values on a copy of that
 spec (typed like Hydra would) and runs the contract: thousands of points per second.
 """
+
 from __future__ import annotations
 
 import copy
@@ -49,10 +50,15 @@ Item = tuple[str, str, Any]  # (override text, key, typed value)
 
 def _parse(overrides: list[str]):
     try:
-        return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(overrides)  # glob() lists options
+        return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(
+            overrides
+        )  # glob() lists options
     except HydraException as e:
-        raise ToplError(f"bad sweep syntax: {e}", where=f"overrides: {' '.join(overrides)}",
-                        fix="sweeps look like key=a,b,c or key=range(1,9) (Hydra override grammar)") from None
+        raise ToplError(
+            f"bad sweep syntax: {e}",
+            where=f"overrides: {' '.join(overrides)}",
+            fix="sweeps look like key=a,b,c or key=range(1,9) (Hydra override grammar)",
+        ) from None
 
 
 def expand_items(overrides: list[str]) -> list[list[Item]]:
@@ -63,8 +69,11 @@ def expand_items(overrides: list[str]) -> list[list[Item]]:
         key = ov.get_key_element()
         if ov.is_sweep_override():
             if not ov.is_discrete_sweep():
-                raise ToplError(f"sweep type {ov.value_type.name} is not supported", where=ov.input_line,
-                                fix="use a list (a,b,c), range() or glob() sweep")
+                raise ToplError(
+                    f"sweep type {ov.value_type.name} is not supported",
+                    where=ov.input_line,
+                    fix="use a list (a,b,c), range() or glob() sweep",
+                )
             # one list of strings, each parsed back: shuffle() reorders every iterator afresh, so
             # zipping sweep_string_iterator with sweep_iterator pairs strings with other values
             texts = list(ov.sweep_string_iterator())
@@ -89,8 +98,11 @@ def _set(obj, dotted: str, value: Any) -> None:
         return
     fields = {f.name: f for f in dataclasses.fields(obj)}
     if leaf not in fields:
-        raise ToplError(f"unknown key {dotted}", where=f"`{dotted}=...`",
-                        fix="check the spelling (`topl launch --cfg job` lists every key)")
+        raise ToplError(
+            f"unknown key {dotted}",
+            where=f"`{dotted}=...`",
+            fix="check the spelling (`topl launch --cfg job` lists every key)",
+        )
     setattr(obj, leaf, _coerce(value, _hints(type(obj))[leaf], dotted))
 
 
@@ -103,7 +115,11 @@ def _coerce(value, typ, key: str):
     args = typing.get_args(typ)
     if value is None and type(None) in args:
         return None
-    base = next((a for a in args if a is not type(None)), typ) if args and typing.get_origin(typ) is typing.Union else typ
+    base = (
+        next((a for a in args if a is not type(None)), typ)
+        if args and typing.get_origin(typ) is typing.Union
+        else typ
+    )
     try:
         if base is bool and not isinstance(value, bool):
             raise ValueError
@@ -112,8 +128,11 @@ def _coerce(value, typ, key: str):
         if base in (float, int, str, bool):
             return base(value)
     except (TypeError, ValueError):
-        raise ToplError(f"value {value!r} for {key} is not a {getattr(base, '__name__', base)}",
-                        where=f"`{key}={value}`", fix="give a value of the field's type (see launcher/spec.py)") from None
+        raise ToplError(
+            f"value {value!r} for {key} is not a {getattr(base, '__name__', base)}",
+            where=f"`{key}={value}`",
+            fix="give a value of the field's type (see launcher/spec.py)",
+        ) from None
     return value
 
 
@@ -137,7 +156,9 @@ class Planner:
         for text, k, v in point:
             if k.startswith("hydra."):
                 continue  # Hydra's own settings (sweeper, run dir): not part of the job spec
-            (groups if (k.lstrip("+~") in GROUPS or "/" in k or "@" in k) else values).append((text, k, v))
+            (groups if (k.lstrip("+~") in GROUPS or "/" in k or "@" in k) else values).append(
+                (text, k, v)
+            )
         if any(not _replayable(text, k, v) for text, k, v in values):
             # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted number,
             # a dict entry, an interpolation...): compose this point through Hydra, like `check`
@@ -168,8 +189,7 @@ class Planner:
             tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
         except (ValueError, ZeroDivisionError):
             tg = rg = None
-        return Verdict([t for t, _, _ in point], not errs, errs, warns, tg, rg,
-                       world_size(spec))
+        return Verdict([t for t, _, _ in point], not errs, errs, warns, tg, rg, world_size(spec))
 
 
 def _replayable(text: str, key: str, value) -> bool:
@@ -192,7 +212,12 @@ def _replayable(text: str, key: str, value) -> bool:
         if value is None:
             return type(None) in args
         base = next((a for a in args if a is not type(None)), typ) if args else typ
-        return (type(value) is base or (base is float and type(value) is int)) and base in (int, float, str, bool)
+        return (type(value) is base or (base is float and type(value) is int)) and base in (
+            int,
+            float,
+            str,
+            bool,
+        )
     return False
 
 

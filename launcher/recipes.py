@@ -4,6 +4,7 @@ A recipe is plain data in Hydra's experiment format (`# @package _global_`, `ove
 in its defaults). It is found by name in the shipped `recipes/` folder, in folders listed in
 `TOPL_RECIPE_PATH`, or given as a path. It is data: `untrusted.py` says what it may set.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -23,7 +24,9 @@ def recipes_dir() -> Path:
 
 def search_dirs() -> list[Path]:
     """Shipped recipes first, then the folders in TOPL_RECIPE_PATH (os.pathsep separated)."""
-    extra = [Path(p).expanduser() for p in os.environ.get("TOPL_RECIPE_PATH", "").split(os.pathsep) if p]
+    extra = [
+        Path(p).expanduser() for p in os.environ.get("TOPL_RECIPE_PATH", "").split(os.pathsep) if p
+    ]
     return [recipes_dir(), *extra]
 
 
@@ -41,15 +44,21 @@ def resolve(value: str) -> Path:
     if value.endswith((".yaml", ".yml")) or os.sep in value:
         path = Path(value).expanduser()
         if not path.is_file():
-            raise ToplError(f"recipe file {value!r} does not exist", where=f"recipe={value}",
-                            fix="give an existing .yaml file, or a recipe name from `topl recipes`")
+            raise ToplError(
+                f"recipe file {value!r} does not exist",
+                where=f"recipe={value}",
+                fix="give an existing .yaml file, or a recipe name from `topl recipes`",
+            )
         return path.resolve()
     names = available()
     if value not in names:
         close = difflib.get_close_matches(value, names, n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "run `topl recipes` to list them"
-        raise ToplError(f"unknown recipe {value!r}", where=f"recipe={value} (command line)",
-                        fix=f"{hint} (search path: {', '.join(map(str, search_dirs()))})")
+        raise ToplError(
+            f"unknown recipe {value!r}",
+            where=f"recipe={value} (command line)",
+            fix=f"{hint} (search path: {', '.join(map(str, search_dirs()))})",
+        )
     return names[value]
 
 
@@ -103,14 +112,21 @@ class RecipeRoot:
 
     def _add(self, name: str, recipe: untrusted.Recipe, chain: list[str]) -> None:
         if name in chain or len(chain) >= untrusted.MAX_INCLUDES:
-            raise ToplError(f"recipe includes loop or nest too deep: {' -> '.join([*chain, name])}",
-                            where=str(recipe.path), fix="include each recipe once, at most "
-                            f"{untrusted.MAX_INCLUDES} levels deep")
+            raise ToplError(
+                f"recipe includes loop or nest too deep: {' -> '.join([*chain, name])}",
+                where=str(recipe.path),
+                fix=f"include each recipe once, at most {untrusted.MAX_INCLUDES} levels deep",
+            )
         if name in self.files and self.files[name] != recipe.path:
-            raise ToplError(f"two different recipes named {name!r}: {self.files[name]} and {recipe.path}",
-                            where=str(recipe.path), fix="rename one of them")
+            raise ToplError(
+                f"two different recipes named {name!r}: {self.files[name]} and {recipe.path}",
+                where=str(recipe.path),
+                fix="rename one of them",
+            )
         self.files[name] = recipe.path
-        fd = os.open(self.dir / "recipe" / f"{name}.yaml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(
+            self.dir / "recipe" / f"{name}.yaml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+        )
         with os.fdopen(fd, "wb") as f:
             f.write(recipe.text)
         for inc in recipe.includes:

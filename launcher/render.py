@@ -4,6 +4,7 @@
 do not exist in verl's config and get Hydra's `+` (append) prefix. tests/test_verl_compose.py
 composes every rendering against verl's real config to prove both.
 """
+
 from __future__ import annotations
 
 import json
@@ -154,8 +155,13 @@ class Invocation:
         return f"{env} \\\n  {args}" if env else args
 
     def to_dict(self, python: str = "python3") -> dict[str, Any]:
-        return {"entrypoint": self.entrypoint, "config_name": self.config_name,
-                "overrides": self.overrides, "env": self.env, "command": self.command(python)}
+        return {
+            "entrypoint": self.entrypoint,
+            "config_name": self.config_name,
+            "overrides": self.overrides,
+            "env": self.env,
+            "command": self.command(python),
+        }
 
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@\-]+$")
@@ -172,7 +178,9 @@ def fmt(v: Any) -> str:
         return "[" + ",".join(fmt(x) for x in v) + "]"
     s = str(v)
     if isinstance(v, str) and _LOOKS_TYPED.match(s):
-        return f'"{s}"'  # Hydra would read 1 / true / null as non-strings (Ray needs str env values)
+        return (
+            f'"{s}"'  # Hydra would read 1 / true / null as non-strings (Ray needs str env values)
+        )
     return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -190,8 +198,12 @@ def plus(key: str) -> str:
 GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
 # rollout.graph_mode -> vLLM cudagraph_mode, rendered explicitly: verl's default otherwise is
 # FULL_AND_PIECEWISE (facts: verl_default_full_and_piecewise), kept by vllm-ascend >= 0.21.0rc1
-CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "full": "FULL", "full_decode_only": "FULL_DECODE_ONLY",
-                  "full_and_piecewise": "FULL_AND_PIECEWISE"}
+CUDAGRAPH_MODE = {
+    "piecewise": "PIECEWISE",
+    "full": "FULL",
+    "full_decode_only": "FULL_DECODE_ONLY",
+    "full_and_piecewise": "FULL_AND_PIECEWISE",
+}
 VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
 
 
@@ -219,8 +231,10 @@ def graph_overrides(s) -> list[tuple[str, Any]]:
     mode = s.rollout.graph_mode
     if mode == "eager":
         return [(f"{ARR}.rollout.enforce_eager", True)]
-    return [(f"{ARR}.rollout.enforce_eager", False),
-            (f"{VLLM}.compilation_config", json.dumps({"cudagraph_mode": CUDAGRAPH_MODE[mode]}))]
+    return [
+        (f"{ARR}.rollout.enforce_eager", False),
+        (f"{VLLM}.compilation_config", json.dumps({"cudagraph_mode": CUDAGRAPH_MODE[mode]})),
+    ]
 
 
 def sampling_seed(s) -> str:
@@ -239,13 +253,19 @@ def stack_overrides(s) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
         rl = f"{VLLM}.additional_config.rl_config"
-        out += [(f"{rl}.enabled", True), (f"{rl}.enable_training_consistency", True),
-                (f"{rl}.enable_batch_invariant", True)]
-    if npu and facts.supports("nz_config", v):  # NZ off as the config reads it (sleep mode needs it)
+        out += [
+            (f"{rl}.enabled", True),
+            (f"{rl}.enable_training_consistency", True),
+            (f"{rl}.enable_batch_invariant", True),
+        ]
+    if npu and facts.supports(
+        "nz_config", v
+    ):  # NZ off as the config reads it (sleep mode needs it)
         out.append((f"{VLLM}.additional_config.weight_nz_mode", 0))
     if sampling_seed(s) == "per_request":
         out.append((f"{ARR}.rollout.per_request_seed", True))
     return out
+
 
 # Variables the determinism settings decide, and the spec fields that decide them: set them through
 # those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
@@ -275,8 +295,12 @@ def derived_env(s) -> dict[str, str]:
     c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
     if npu:
-        env.update(TASK_QUEUE_ENABLE="2", CPU_AFFINITY_CONF="1",
-                   HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s), HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s))
+        env.update(
+            TASK_QUEUE_ENABLE="2",
+            CPU_AFFINITY_CONF="1",
+            HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s),
+            HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s),
+        )
     if c.op_expansion_mode:
         env["HCCL_OP_EXPANSION_MODE"] = c.op_expansion_mode
     if c.hccl_deterministic != "false":
@@ -288,7 +312,9 @@ def derived_env(s) -> dict[str, str]:
     if strict:
         env["VLLM_BATCH_INVARIANT"] = "1"
         if npu:
-            env.update(CLOSE_MATMUL_K_SHIFT="1", ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0")
+            env.update(
+                CLOSE_MATMUL_K_SHIFT="1", ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0"
+            )
             if facts.supports("nz_env", s.cluster.versions):  # gone from vllm-ascend 0.27.1rc1
                 env["VLLM_ASCEND_ENABLE_NZ"] = "0"
     if s.cluster.external_modules:
@@ -298,10 +324,14 @@ def derived_env(s) -> dict[str, str]:
 
 # env var -> the contract rule that requires it (what topl's guard checks in every process)
 GUARDED_ENV = {
-    "VLLM_BATCH_INVARIANT": "TOP-ALN-001", "VLLM_ASCEND_ENABLE_NZ": "TOP-ALN-001",
-    "CLOSE_MATMUL_K_SHIFT": "TOP-ALN-001", "ATB_MATMUL_SHUFFLE_K_ENABLE": "TOP-ALN-001",
-    "ATB_LLM_LCOC_ENABLE": "TOP-ALN-001", "HCCL_DETERMINISTIC": "TOP-COLL-001",
-    "LCCL_DETERMINISTIC": "TOP-COLL-002", "HCCL_ALGO": "TOP-COLL-003",
+    "VLLM_BATCH_INVARIANT": "TOP-ALN-001",
+    "VLLM_ASCEND_ENABLE_NZ": "TOP-ALN-001",
+    "CLOSE_MATMUL_K_SHIFT": "TOP-ALN-001",
+    "ATB_MATMUL_SHUFFLE_K_ENABLE": "TOP-ALN-001",
+    "ATB_LLM_LCOC_ENABLE": "TOP-ALN-001",
+    "HCCL_DETERMINISTIC": "TOP-COLL-001",
+    "LCCL_DETERMINISTIC": "TOP-COLL-002",
+    "HCCL_ALGO": "TOP-COLL-003",
 }
 GUARD_MODULE = "topl.launcher.guard"  # = guard.MODULE (not imported: render stays import-light)
 
@@ -316,10 +346,15 @@ def guard_env(s, env: dict[str, str]) -> dict[str, str]:
     modules = {m: ["loaded", "TOP-STACK-005"] for m in patch}
     if on_npu(s):
         modules["batch_invariant_ops"] = ["importable", "TOP-STACK-004"]
-    manifest = {"strict": True, "modules": modules,
-                "env": {k: [v, GUARDED_ENV[k]] for k, v in env.items() if k in GUARDED_ENV}}
-    return {"VERL_USE_EXTERNAL_MODULES": ",".join([*patch, GUARD_MODULE]),
-            "TOPL_GUARD": json.dumps(manifest, separators=(",", ":"), sort_keys=True)}
+    manifest = {
+        "strict": True,
+        "modules": modules,
+        "env": {k: [v, GUARDED_ENV[k]] for k, v in env.items() if k in GUARDED_ENV},
+    }
+    return {
+        "VERL_USE_EXTERNAL_MODULES": ",".join([*patch, GUARD_MODULE]),
+        "TOPL_GUARD": json.dumps(manifest, separators=(",", ":"), sort_keys=True),
+    }
 
 
 def overrides(s) -> list[tuple[str, Any]]:
@@ -327,34 +362,61 @@ def overrides(s) -> list[tuple[str, Any]]:
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
     out: list[tuple[str, Any]] = [("model_engine", "megatron" if megatron else "dp")]
-    out += [(verl, v) for field_, verl in table.items()
-            if renders(s, field_) and (v := rendered_value(s, field_)) is not None]  # None: verl's default
-    out += [("data.train_files", f"{s.data_dir}/train.parquet"), ("data.val_files", f"{s.data_dir}/test.parquet"),
-            *graph_overrides(s),
-            (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
-            # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:
-            # ActorRolloutRefWorker.init_model)
-            (f"{ARR}.rollout.log_prob_use_dynamic_bsz", s.train.use_dynamic_bsz),
-            ("trainer.logger", ["console", "file"])]
+    out += [
+        (verl, v)
+        for field_, verl in table.items()
+        if renders(s, field_) and (v := rendered_value(s, field_)) is not None
+    ]  # None: verl's default
+    out += [
+        ("data.train_files", f"{s.data_dir}/train.parquet"),
+        ("data.val_files", f"{s.data_dir}/test.parquet"),
+        *graph_overrides(s),
+        (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
+        # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:
+        # ActorRolloutRefWorker.init_model)
+        (f"{ARR}.rollout.log_prob_use_dynamic_bsz", s.train.use_dynamic_bsz),
+        ("trainer.logger", ["console", "file"]),
+    ]
     if s.algorithm.use_kl_loss:
-        out.append((f"{ARR}.ref.log_prob_micro_batch_size_per_gpu", s.train.log_prob_micro_batch_size_per_gpu))
+        out.append(
+            (
+                f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
+                s.train.log_prob_micro_batch_size_per_gpu,
+            )
+        )
     if s.algorithm.use_critic:
-        out += [("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
-                ("critic.model.path", s.model.hf_path)]
+        out += [
+            ("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
+            ("critic.model.path", s.model.hf_path),
+        ]
     out += stack_overrides(s)
     out += algorithm_overrides(s)
     if is_strict(s):
         if megatron:
             otc = f"{ARR}.actor.megatron.override_transformer_config"
-            out += [(f"{otc}.attention_backend", "flash"), (f"{otc}.use_flash_attn_npu_batch_invariant", True),
-                    (f"{otc}.batch_invariant_mode", True), (f"{otc}.use_batch_invariant_ops", True)]
+            out += [
+                (f"{otc}.attention_backend", "flash"),
+                (f"{otc}.use_flash_attn_npu_batch_invariant", True),
+                (f"{otc}.batch_invariant_mode", True),
+                (f"{otc}.use_batch_invariant_ops", True),
+            ]
         else:
-            out += [(f"{ARR}.actor.fsdp_config.full_determinism", True),
-                    (f"{ARR}.ref.fsdp_config.full_determinism", True)]
+            out += [
+                (f"{ARR}.actor.fsdp_config.full_determinism", True),
+                (f"{ARR}.ref.fsdp_config.full_determinism", True),
+            ]
     rc = s.alignment.rollout_correction
     if s.alignment.mode == "mitigated":
-        out += [(f"algorithm.rollout_correction.{k}", getattr(rc, k))
-                for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "bypass_mode")]
+        out += [
+            (f"algorithm.rollout_correction.{k}", getattr(rc, k))
+            for k in (
+                "rollout_is",
+                "rollout_is_threshold",
+                "rollout_rs",
+                "rollout_rs_threshold",
+                "bypass_mode",
+            )
+        ]
     out += extra_items(s.algorithm.extra_overrides)
     return with_verl_overrides(out, s.verl_overrides)
 
@@ -374,8 +436,11 @@ def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tu
     out = dict(pairs)
     for k, v in verbatim.items():
         if set(k.lstrip("+").split(".")) & CODE_KEYS:
-            raise ToplError(f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
-                            where="verl_overrides", fix=f"remove `{k}`")
+            raise ToplError(
+                f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
+                where="verl_overrides",
+                fix=f"remove `{k}`",
+            )
         out.pop(k.lstrip("+"), None)
         out[k] = v
     return list(out.items())
@@ -394,16 +459,25 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     if a.use_critic:
         out.append(("critic.cliprange_value", a.cliprange_value))
     if a.filter_groups:  # verl@0.9.1:verl/trainer/config/algorithm.py:FilterGroupsConfig
-        out += [("algorithm.filter_groups.enable", True), ("algorithm.filter_groups.metric", a.filter_groups_metric),
-                ("algorithm.filter_groups.max_num_gen_batches", a.max_num_gen_batches)]
+        out += [
+            ("algorithm.filter_groups.enable", True),
+            ("algorithm.filter_groups.metric", a.filter_groups_metric),
+            ("algorithm.filter_groups.max_num_gen_batches", a.max_num_gen_batches),
+        ]
     cfg = "reward.reward_kwargs.overlong_buffer_cfg"
     if a.overlong_buffer is not None:  # explicit verl-level fields (VERL_KEYS rows) say the rest
         if a.overlong_buffer:
             out.append((f"{cfg}.penalty_factor", a.overlong_penalty_factor))
-    elif a.overlong_buffer_fraction > 0:  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
-        out += [("reward.reward_manager.name", "dapo"), (f"{cfg}.enable", True), (f"{cfg}.len", overlong_buffer_len(s)),
-                (f"{cfg}.penalty_factor", a.overlong_penalty_factor),
-                ("reward.reward_kwargs.max_resp_len", s.train.max_response_length)]
+    elif (
+        a.overlong_buffer_fraction > 0
+    ):  # verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager
+        out += [
+            ("reward.reward_manager.name", "dapo"),
+            (f"{cfg}.enable", True),
+            (f"{cfg}.len", overlong_buffer_len(s)),
+            (f"{cfg}.penalty_factor", a.overlong_penalty_factor),
+            ("reward.reward_kwargs.max_resp_len", s.train.max_response_length),
+        ]
     return out
 
 
@@ -416,6 +490,10 @@ def render(s) -> Invocation:
     """JobSpec -> Invocation; env vars are also forwarded to every Ray worker via runtime_env."""
     env = env_vars(s)
     forwarded = ray_worker_env(s).items()
-    pairs = overrides(s) + [(f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in forwarded]
+    pairs = overrides(s) + [
+        (f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in forwarded
+    ]
     config_name = s.algorithm.config_name or "ppo_trainer"
-    return Invocation(s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env)
+    return Invocation(
+        s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env
+    )

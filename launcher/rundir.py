@@ -1,4 +1,5 @@
 """The run directory: everything needed to reproduce a launch, written before anything starts."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,20 @@ from topl.launcher import __version__
 from topl.launcher import redact as _redact
 from topl.launcher.errors import ToplError
 
-PACKAGES = ("topl", "torch", "torch_npu", "hydra-core", "omegaconf", "verl", "vllm", "vllm-ascend", "ray",
-            "deepspeed", "transformers", "triton")
+PACKAGES = (
+    "topl",
+    "torch",
+    "torch_npu",
+    "hydra-core",
+    "omegaconf",
+    "verl",
+    "vllm",
+    "vllm-ascend",
+    "ray",
+    "deepspeed",
+    "transformers",
+    "triton",
+)
 STATES = ("running", "succeeded", "failed", "interrupted")
 
 
@@ -38,16 +51,20 @@ def create(run_dir: Path) -> Path:
     try:
         run_dir.mkdir(mode=0o700)
     except FileExistsError:
-        raise ToplError(f"run directory {run_dir} already exists; refusing to overwrite it",
-                        where="hydra.run.dir / hydra.sweep.dir",
-                        fix="let topl pick a new directory (leave hydra.run.dir unset) or give a new path") from None
+        raise ToplError(
+            f"run directory {run_dir} already exists; refusing to overwrite it",
+            where="hydra.run.dir / hydra.sweep.dir",
+            fix="let topl pick a new directory (leave hydra.run.dir unset) or give a new path",
+        ) from None
     return run_dir
 
 
 def set_status(run_dir: Path, state: str, **details) -> None:
     """status.json: running | succeeded | failed (exit_code or signal) | interrupted, replaced atomically."""
     assert state in STATES, state
-    body = json.dumps({"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1)
+    body = json.dumps(
+        {"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1
+    )
     tmp = run_dir / f".status.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -64,7 +81,9 @@ def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:
             path.chmod(0o700)
             continue
         path.chmod(0o600)
-        if (path.parent.name == ".hydra" or path.suffix == ".log") and path.stat().st_size <= max_bytes:
+        if (
+            path.parent.name == ".hydra" or path.suffix == ".log"
+        ) and path.stat().st_size <= max_bytes:
             text = path.read_text(errors="replace")
             clean = _redact.text(text)
             if clean != text:
@@ -74,7 +93,9 @@ def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:
 def git_sha() -> str | None:
     for where in (Path.cwd(), Path(__file__).resolve().parent):
         try:
-            out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
+            out = subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if out.returncode == 0:
@@ -97,19 +118,44 @@ def write(run_dir: Path, composed, invocation, violations) -> None:
     reuse a run directory."""
     marker = run_dir / "topl.json"
     if marker.exists():
-        raise ToplError(f"run directory {run_dir} already holds a run; refusing to overwrite it",
-                        where="hydra.run.dir", fix="leave hydra.run.dir unset or give a new path")
+        raise ToplError(
+            f"run directory {run_dir} already holds a run; refusing to overwrite it",
+            where="hydra.run.dir",
+            fix="leave hydra.run.dir unset or give a new path",
+        )
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     r = _redact.current()
     python = composed.cfg.cluster.python
     write_file(run_dir / "spec.yaml", OmegaConf.to_yaml(composed.cfg, resolve=True))
-    write_file(run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True))
+    write_file(
+        run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True)
+    )
     write_file(run_dir / "command.sh", "#!/usr/bin/env bash\n" + invocation.command(python) + "\n")
     write_file(run_dir / "invocation.json", json.dumps(r.obj(invocation.to_dict(python)), indent=1))
-    write_file(run_dir / "env.json", json.dumps({"rendered": redact(invocation.env),
-                                                 "launching_process": redact(dict(os.environ))}, indent=1))
-    write_file(marker, json.dumps(r.obj({
-        "topl_version": __version__, "git_sha": git_sha(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "argv": sys.argv, "overrides": composed.overrides, "recipe": composed.recipe, "choices": composed.choices,
-        "packages": versions(), "violations": [v.to_dict() for v in violations],
-    }), indent=1, default=str))
+    write_file(
+        run_dir / "env.json",
+        json.dumps(
+            {"rendered": redact(invocation.env), "launching_process": redact(dict(os.environ))},
+            indent=1,
+        ),
+    )
+    write_file(
+        marker,
+        json.dumps(
+            r.obj(
+                {
+                    "topl_version": __version__,
+                    "git_sha": git_sha(),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "argv": sys.argv,
+                    "overrides": composed.overrides,
+                    "recipe": composed.recipe,
+                    "choices": composed.choices,
+                    "packages": versions(),
+                    "violations": [v.to_dict() for v in violations],
+                }
+            ),
+            indent=1,
+            default=str,
+        ),
+    )

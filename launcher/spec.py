@@ -1,4 +1,5 @@
 """The typed job spec: what `conf/` composes into. Every field is documented here."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,13 +12,43 @@ from topl.kernels.alignment import Alignment
 from topl.launcher.constraints import c
 
 # Allowed values that mirror another package's own checks (cited where each field uses them).
-ADV_ESTIMATORS = ("gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
-                  "rloo", "opo", "grpo_passk", "gpg", "rloo_vectorized", "grpo_vectorized",
-                  "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo")
-POLICY_LOSSES = ("vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov",
-                 "geo_mean", "dro", "cispo", "bypass_mode")
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm",
-                  "seq-mean-token-mean")
+ADV_ESTIMATORS = (
+    "gae",
+    "grpo",
+    "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+    "remax",
+    "rloo",
+    "opo",
+    "grpo_passk",
+    "gpg",
+    "rloo_vectorized",
+    "grpo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+    "gdpo",
+)
+POLICY_LOSSES = (
+    "vanilla",
+    "dppo_tv",
+    "dppo_kl",
+    "gspo",
+    "sapo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "geo_mean",
+    "dro",
+    "cispo",
+    "bypass_mode",
+)
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+    "seq-mean-token-mean",
+)
 LOGPROBS_MODES = ("raw_logits", "raw_logprobs", "processed_logits", "processed_logprobs")
 ALGOS = "verl@0.9.1:verl/trainer/ppo/core_algos.py"
 HCCL_DOC = "CANN 9.0 environment variable reference: HCCL_DETERMINISTIC"
@@ -130,7 +161,9 @@ class TrainSpec:
     epochs: int = c(1, ge=1)  # trainer.total_epochs
     steps: int = c(100, ge=1)  # trainer.total_training_steps
     # Optional knobs below: None leaves verl's / MindSpeed's own default (the key is not rendered).
-    grad_offload: Optional[bool] = None  # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
+    grad_offload: Optional[bool] = (
+        None  # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
+    )
     ppo_max_token_len_per_gpu: Optional[int] = None  # token budget per device with dynamic bsz
     recompute_granularity: Optional[str] = None  # activation recompute: full | selective
     recompute_method: Optional[str] = None  # uniform | block
@@ -168,7 +201,9 @@ class RolloutSpec:
     top_p: float = c(1.0, gt=0, le=1, src=VLLM_SAMPLING)  # nucleus sampling (1.0: off)
     top_k: int = c(-1, ge=-1, src=VLLM_SAMPLING)  # top-k sampling (-1: off)
     # raw_logprobs | processed_logprobs | *_logits | auto (raw at T=1, else processed)
-    logprobs_mode: str = c("processed_logprobs", one_of=LOGPROBS_MODES + ("auto",), src=VLLM_LOGPROBS)
+    logprobs_mode: str = c(
+        "processed_logprobs", one_of=LOGPROBS_MODES + ("auto",), src=VLLM_LOGPROBS
+    )
     attention_backend: str = "FLASH_ATTN"  # vLLM attention backend name (FA3 path on Ascend)
     calculate_log_probs: bool = True  # return each sampled token's log-prob
     # verl rollout.log_prob_micro_batch_size_per_gpu
@@ -208,9 +243,15 @@ class StackVersions:
     cann: str = "9.1.0"  # CANN toolkit
     torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
     torch_npu: str = "2.10.0.post4"  # torch_npu
-    mindspeed: str = "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
-    verl_patches: List[str] = field(default_factory=list)  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
-    vllm_ascend_patches: List[str] = field(default_factory=list)  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
+    mindspeed: str = (
+        "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
+    )
+    verl_patches: List[str] = field(
+        default_factory=list
+    )  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    vllm_ascend_patches: List[str] = field(
+        default_factory=list
+    )  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
     flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
@@ -270,7 +311,9 @@ class JobSpec:
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
     # Recipes that reproduce a script (`topl recipes import`) keep its remaining overrides here.
-    verl_overrides: Dict[str, Any] = field(default_factory=dict)  # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
+    verl_overrides: Dict[str, Any] = field(
+        default_factory=dict
+    )  # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
 
 
 def register_configs() -> None:

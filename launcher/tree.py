@@ -1,4 +1,5 @@
 """Nested configs as dotted keys: one flattener and one dotted getter for the whole launcher."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """One version parser for the launcher (contract rules and the doctor)."""
+
 from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version

@@ -5,6 +5,7 @@
 Both are measured in this run; the Hydra figure is the per-point time of composing a sample of
 the same points one by one (composing all 10,000 would take minutes), scaled to the full sweep.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,16 @@ from topl.launcher.compose import conf_dir, split_recipe
 from topl.launcher.plan import Planner, expand, expand_items
 from topl.launcher.spec import register_configs
 
-SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.tp=1,2,4,8", "train.pp=1,2,4,8,16",
-         "train.ep=1,2,4,8,16", "rollout.tp=1,2,4,8", "rollout.pp=1,2,4", "rollout.dp=1,2",
-         "train.ppo_micro_batch_size_per_gpu=1,2,4,8,16"]
+SWEEP = [
+    "recipe=qwen3_30b_a3b_grpo_a3_strict",
+    "train.tp=1,2,4,8",
+    "train.pp=1,2,4,8,16",
+    "train.ep=1,2,4,8,16",
+    "rollout.tp=1,2,4,8",
+    "rollout.pp=1,2,4",
+    "rollout.dp=1,2",
+    "train.ppo_micro_batch_size_per_gpu=1,2,4,8,16",
+]
 
 
 def main() -> None:
@@ -44,9 +52,13 @@ def main() -> None:
         per_compose = (time.perf_counter() - t0) / len(sample)
     n = len(items)
     print(f"points: {n}   valid: {sum(v.valid for v in verdicts)}")
-    print(f"topl planner (compose + contract + memory): {t_plan:.2f} s  = {n / t_plan:,.0f} points/s")
-    print(f"Hydra compose API, one point at a time:     {per_compose * 1e3:.1f} ms/point "
-          f"(sample of {len(sample)}) = {1 / per_compose:,.0f} points/s -> {per_compose * n:.0f} s for {n}")
+    print(
+        f"topl planner (compose + contract + memory): {t_plan:.2f} s  = {n / t_plan:,.0f} points/s"
+    )
+    print(
+        f"Hydra compose API, one point at a time:     {per_compose * 1e3:.1f} ms/point "
+        f"(sample of {len(sample)}) = {1 / per_compose:,.0f} points/s -> {per_compose * n:.0f} s for {n}"
+    )
     print(f"speed-up: {per_compose * n / t_plan:.0f}x")
 
 

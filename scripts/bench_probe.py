@@ -5,6 +5,7 @@
 Prints the rollout and training-recompute times, tokens, and whether the log-probs are bitwise
 equal (strict), next to the same run with every alignment switch off (the baseline, same inputs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,23 +25,50 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--requests", type=int, default=4)
     a = ap.parse_args()
-    moe = dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768) if a.moe else \
-        dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    arch = types.SimpleNamespace(name="qwen3_30b_a3b_2layers", num_layers=2, hidden_size=2048, intermediate_size=6144,
-                                 num_heads=32, num_kv_heads=4, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6,
-                                 rope_theta=1e6, tie_word_embeddings=False, max_position_embeddings=40960,
-                                 attention="gqa", sliding_window=None, **moe)
+    moe = (
+        dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768)
+        if a.moe
+        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    )
+    arch = types.SimpleNamespace(
+        name="qwen3_30b_a3b_2layers",
+        num_layers=2,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        vocab_size=151936,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        max_position_embeddings=40960,
+        attention="gqa",
+        sliding_window=None,
+        **moe,
+    )
     t = time.perf_counter()
     model = Model.random(arch, seed=0).to(a.device)
-    print(f"model: 2 layers at Qwen3-30B-A3B widths ({'MoE' if a.moe else 'dense'}), {a.device}, "
-          f"built in {time.perf_counter() - t:.1f} s")
+    print(
+        f"model: 2 layers at Qwen3-30B-A3B widths ({'MoE' if a.moe else 'dense'}), {a.device}, "
+        f"built in {time.perf_counter() - t:.1f} s"
+    )
     off = Alignment(kv_tile=128, mode="off", **{s: False for s in Alignment.SWITCHES})
     for name, al in (("strict", Alignment(kv_tile=128)), ("off (baseline)", off)):
         reqs = make_requests(a.requests, arch.vocab_size, 0, min_len=16, max_len=200, max_new=16)
-        out = probe(model, al, requests=reqs, block_size=128, max_num_batched_tokens=256, micro_batch=a.requests)
+        out = probe(
+            model,
+            al,
+            requests=reqs,
+            block_size=128,
+            max_num_batched_tokens=256,
+            micro_batch=a.requests,
+        )
         total = out["rollout_s"] + out["train_s"]
-        print(f"{name:15s} rollout {out['rollout_s']:.2f} s  training {out['train_s']:.2f} s  total {total:.2f} s  "
-              f"tokens {out['tokens']}  max|Δlogp| {out['max_abs_logprob_diff']:.3e}")
+        print(
+            f"{name:15s} rollout {out['rollout_s']:.2f} s  training {out['train_s']:.2f} s  total {total:.2f} s  "
+            f"tokens {out['tokens']}  max|Δlogp| {out['max_abs_logprob_diff']:.3e}"
+        )
 
 
 if __name__ == "__main__":

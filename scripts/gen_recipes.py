@@ -5,6 +5,7 @@
 
 Hand-written recipes (any other file in recipes/) are free-form and untouched.
 """
+
 from __future__ import annotations
 
 import sys

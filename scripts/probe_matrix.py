@@ -9,6 +9,7 @@ exactly 0.
 Exit code 1 if any point differs. (The quick subset runs in tests/test_numerics.py; the full matrix
 with `pytest -m matrix`.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-MODELS, DTYPES, CHUNKED = ("tiny_dense", "tiny_moe"), ("bfloat16", "float16", "float32"), (True, False)
+MODELS, DTYPES, CHUNKED = (
+    ("tiny_dense", "tiny_moe"),
+    ("bfloat16", "float16", "float32"),
+    (True, False),
+)
 
 
 def arch_of(name: str):
@@ -47,29 +52,43 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0-20", help="a range a-b or a comma list")
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--batches", default="1,16", help="requests per point, a comma list of 1 and 16")
+    ap.add_argument(
+        "--batches", default="1,16", help="requests per point, a comma list of 1 and 16"
+    )
     ap.add_argument("--json", help="write every point here")
     a = ap.parse_args(argv)
-    seeds = (range(int(a.seeds.split("-")[0]), int(a.seeds.split("-")[1]) + 1) if "-" in a.seeds
-             else [int(s) for s in a.seeds.split(",")])
+    seeds = (
+        range(int(a.seeds.split("-")[0]), int(a.seeds.split("-")[1]) + 1)
+        if "-" in a.seeds
+        else [int(s) for s in a.seeds.split(",")]
+    )
     batches = [int(b) for b in a.batches.split(",")]
-    points = [(m, s, d, c, b) for s, m, d, c, b in itertools.product(seeds, MODELS, DTYPES, CHUNKED, batches)]
+    points = [
+        (m, s, d, c, b)
+        for s, m, d, c, b in itertools.product(seeds, MODELS, DTYPES, CHUNKED, batches)
+    ]
     t0 = time.perf_counter()
     results = []
     with ProcessPoolExecutor(a.jobs) as pool:
         for r in pool.map(point, points):  # in order; one line per point as it completes
             results.append(r)
-            print(f"{r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
-                  f"max |Δ log p| = {r['max_abs_logprob_diff']:.3e} ({r['tokens']} tokens, {r['wall_s']:.1f} s)",
-                  flush=True)
+            print(
+                f"{r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
+                f"max |Δ log p| = {r['max_abs_logprob_diff']:.3e} ({r['tokens']} tokens, {r['wall_s']:.1f} s)",
+                flush=True,
+            )
     bad = [r for r in results if r["max_abs_logprob_diff"] != 0]
     for r in bad:
-        print(f"DIFFERS {r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
-              f"max |Δ log p| = {r['max_abs_logprob_diff']:.3e}")
+        print(
+            f"DIFFERS {r['model']} seed={r['seed']} {r['dtype']} chunked={r['chunked']} batch={r['batch']}: "
+            f"max |Δ log p| = {r['max_abs_logprob_diff']:.3e}"
+        )
     tokens = sum(r["tokens"] for r in results)
-    print(f"{len(results)} points, {tokens} sampled tokens, {len(bad)} differ; "
-          f"{time.perf_counter() - t0:.0f} s wall with {a.jobs} job(s), "
-          f"{sum(r['wall_s'] for r in results):.0f} s of point time")
+    print(
+        f"{len(results)} points, {tokens} sampled tokens, {len(bad)} differ; "
+        f"{time.perf_counter() - t0:.0f} s wall with {a.jobs} job(s), "
+        f"{sum(r['wall_s'] for r in results):.0f} s of point time"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

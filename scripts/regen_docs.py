@@ -25,8 +25,11 @@ def splice(text: str, marker: str, table: str) -> str:
 
 readme = ROOT / "README.md"
 text = readme.read_text()
-for marker, table in (("rules", rules_markdown()), ("constraints", constraints_table(JobSpec)),
-                      ("stacks", stacks_markdown())):
+for marker, table in (
+    ("rules", rules_markdown()),
+    ("constraints", constraints_table(JobSpec)),
+    ("stacks", stacks_markdown()),
+):
     text = splice(text, marker, table)
 readme.write_text(text)
 (ROOT / "docs" / "fields.md").write_text(fields_markdown())

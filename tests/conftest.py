@@ -29,10 +29,24 @@ def ray_head(tmp_path_factory):
 
     port, gcs = _free_port(), _free_port()
     tmp = tmp_path_factory.mktemp("ray")
-    head = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-                             f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={port}",
-                             "--num-cpus=1", "--include-dashboard=true", f"--temp-dir={tmp}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    head = subprocess.Popen(
+        [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={gcs}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=true",
+            f"--temp-dir={tmp}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     address = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:

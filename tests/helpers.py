@@ -1,4 +1,5 @@
 """Helpers shared by the tests (on sys.path through pytest's `pythonpath = tests`)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,8 +18,14 @@ def run_topl(*args, cwd=None, env=None, timeout=300):
     PyPI `kernels` package that transformers probes."""
     e = {**os.environ, "PYTHONSAFEPATH": "1", **(env or {})}
     e.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, "-m", "topl.launcher.cli", *args], cwd=cwd, env=e,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "topl.launcher.cli", *args],
+        cwd=cwd,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def verl_config_dir() -> Path | None:
@@ -44,12 +51,25 @@ def hf_config_dir(m, where):
     """A local HF model folder (config.json only) with the spec's architecture facts."""
     from transformers import Qwen3Config, Qwen3MoeConfig
 
-    common = dict(vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                  num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
-                  num_key_value_heads=m.num_kv_heads, head_dim=m.head_dim)
-    cfg = (Qwen3MoeConfig(num_experts=m.num_experts, num_experts_per_tok=m.experts_per_token,
-                          moe_intermediate_size=m.moe_intermediate_size, **common)
-           if m.num_experts else Qwen3Config(**common))
+    common = dict(
+        vocab_size=m.vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads,
+        num_key_value_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+    )
+    cfg = (
+        Qwen3MoeConfig(
+            num_experts=m.num_experts,
+            num_experts_per_tok=m.experts_per_token,
+            moe_intermediate_size=m.moe_intermediate_size,
+            **common,
+        )
+        if m.num_experts
+        else Qwen3Config(**common)
+    )
     cfg.architectures = ["Qwen3MoeForCausalLM" if m.num_experts else "Qwen3ForCausalLM"]
     cfg.save_pretrained(where)
     return str(where)

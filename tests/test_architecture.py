@@ -1,4 +1,5 @@
 """Package-level structure: one-way dependencies, the one flag parser, the installed plugin."""
+
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_kernels_import_nothing_from_the_launcher():
-    hits = [str(p.relative_to(ROOT)) for p in (ROOT / "kernels").rglob("*.py")
-            if "topl.launcher" in p.read_text()]
+    hits = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "kernels").rglob("*.py")
+        if "topl.launcher" in p.read_text()
+    ]
     assert not hits, hits
 
 
@@ -30,8 +34,11 @@ def test_hydra_discovers_the_sweeper_plugin_and_its_config_in_the_installed_pack
 
 
 def test_flags_come_out_and_the_rest_stays_in_order():
-    flags, rest = parse(["a=1", "--json", "b=2", "--prompts", "4"], flags=("--json",),
-                        options={"--prompts": "16", "--dump": ""})
+    flags, rest = parse(
+        ["a=1", "--json", "b=2", "--prompts", "4"],
+        flags=("--json",),
+        options={"--prompts": "16", "--dump": ""},
+    )
     assert (flags.json, flags.prompts, flags.dump) == (True, "4", "")
     assert rest == ["a=1", "b=2"]
 

@@ -6,6 +6,7 @@ NCCL, so a difference can only come from NCCL's order. With 2 ranks every elemen
 (p0 + p1 == p1 + p0), so 2 GPUs prove the harness, transport and dtype handling, not the order;
 that needs >= 3 ranks (docs/performance.md says what was run).
 """
+
 import tempfile
 
 import pytest
@@ -18,18 +19,35 @@ from topl.kernels.alignment import Alignment
 from topl.kernels.model import Model, sides
 from topl.kernels.training import TrainingEngine
 
-SEQS = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [2, 7, 1, 8, 2, 8], [1, 6, 1, 8, 0, 3, 3, 9, 8, 8, 7, 4, 9]]
+SEQS = [
+    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5],
+    [2, 7, 1, 8, 2, 8],
+    [1, 6, 1, 8, 0, 3, 3, 9, 8, 8, 7, 4, 9],
+]
 
 
 def tiny(moe: bool):
     from types import SimpleNamespace
 
     # top-4: with only two terms a sum is the same in any order
-    experts = dict(num_experts=8, experts_per_token=4, moe_intermediate_size=32) if moe else \
-        dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    arch = SimpleNamespace(num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2,
-                           head_dim=16, vocab_size=32, rms_norm_eps=1e-6, rope_theta=1e4, tie_word_embeddings=False,
-                           **experts)
+    experts = (
+        dict(num_experts=8, experts_per_token=4, moe_intermediate_size=32)
+        if moe
+        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
+    )
+    arch = SimpleNamespace(
+        num_layers=2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        vocab_size=32,
+        rms_norm_eps=1e-6,
+        rope_theta=1e4,
+        tie_word_embeddings=False,
+        **experts,
+    )
     return Model.random(arch, seed=0)
 
 
@@ -77,7 +95,9 @@ def forward(model, tp: int, alignment: Alignment, order: str = "tree"):
     order="ring" (with tp_aligned_reduction off) reduces TP partials as gloo's ring does."""
     if order == "ring":
         alignment = Alignment(tp_aligned_reduction=False)
-    side = sides(alignment, train_tp=tp, rollout_tp=tp, order=order)[0 if alignment.moe_fixed_combine else 1]
+    side = sides(alignment, train_tp=tp, rollout_tp=tp, order=order)[
+        0 if alignment.moe_fixed_combine else 1
+    ]
     return torch.cat(TrainingEngine(model, side, micro_batch=3).forward_logits(SEQS))
 
 
@@ -88,12 +108,17 @@ def _worker(rank, world, init, out, kind, moe_order, backend):
     torch.manual_seed(0)
     if kind == "row":
         g = torch.Generator().manual_seed(0)
-        x, w = torch.randn(37, 256, generator=g).to(torch.bfloat16), torch.randn(192, 256, generator=g).to(torch.bfloat16)
+        x, w = (
+            torch.randn(37, 256, generator=g).to(torch.bfloat16),
+            torch.randn(192, 256, generator=g).to(torch.bfloat16),
+        )
         P.ALLREDUCE = Collective(rank, world, backend=backend)
         result = P.row_parallel(x, w, world, "ring", True)
     elif kind in ("tp", "tp_tree"):
         P.ALLREDUCE = Collective(rank, world, tree=kind == "tp_tree", backend=backend)
-        result = forward(tiny(moe=False), world, Alignment(), "tree" if kind == "tp_tree" else "ring")
+        result = forward(
+            tiny(moe=False), world, Alignment(), "tree" if kind == "tp_tree" else "ring"
+        )
     else:  # ep
         P.EXPERT_PARALLEL = Collective(rank, world, backend=backend)
         a = Alignment() if moe_order == "rank" else Alignment(moe_fixed_combine=False)
@@ -114,7 +139,10 @@ def real(kind: str, world: int, moe_order: str = "rank", backend: str = "gloo") 
 def test_row_parallel_layer_matches_emulated_ring(world, backend):
     need(backend, world)
     g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(37, 256, generator=g).to(torch.bfloat16), torch.randn(192, 256, generator=g).to(torch.bfloat16)
+    x, w = (
+        torch.randn(37, 256, generator=g).to(torch.bfloat16),
+        torch.randn(192, 256, generator=g).to(torch.bfloat16),
+    )
     got = real("row", world, backend=backend)
     assert torch.equal(got, P.row_parallel(x, w, world, "ring", True))
     if world == 4:  # the reduction order is real: unsharded and tree orders give other bits

@@ -1,4 +1,5 @@
 """Composition: provenance, recipes from anywhere, and bad input as one readable message."""
+
 import pytest
 from helpers import STRICT_A3, run_topl
 
@@ -18,8 +19,10 @@ def test_sources_follow_composition_order(compose):
 
 def test_recipe_from_a_path_is_validated_like_a_shipped_one(compose, tmp_path):
     f = tmp_path / "mine.yaml"
-    f.write_text("# @package _global_\n# my tweak\ndefaults:\n  - override /model: tiny_moe\n  - _self_\n"
-                 "train:\n  ppo_mini_batch_size: 4\n")
+    f.write_text(
+        "# @package _global_\n# my tweak\ndefaults:\n  - override /model: tiny_moe\n  - _self_\n"
+        "train:\n  ppo_mini_batch_size: 4\n"
+    )
     c = compose([f"recipe={f}"])
     assert c.cfg.model.num_experts == 8 and c.cfg.train.ppo_mini_batch_size == 4
     assert c.source("train.ppo_mini_batch_size") == str(f)
@@ -32,14 +35,17 @@ def test_recipe_search_path(compose, tmp_path, monkeypatch):
     assert compose(["recipe=team"]).cfg.rollout.n == 4
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["train.tpp=2"], "train.tpp"),
-    (["train.tp=two"], "could not be converted to Integer"),
-    (["model=qwen9"], "Could not find 'model/qwen9'"),
-    (["recipe=nope"], "unknown recipe 'nope'"),
-    (["train.tp=[1"], "train.tp=[1"),
-    (["+surprise=1"], "surprise"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["train.tpp=2"], "train.tpp"),
+        (["train.tp=two"], "could not be converted to Integer"),
+        (["model=qwen9"], "Could not find 'model/qwen9'"),
+        (["recipe=nope"], "unknown recipe 'nope'"),
+        (["train.tp=[1"], "train.tp=[1"),
+        (["+surprise=1"], "surprise"),
+    ],
+)
 def test_bad_input_is_a_readable_error(compose, overrides, needle):
     with pytest.raises(ToplError) as e:
         compose(overrides)
@@ -64,8 +70,12 @@ def test_target_in_a_recipe_is_refused(compose, tmp_path):
 
 
 def test_cli_exit_code_2_and_no_traceback():
-    for args in (["check", "train.tpp=1"], ["launch", "rollout.tp=abc"], ["render", "recipe=missing"],
-                 ["check", "model=nope"]):
+    for args in (
+        ["check", "train.tpp=1"],
+        ["launch", "rollout.tp=abc"],
+        ["render", "recipe=missing"],
+        ["check", "model=nope"],
+    ):
         r = run_topl(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and "error:" in r.stderr

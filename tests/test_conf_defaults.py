@@ -1,4 +1,5 @@
 """Group YAMLs in conf/ carry only what differs from the spec's defaults (the spec documents them)."""
+
 import dataclasses
 import typing
 from pathlib import Path
@@ -22,8 +23,15 @@ def restated_defaults(schema, data: dict, prefix: str = "") -> list[str]:
             out += restated_defaults(hints[key], value, f"{prefix}{key}.")
             continue
         f = fields[key]
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (
+                f.default_factory()
+                if f.default_factory is not dataclasses.MISSING
+                else dataclasses.MISSING
+            )
+        )
         if default is not dataclasses.MISSING and type(default) is type(value) and default == value:
             out.append(f"{prefix}{key}")
     return out

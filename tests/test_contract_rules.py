@@ -1,4 +1,5 @@
 """Every rule: one config that violates it (rejected with that id), one that does not."""
+
 import pytest
 from helpers import STRICT_A3
 
@@ -13,15 +14,25 @@ CASES = {
     "TOP-RES-005": (B + ["train.ppo_mini_batch_size=64"], B),
     "TOP-RES-006": (B + ["rollout.ep=2"], B + ["rollout.ep=2", "rollout.dp=2"]),
     "TOP-RES-007": (B + ["rollout.pp=5"], B),
-    "TOP-RES-008": (B + ["train.sequence_parallel=true"], B + ["train.sequence_parallel=true", "train.tp=2", "rollout.tp=2"]),
+    "TOP-RES-008": (
+        B + ["train.sequence_parallel=true"],
+        B + ["train.sequence_parallel=true", "train.tp=2", "rollout.tp=2"],
+    ),
     "TOP-RES-009": (["model=qwen3_8b"], ["model=tiny_moe"]),
     "TOP-MEM-001": (B + ["train.pp=2"], B + ["train.pp=2", "train.ep=8"]),
     "TOP-MEM-002": (B + ["rollout.pp=1"], B + ["rollout.pp=1", "rollout.tp=2", "train.tp=2"]),
     "TOP-MEM-003": (B + ["rollout.max_num_seqs=1024"], B),
     "TOP-ALN-001": (B + ["alignment.batch_invariant=false"], B),
     "TOP-ALN-002": (B + ["alignment=off"], B),
-    "TOP-ALN-003": (B + ["alignment=mitigated", "alignment.rollout_correction.rollout_is=null",
-                         "alignment.rollout_correction.rollout_rs=null"], B + ["alignment=mitigated"]),
+    "TOP-ALN-003": (
+        B
+        + [
+            "alignment=mitigated",
+            "alignment.rollout_correction.rollout_is=null",
+            "alignment.rollout_correction.rollout_rs=null",
+        ],
+        B + ["alignment=mitigated"],
+    ),
     "TOP-ATTN-001": (B + ["rollout.attention_backend=ASCEND"], B),
     "TOP-ATTN-002": (["model=deepseek_v3"], ["model=deepseek_v3", "alignment=mitigated"]),
     "TOP-ATTN-003": (B + ["model.sliding_window=4096"], B),
@@ -29,44 +40,79 @@ CASES = {
     "TOP-GRAPH-001": (B + ["rollout.graph_mode=full"], B + ["rollout.graph_mode=piecewise"]),
     "TOP-CACHE-001": (B + ["rollout.prefix_caching=true"], B),
     "TOP-CACHE-002": (B + ["rollout.chunked_prefill=true"], B),
-    "TOP-COLL-001": (B + ["collective=default", "train.tp=2", "rollout.tp=2"], B + ["train.tp=2", "rollout.tp=2"]),
+    "TOP-COLL-001": (
+        B + ["collective=default", "train.tp=2", "rollout.tp=2"],
+        B + ["train.tp=2", "rollout.tp=2"],
+    ),
     "TOP-COLL-002": (B + ["collective.lccl_deterministic=false"], B),
-    "TOP-COLL-003": (B + ["collective.hccl_algo='level0:pipeline'"], B + ["collective.hccl_algo='level0:ring'"]),
+    "TOP-COLL-003": (
+        B + ["collective.hccl_algo='level0:pipeline'"],
+        B + ["collective.hccl_algo='level0:ring'"],
+    ),
     "TOP-TP-001": (B + ["rollout.tp=2"], B + ["rollout.tp=2", "train.tp=2"]),
     "TOP-TP-002": (B + ["train.ep=2"], B),
     "TOP-LOGP-001": (B + ["rollout.calculate_log_probs=false"], B),
-    "TOP-LOGP-002": (B + ["rollout.top_p=0.9"], B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"]),
+    "TOP-LOGP-002": (
+        B + ["rollout.top_p=0.9"],
+        B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"],
+    ),
     # raw log-probs are pre-temperature: wrong at T != 1 even without top-p (facts)
     "TOP-LOGP-003": (B + ["rollout.log_prob_micro_batch_size_per_gpu=4"], B),
     "TOP-LOGP-004": (B + ["train.use_dynamic_bsz=true"], B),
     "TOP-STACK-001": (B + ["cluster.versions.verl_patches=[]"], B),
-    "TOP-STACK-002": (B + ["cluster.versions.vllm_ascend_patches=[]"], B + ["stack=release", "rollout.pp=1"]),
-    "TOP-STACK-003": (B + ["cluster.versions.torch_npu=2.9.1"], B + ["cluster.versions.torch_npu=2.9.0.post2"]),
+    "TOP-STACK-002": (
+        B + ["cluster.versions.vllm_ascend_patches=[]"],
+        B + ["stack=release", "rollout.pp=1"],
+    ),
+    "TOP-STACK-003": (
+        B + ["cluster.versions.torch_npu=2.9.1"],
+        B + ["cluster.versions.torch_npu=2.9.0.post2"],
+    ),
     "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
     "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B),
     "TOP-STACK-007": (B + ["cluster.versions.mindspeed=master"], B),
-    "TOP-SEED-001": (B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
-                     B + ["rollout.per_request_seed=true"]),
+    "TOP-SEED-001": (
+        B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
+        B + ["rollout.per_request_seed=true"],
+    ),
     "TOP-CLUS-001": (B, B + ["cluster.ray_address=http://head:8265"]),  # presets name no head
     "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
-    "TOP-ALG-002": (["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"], ["algorithm=dapo"]),
+    "TOP-ALG-002": (
+        ["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"],
+        ["algorithm=dapo"],
+    ),
     "TOP-SPEC-001": (B + ["train.tp=0"], B + ["train.tp=2", "rollout.tp=2"]),
     "TOP-ENG-001": (["train.tp=2", "rollout.tp=2"], ["train.fsdp_size=1"]),
     "TOP-ENG-002": (B + ["train.cp=2"], B + ["train.cp=2", "alignment=mitigated"]),
     "TOP-ENG-003": (B + ["rollout.n=1"], B + ["rollout.n=1", "algorithm=ppo"]),
-    "TOP-ENG-004": (B + ["train.max_response_length=40000"], B + ["train.max_response_length=4096"]),
+    "TOP-ENG-004": (
+        B + ["train.max_response_length=40000"],
+        B + ["train.max_response_length=4096"],
+    ),
     "TOP-ENG-005": (B + ["train.pp=5"], B + ["train.pp=4"]),
     "TOP-ENG-006": (B + ["train.ep=4"], B + ["train.ep=2"]),
-    "TOP-ENG-007": (B + ["alignment=mitigated", "alignment.rollout_correction.rollout_rs_threshold=null"],
-                    B + ["alignment=mitigated"]),
-    "TOP-ENV-001": (B + ["+cluster.env.VLLM_BATCH_INVARIANT=0"], B + ["+cluster.env.HCCL_EXEC_TIMEOUT=7200"]),
-    "TOP-ENV-002": (B + ["alignment=off", "+cluster.env.HCCL_DETERMINISTIC=true"], B + ["alignment=off"]),
+    "TOP-ENG-007": (
+        B + ["alignment=mitigated", "alignment.rollout_correction.rollout_rs_threshold=null"],
+        B + ["alignment=mitigated"],
+    ),
+    "TOP-ENV-001": (
+        B + ["+cluster.env.VLLM_BATCH_INVARIANT=0"],
+        B + ["+cluster.env.HCCL_EXEC_TIMEOUT=7200"],
+    ),
+    "TOP-ENV-002": (
+        B + ["alignment=off", "+cluster.env.HCCL_DETERMINISTIC=true"],
+        B + ["alignment=off"],
+    ),
     "TOP-ENV-003": (B + ["+cluster.env={A.B: x}"], B + ["+cluster.env={A_B: x}"]),
-    "TOP-VERL-001": (B + ["+algorithm.extra_overrides.trainer.totl_epochs=3"],
-                     B + ["+algorithm.extra_overrides.trainer.val_before_train=false"]),
-    "TOP-VERL-002": (B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
-                     B + ["+algorithm.extra_overrides.trainer.val_before_train=false"]),
+    "TOP-VERL-001": (
+        B + ["+algorithm.extra_overrides.trainer.totl_epochs=3"],
+        B + ["+algorithm.extra_overrides.trainer.val_before_train=false"],
+    ),
+    "TOP-VERL-002": (
+        B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
+        B + ["+algorithm.extra_overrides.trainer.val_before_train=false"],
+    ),
 }
 
 

@@ -1,4 +1,5 @@
 """`topl diagnose`: the first diverging boundary and operator path vs framework difference."""
+
 import dataclasses
 import json
 
@@ -21,12 +22,23 @@ STRICT = Alignment(kv_tile=8)
 def models():
     from topl.launcher.compose import compose_job
 
-    return {n: Model.random(compose_job([f"model={n}"]).to_object().model, seed=0) for n in ("tiny_dense", "tiny_moe")}
+    return {
+        n: Model.random(compose_job([f"model={n}"]).to_object().model, seed=0)
+        for n in ("tiny_dense", "tiny_moe")
+    }
 
 
 def dumps(tmp_path, model, alignment=STRICT, train_model=None, **kw):
     reqs = make_requests(10, model.arch.vocab_size, 1, max_len=28, max_new=14)
-    probe(model, alignment, requests=reqs, block_size=8, dump_dir=tmp_path, train_model=train_model, **kw)
+    probe(
+        model,
+        alignment,
+        requests=reqs,
+        block_size=8,
+        dump_dir=tmp_path,
+        train_model=train_model,
+        **kw,
+    )
     return dump.load(tmp_path / "rollout"), dump.load(tmp_path / "training")
 
 
@@ -39,18 +51,29 @@ def without_layout(d):
     return {**d[0], "layout": {}}, d[1]
 
 
-@pytest.mark.parametrize("switch, model, boundary", [
-    ("attention_semantics", "tiny_dense", "layers.0.attn"), ("reduction_order", "tiny_dense", "layers.0.attn"),
-    ("softmax_tiling", "tiny_dense", "layers.0.attn"), ("fp32_critical_path", "tiny_dense", "layers.0.attn"),
-    ("batch_invariant", "tiny_dense", "layers.0.q"), ("fused_ops_matched", "tiny_dense", "layers.0.q"),
-    ("moe_fixed_combine", "tiny_moe", "layers.0.mlp"), ("tp_aligned_reduction", "tiny_dense", "layers.0.o_proj"),
-])
-def test_single_switch_off_is_an_operator_path_at_the_right_boundary(tmp_path, models, switch, model, boundary):
+@pytest.mark.parametrize(
+    "switch, model, boundary",
+    [
+        ("attention_semantics", "tiny_dense", "layers.0.attn"),
+        ("reduction_order", "tiny_dense", "layers.0.attn"),
+        ("softmax_tiling", "tiny_dense", "layers.0.attn"),
+        ("fp32_critical_path", "tiny_dense", "layers.0.attn"),
+        ("batch_invariant", "tiny_dense", "layers.0.q"),
+        ("fused_ops_matched", "tiny_dense", "layers.0.q"),
+        ("moe_fixed_combine", "tiny_moe", "layers.0.mlp"),
+        ("tp_aligned_reduction", "tiny_dense", "layers.0.o_proj"),
+    ],
+)
+def test_single_switch_off_is_an_operator_path_at_the_right_boundary(
+    tmp_path, models, switch, model, boundary
+):
     kw = {"rollout_tp": 4} if switch == "tp_aligned_reduction" else {}
     r = run(tmp_path, models[model], STRICT.without(switch), **kw)
     assert r["verdict"] == "operator path", r["reason"]
     assert r["first_divergence"].endswith(boundary)
-    assert r["switches"] == [switch] and f"alignment.{switch}=true" in r["remedy"]  # the dumps' layouts narrow it
+    assert (
+        r["switches"] == [switch] and f"alignment.{switch}=true" in r["remedy"]
+    )  # the dumps' layouts narrow it
 
 
 @pytest.mark.parametrize("switch", ["batch_invariant", "fused_ops_matched"])
@@ -76,7 +99,9 @@ def test_planted_scale_is_logic_level_not_rounding(tmp_path, models):
     m = models["tiny_dense"]
     r = run(tmp_path, m, train_model=ScaledAttention(m.arch, m.w))
     row = {b["boundary"]: b for b in r["boundaries"]}["layers.1.attn"]
-    assert r["first_divergence"] == "layers.1.attn" and row["median_ulp_of_diffs"] <= 2  # small, yet:
+    assert (
+        r["first_divergence"] == "layers.1.attn" and row["median_ulp_of_diffs"] <= 2
+    )  # small, yet:
     assert r["verdict"] == "framework difference" and "|A| > |B|" in r["reason"], r["reason"]
 
 
@@ -89,7 +114,11 @@ def test_undumped_inputs_cannot_tell(tmp_path, models):
                 rows.pop(f"layers.{i}.{name}")
     r = diagnose(a, b)
     assert r["first_divergence"] == "layers.0.attn"
-    assert r["verdict"] == "cannot tell" and "not dumped" in r["reason"] and "layers.0.q" in r["remedy"]
+    assert (
+        r["verdict"] == "cannot tell"
+        and "not dumped" in r["reason"]
+        and "layers.0.q" in r["remedy"]
+    )
 
 
 def test_rounding_statistics_separate_noise_from_bias():
@@ -106,7 +135,8 @@ def test_aligned_engines_are_equal_everywhere(tmp_path, models):
     r = run(tmp_path, models["tiny_moe"])
     assert r["verdict"] == "equal" and r["first_divergence"] is None
     assert {"layers.0.router_logits", "layers.0.experts", "layers.0.expert_out", "logprobs"} <= {
-        b["boundary"] for b in r["boundaries"] if b.get("equal")}
+        b["boundary"] for b in r["boundaries"] if b.get("equal")
+    }
 
 
 def test_planted_rms_norm_eps(tmp_path, models):
@@ -131,13 +161,23 @@ class RopeBeforeKNorm(Model):
 
     def qkv(self, i, x, positions, side):
         a, p, r = self.arch, f"model.layers.{i}.self_attn.", x.shape[0]
-        q = P.linear(x, self.w[p + "q_proj.weight"], side.invariant).view(r, a.num_heads, a.head_dim)
-        k = P.linear(x, self.w[p + "k_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
-        v = P.linear(x, self.w[p + "v_proj.weight"], side.invariant).view(r, a.num_kv_heads, a.head_dim)
+        q = P.linear(x, self.w[p + "q_proj.weight"], side.invariant).view(
+            r, a.num_heads, a.head_dim
+        )
+        k = P.linear(x, self.w[p + "k_proj.weight"], side.invariant).view(
+            r, a.num_kv_heads, a.head_dim
+        )
+        v = P.linear(x, self.w[p + "v_proj.weight"], side.invariant).view(
+            r, a.num_kv_heads, a.head_dim
+        )
         cos, sin = P.rope_tables(positions, a.head_dim, a.rope_theta)
         k = P.apply_rope(k, cos, sin, side.fused)
-        q = P.rms_norm(q.reshape(-1, a.head_dim), self.w[p + "q_norm.weight"], a.rms_norm_eps, side.invariant)
-        k = P.rms_norm(k.reshape(-1, a.head_dim), self.w[p + "k_norm.weight"], a.rms_norm_eps, side.invariant)
+        q = P.rms_norm(
+            q.reshape(-1, a.head_dim), self.w[p + "q_norm.weight"], a.rms_norm_eps, side.invariant
+        )
+        k = P.rms_norm(
+            k.reshape(-1, a.head_dim), self.w[p + "k_norm.weight"], a.rms_norm_eps, side.invariant
+        )
         q = P.apply_rope(q.view(r, a.num_heads, a.head_dim), cos, sin, side.fused)
         k = k.view(r, a.num_kv_heads, a.head_dim)
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -154,7 +194,9 @@ def test_planted_rope_at_a_different_point(tmp_path, models):
 
 def test_ulp_distance():
     a = torch.tensor([1.0, -2.0, 0.0], dtype=torch.bfloat16)
-    b = torch.tensor([1.0078125, -1.9921875, 0.0], dtype=torch.bfloat16)  # one bf16 step each (0: none)
+    b = torch.tensor(
+        [1.0078125, -1.9921875, 0.0], dtype=torch.bfloat16
+    )  # one bf16 step each (0: none)
     assert ulp_distance(a, b).tolist() == [1, 1, 0]
 
 
@@ -165,7 +207,9 @@ def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
 
     arch = models["tiny_dense"].arch
     m = Model.random(arch, seed=0, dtype=torch.float32, std=0.2)
-    seq = torch.randint(0, arch.vocab_size, (19,), generator=torch.Generator().manual_seed(0)).tolist()
+    seq = torch.randint(
+        0, arch.vocab_size, (19,), generator=torch.Generator().manual_seed(0)
+    ).tolist()
     rec = dump.Recorder()
     m.recorder = rec
     TrainingEngine(m, sides(STRICT)[0], 1).forward_logits([seq])
@@ -176,15 +220,26 @@ def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
     with torch.no_grad():
         hf(torch.tensor([seq]))
     d.remove()
-    manifest = {**dump.manifest_for("topl-training", m), "engine": "hf-transformers",
-                "weights": dump.layer_hashes(hf.state_dict())}
+    manifest = {
+        **dump.manifest_for("topl-training", m),
+        "engine": "hf-transformers",
+        "weights": dump.layer_hashes(hf.state_dict()),
+    }
     dump.save(tmp_path / "hf", d.recorder, manifest)
     # the hf name map reaches fewer boundaries (q/k after RoPE live inside HF's forward): explicit
     r = diagnose(dump.load(tmp_path / "hf"), dump.load(tmp_path / "ours"), common_only=True)
     compared = {b["boundary"]: b for b in r["boundaries"] if "max_abs" in b}
     assert not r["weights_differ"] and compared["embed"]["equal"]
-    for b in ("layers.0.input_norm", "layers.0.v", "layers.0.attn", "layers.0.o_proj", "layers.1.post_attn_residual",
-              "layers.1.mlp", "final_norm", "logits"):
+    for b in (
+        "layers.0.input_norm",
+        "layers.0.v",
+        "layers.0.attn",
+        "layers.0.o_proj",
+        "layers.1.post_attn_residual",
+        "layers.1.mlp",
+        "final_norm",
+        "logits",
+    ):
         assert compared[b]["max_abs"] < 1e-4, (b, compared[b])
     # HF's own attention differs from ours at rounding level, and the HF map dumps no q / k: honest
     # "cannot tell" rather than "inputs equal"
@@ -193,11 +248,23 @@ def test_hugging_face_forward_against_the_training_engine(tmp_path, models):
 
 def test_cli_probe_dump_then_diagnose(tmp_path):
     d = tmp_path / "dumps"
-    r = run_topl("probe", "alignment.softmax_tiling=false", "alignment.mode=off", "--dump", str(d), "--json")
+    r = run_topl(
+        "probe", "alignment.softmax_tiling=false", "alignment.mode=off", "--dump", str(d), "--json"
+    )
     assert r.returncode == 0, r.stderr
-    r = run_topl("diagnose", str(d / "rollout"), str(d / "training"), "--json", "--plots", str(tmp_path / "p"))
+    r = run_topl(
+        "diagnose",
+        str(d / "rollout"),
+        str(d / "training"),
+        "--json",
+        "--plots",
+        str(tmp_path / "p"),
+    )
     out = json.loads(r.stdout)
     assert out["verdict"] == "operator path" and out["first_divergence"].endswith(".attn")
-    assert all((tmp_path / "p" / f).stat().st_size > 1000 for f in ("boundaries.png", "logprob_diff_hist.png"))
+    assert all(
+        (tmp_path / "p" / f).stat().st_size > 1000
+        for f in ("boundaries.png", "logprob_diff_hist.png")
+    )
     bad = run_topl("diagnose", str(tmp_path), str(d / "training"))
     assert bad.returncode == 2 and "not a dump folder" in bad.stderr

@@ -1,4 +1,5 @@
 """The README is the front door: its rule table is the code's catalog."""
+
 from pathlib import Path
 
 from topl.launcher.cli.rules import rules_markdown

@@ -1,4 +1,5 @@
 """`topl doctor` on this machine, on simulated installed stacks, and on a real local Ray head."""
+
 import json
 import sys
 from pathlib import Path
@@ -28,8 +29,15 @@ def test_strict_ascend_spec_reports_each_missing_piece_here():
     r = run_topl("doctor", *STRICT_A3, "--json")
     assert r.returncode == 2
     got = ids(json.loads(r.stdout))
-    assert {"TOP-DOC-ACC-001", "TOP-DOC-NPU-001", "TOP-DOC-CANN-001", "TOP-DOC-VLLMA-001", "TOP-DOC-BIO-001",
-            "TOP-DOC-FA3-001", "TOP-DOC-VERL-003"} <= got
+    assert {
+        "TOP-DOC-ACC-001",
+        "TOP-DOC-NPU-001",
+        "TOP-DOC-CANN-001",
+        "TOP-DOC-VLLMA-001",
+        "TOP-DOC-BIO-001",
+        "TOP-DOC-FA3-001",
+        "TOP-DOC-VERL-003",
+    } <= got
     human = run_topl("doctor", *STRICT_A3, env={"COLUMNS": "250"})
     assert "batch_invariant_ops" in human.stdout and "FAILED" in human.stdout
 
@@ -43,7 +51,9 @@ def dist(site, name, version, files, requires=()):
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     req = "".join(f"Requires-Dist: {r}\n" for r in requires)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{req}")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{req}"
+    )
 
 
 PROFILES = {p.stem: yaml.safe_load(p.read_text()) for p in (CONF / "stack").glob("*.yaml")}
@@ -61,19 +71,41 @@ def layout(profile: str) -> dict[str, tuple[str, dict[str, str], tuple]]:
     (scripts/check_facts.py proves those citations in the real sdists / wheels)."""
     p = PROFILES[profile]
     v = p["versions"]
-    out = {"torch": (str(v["torch"]), {}, ()),
-           "torch_npu": (str(v["torch_npu"]), {"torch_npu/__init__.py": ""},
-                         (f"torch=={v['torch']}+cpu",)),
-           "vllm-ascend": (str(v["vllm_ascend"]), {"vllm_ascend/__init__.py": "",
-                                                   "vllm_ascend/ascend_config.py": "# config\n"}, ()),
-           "verl": (str(v["verl"]), {"verl/__init__.py": "", "verl/workers/config/rollout.py": "#\n",
-                                     "verl/workers/rollout/utils.py": "#\n"}, ()),
-           "mindspeed": ("0.16.0", {"mindspeed/__init__.py": ""}, ()),
-           "batch-invariant-ops": ("1.0.0", {"batch_invariant_ops/__init__.py": ""}, ()),
-           "flash-attn-npu": ("3.0.0", {"flash_attn_npu_v3/__init__.py": "",
-                                        "flash_attn_npu/__init__.py": ""}, ())}
-    dists = {"vllm_ascend": "vllm-ascend", "verl": "verl", "torch_npu": "torch_npu",
-             "mindspeed": "mindspeed"}
+    out = {
+        "torch": (str(v["torch"]), {}, ()),
+        "torch_npu": (
+            str(v["torch_npu"]),
+            {"torch_npu/__init__.py": ""},
+            (f"torch=={v['torch']}+cpu",),
+        ),
+        "vllm-ascend": (
+            str(v["vllm_ascend"]),
+            {"vllm_ascend/__init__.py": "", "vllm_ascend/ascend_config.py": "# config\n"},
+            (),
+        ),
+        "verl": (
+            str(v["verl"]),
+            {
+                "verl/__init__.py": "",
+                "verl/workers/config/rollout.py": "#\n",
+                "verl/workers/rollout/utils.py": "#\n",
+            },
+            (),
+        ),
+        "mindspeed": ("0.16.0", {"mindspeed/__init__.py": ""}, ()),
+        "batch-invariant-ops": ("1.0.0", {"batch_invariant_ops/__init__.py": ""}, ()),
+        "flash-attn-npu": (
+            "3.0.0",
+            {"flash_attn_npu_v3/__init__.py": "", "flash_attn_npu/__init__.py": ""},
+            (),
+        ),
+    }
+    dists = {
+        "vllm_ascend": "vllm-ascend",
+        "verl": "verl",
+        "torch_npu": "torch_npu",
+        "mindspeed": "mindspeed",
+    }
     for f in facts.FACTS:
         if f.detect and stock(profile, f.id):
             module, rel, needle = f.detect
@@ -81,9 +113,15 @@ def layout(profile: str) -> dict[str, tuple[str, dict[str, str], tuple]]:
             files[f"{module}/{rel}"] = files.get(f"{module}/{rel}", "") + needle + "\n"
     if p.get("external_modules"):
         mod = p["external_modules"].replace(".", "/")
-        out["verl-ascend-recipe"] = ("0.1.0", {"verl_ascend_recipe/__init__.py": "",
-                                               "verl_ascend_recipe/true_on_policy/__init__.py": "",
-                                               f"{mod}/__init__.py": ""}, ())
+        out["verl-ascend-recipe"] = (
+            "0.1.0",
+            {
+                "verl_ascend_recipe/__init__.py": "",
+                "verl_ascend_recipe/true_on_policy/__init__.py": "",
+                f"{mod}/__init__.py": "",
+            },
+            (),
+        )
     return out
 
 
@@ -101,10 +139,12 @@ def stack(tmp_path):
         cann = tmp_path / "cann"
         cann.mkdir(exist_ok=True)
         (cann / "ascend_toolkit_install.info").write_text(
-            f"package_name=Ascend-cann-toolkit\nversion={PROFILES[profile]['versions']['cann']}\n")
+            f"package_name=Ascend-cann-toolkit\nversion={PROFILES[profile]['versions']['cann']}\n"
+        )
         env = {"PYTHONPATH": str(site), "ASCEND_HOME_PATH": str(cann)}
-        r = run_topl("doctor", "recipe=qwen3_4b_grpo_a3_strict", f"stack={profile}", *args, "--json",
-                     env=env)
+        r = run_topl(
+            "doctor", "recipe=qwen3_4b_grpo_a3_strict", f"stack={profile}", *args, "--json", env=env
+        )
         return r.returncode, json.loads(r.stdout)
 
     return make
@@ -113,9 +153,16 @@ def stack(tmp_path):
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_each_profile_stack_passes_but_for_the_missing_device(stack, profile):
     rc, out = stack(profile)
-    assert ids(out) == {"TOP-DOC-ACC-001"}  # this machine has no NPU; every installed piece checks out
-    assert {"TOP-DOC-NPU-002", "TOP-DOC-CANN-001", "TOP-DOC-BIO-001", "TOP-DOC-MS-001",
-            "TOP-DOC-VLLMA-001"} <= ids(out, "ok")
+    assert ids(out) == {
+        "TOP-DOC-ACC-001"
+    }  # this machine has no NPU; every installed piece checks out
+    assert {
+        "TOP-DOC-NPU-002",
+        "TOP-DOC-CANN-001",
+        "TOP-DOC-BIO-001",
+        "TOP-DOC-MS-001",
+        "TOP-DOC-VLLMA-001",
+    } <= ids(out, "ok")
 
 
 def test_seed_stack_is_patched_at_import_not_an_error(stack):
@@ -162,18 +209,29 @@ def test_per_node_doctor_on_a_real_ray_head(ray_head):
     r = run_topl("doctor", "--ray", ray_head, "--json", timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)
-    assert len(out["nodes"]) == 1 and "(local)" not in out["nodes"][0]["node"]  # reported by the node itself
+    assert (
+        len(out["nodes"]) == 1 and "(local)" not in out["nodes"][0]["node"]
+    )  # reported by the node itself
     env = [f for f in out["nodes"][0]["findings"] if f["id"] == "TOP-DOC-ENV-001"]
-    assert env and all(f["severity"] == "ok" for f in env)  # the job's runtime_env reached the node's task
+    assert env and all(
+        f["severity"] == "ok" for f in env
+    )  # the job's runtime_env reached the node's task
 
 
 def test_launch_refuses_on_doctor_error_unless_skipped(tmp_path):
     pkg = tmp_path / "pkgs"
     pkg.mkdir()
     (pkg / "fake_verl.py").write_text("print('fake verl ran')\n")
-    args = ["launch", "cluster.backend=subprocess", "algorithm.entrypoint=fake_verl", f"cluster.python={sys.executable}",
-            f"+cluster.env.PYTHONPATH={pkg}", "rollout.pp=2", "cluster.devices_per_node=2",
-            "cluster.versions.verl_patches=[vllm_pp]"]
+    args = [
+        "launch",
+        "cluster.backend=subprocess",
+        "algorithm.entrypoint=fake_verl",
+        f"cluster.python={sys.executable}",
+        f"+cluster.env.PYTHONPATH={pkg}",
+        "rollout.pp=2",
+        "cluster.devices_per_node=2",
+        "cluster.versions.verl_patches=[vllm_pp]",
+    ]
     r = run_topl(*args, cwd=tmp_path)  # installed verl is stock: vLLM PP would raise at start-up
     assert r.returncode == 2 and "TOP-DOC-VERL-003" in r.stderr and "fake verl ran" not in r.stdout
     r = run_topl(*args, "--skip-doctor", cwd=tmp_path)

@@ -1,4 +1,5 @@
 """Generated files stay equal to their generators' output."""
+
 import importlib.util
 from pathlib import Path
 
@@ -8,7 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gen_recipes():
-    spec = importlib.util.spec_from_file_location("gen_recipes", ROOT / "scripts" / "gen_recipes.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_recipes", ROOT / "scripts" / "gen_recipes.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -18,7 +21,9 @@ def test_shipped_matrix_recipes_equal_the_generator_output():
     matrix = _gen_recipes().matrix()
     assert len(matrix) == 36
     for name, text in matrix.items():
-        assert (ROOT / "recipes" / name).read_text() == text, f"regenerate: python scripts/gen_recipes.py ({name})"
+        assert (ROOT / "recipes" / name).read_text() == text, (
+            f"regenerate: python scripts/gen_recipes.py ({name})"
+        )
 
 
 def test_generator_check_mode_flags_a_hand_edit(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The training engine is the real architecture: Hugging Face transformers' Qwen3 / Qwen3-MoE
 implementation (code no one here wrote) gives the same logits for the same weights."""
+
 import pytest
 import torch
 
@@ -12,14 +13,27 @@ transformers = pytest.importorskip("transformers")
 
 def hf_model(model: Model, dtype):
     a = model.arch
-    common = dict(vocab_size=a.vocab_size, hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
-                  num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
-                  head_dim=a.head_dim, rms_norm_eps=a.rms_norm_eps, rope_theta=a.rope_theta,
-                  tie_word_embeddings=a.tie_word_embeddings, attn_implementation="eager")
+    common = dict(
+        vocab_size=a.vocab_size,
+        hidden_size=a.hidden_size,
+        intermediate_size=a.intermediate_size,
+        num_hidden_layers=a.num_layers,
+        num_attention_heads=a.num_heads,
+        num_key_value_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        rms_norm_eps=a.rms_norm_eps,
+        rope_theta=a.rope_theta,
+        tie_word_embeddings=a.tie_word_embeddings,
+        attn_implementation="eager",
+    )
     if a.num_experts:
-        cfg = transformers.Qwen3MoeConfig(num_experts=a.num_experts, num_experts_per_tok=a.experts_per_token,
-                                          moe_intermediate_size=a.moe_intermediate_size, norm_topk_prob=True,
-                                          **common)
+        cfg = transformers.Qwen3MoeConfig(
+            num_experts=a.num_experts,
+            num_experts_per_tok=a.experts_per_token,
+            moe_intermediate_size=a.moe_intermediate_size,
+            norm_topk_prob=True,
+            **common,
+        )
         hf = transformers.Qwen3MoeForCausalLM(cfg)
     else:
         hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**common))
@@ -27,8 +41,14 @@ def hf_model(model: Model, dtype):
     for name, t in hf.state_dict().items():
         if name.endswith("mlp.experts.gate_up_proj"):
             p = name[: -len("gate_up_proj")]
-            t = torch.stack([torch.cat([model.w[f"{p}{e}.gate_proj.weight"], model.w[f"{p}{e}.up_proj.weight"]])
-                             for e in range(a.num_experts)])
+            t = torch.stack(
+                [
+                    torch.cat(
+                        [model.w[f"{p}{e}.gate_proj.weight"], model.w[f"{p}{e}.up_proj.weight"]]
+                    )
+                    for e in range(a.num_experts)
+                ]
+            )
         elif name.endswith("mlp.experts.down_proj"):
             p = name[: -len("down_proj")]
             t = torch.stack([model.w[f"{p}{e}.down_proj.weight"] for e in range(a.num_experts)])

@@ -1,4 +1,5 @@
 """The reference engines: bitwise equal when aligned, and each switch shown to matter on its own."""
+
 from dataclasses import replace
 
 import pytest
@@ -17,14 +18,23 @@ STRICT = Alignment(kv_tile=8)
 def models():
     from topl.launcher.compose import compose_job
 
-    return {name: Model.random(compose_job([f"model={name}"]).to_object().model, seed=0)
-            for name in ("tiny_dense", "tiny_moe")}
+    return {
+        name: Model.random(compose_job([f"model={name}"]).to_object().model, seed=0)
+        for name in ("tiny_dense", "tiny_moe")
+    }
 
 
 def run(model, alignment, arrival="staggered", chunked=True, **kw):
     reqs = make_requests(10, model.arch.vocab_size, seed=1, arrival=arrival, max_len=28, max_new=14)
-    return probe(model, alignment, requests=reqs, block_size=8, chunked_prefill=chunked,
-                 max_num_batched_tokens=48, **kw)
+    return probe(
+        model,
+        alignment,
+        requests=reqs,
+        block_size=8,
+        chunked_prefill=chunked,
+        max_num_batched_tokens=48,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("name", ["tiny_dense", "tiny_moe"])
@@ -47,15 +57,28 @@ def test_same_tp_emulation_on_both_sides_is_equal(models, tp, order):
 def test_a_ring_all_reduce_depends_on_the_batch_shape(models):
     """Same TP=4 and the same ring collective on both sides, but decode and training batches have
     different shapes, so the ring's chunks (and each element's order) differ (vllm-ascend #17169)."""
-    out = run(models["tiny_dense"], STRICT.without("tp_aligned_reduction"), train_tp=4, rollout_tp=4, order="ring")
+    out = run(
+        models["tiny_dense"],
+        STRICT.without("tp_aligned_reduction"),
+        train_tp=4,
+        rollout_tp=4,
+        order="ring",
+    )
     assert out["max_abs_logprob_diff"] > 0
 
 
-@pytest.mark.parametrize("switch, model", [
-    ("attention_semantics", "tiny_dense"), ("reduction_order", "tiny_dense"), ("softmax_tiling", "tiny_dense"),
-    ("fp32_critical_path", "tiny_dense"), ("batch_invariant", "tiny_dense"), ("fused_ops_matched", "tiny_dense"),
-    ("moe_fixed_combine", "tiny_moe"),
-])
+@pytest.mark.parametrize(
+    "switch, model",
+    [
+        ("attention_semantics", "tiny_dense"),
+        ("reduction_order", "tiny_dense"),
+        ("softmax_tiling", "tiny_dense"),
+        ("fp32_critical_path", "tiny_dense"),
+        ("batch_invariant", "tiny_dense"),
+        ("fused_ops_matched", "tiny_dense"),
+        ("moe_fixed_combine", "tiny_moe"),
+    ],
+)
 def test_each_switch_off_alone_breaks_equality(models, switch, model):
     out = run(models[model], STRICT.without(switch))
     assert out["max_abs_logprob_diff"] > 0.0, switch
@@ -64,7 +87,12 @@ def test_each_switch_off_alone_breaks_equality(models, switch, model):
 
 def test_rollout_tp4_against_train_tp1_needs_the_aligned_reduction(models):
     m = models["tiny_dense"]
-    assert run(m, STRICT.without("tp_aligned_reduction"), train_tp=1, rollout_tp=4)["max_abs_logprob_diff"] > 0
+    assert (
+        run(m, STRICT.without("tp_aligned_reduction"), train_tp=1, rollout_tp=4)[
+            "max_abs_logprob_diff"
+        ]
+        > 0
+    )
     assert run(m, STRICT, train_tp=1, rollout_tp=4)["max_abs_logprob_diff"] == 0.0
 
 
@@ -86,13 +114,20 @@ def test_invariant_linear_rows_do_not_depend_on_the_batch(dtype, k, n):
     row = P.linear(x[37:38], w, invariant=True)
     for m in (38, 40, 64, 100):
         assert torch.equal(P.linear(x[:m], w, invariant=True)[37:38], row)
-    assert torch.equal(P.linear(x[30:40], w, invariant=True)[7:8], row)  # another position in the tile
+    assert torch.equal(
+        P.linear(x[30:40], w, invariant=True)[7:8], row
+    )  # another position in the tile
 
 
 def test_native_linear_is_batch_dependent():
     g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(100, 256, generator=g), torch.randn(384, 256, generator=g)  # fp32: the split shows directly
-    assert not torch.equal(P.linear(x[:10], w, invariant=False), P.linear(x, w, invariant=False)[:10])
+    x, w = (
+        torch.randn(100, 256, generator=g),
+        torch.randn(384, 256, generator=g),
+    )  # fp32: the split shows directly
+    assert not torch.equal(
+        P.linear(x[:10], w, invariant=False), P.linear(x, w, invariant=False)[:10]
+    )
 
 
 def test_invariant_linear_backward_matches_autograd():

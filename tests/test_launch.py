@@ -1,4 +1,5 @@
 """`topl launch`: run directory, subprocess backend (a real child), Ray job backend (a real head)."""
+
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import run_topl
 
-FAKE_VERL = '''
+FAKE_VERL = """
 import json, os, sys, time
 print("fake verl argv", json.dumps(sys.argv[1:]))
 print("HCCL_DETERMINISTIC=" + os.environ.get("HCCL_DETERMINISTIC", "-"))
@@ -19,7 +20,7 @@ if os.environ.get("FAKE_SLEEP"):
     open(os.environ["FAKE_PIDFILE"], "w").write(str(os.getpid()))
     time.sleep(120)
 sys.exit(int(os.environ.get("FAKE_RC", "0")))
-'''
+"""
 
 
 @pytest.fixture
@@ -31,8 +32,14 @@ def fake_entry(tmp_path):
 
 
 def sub_args(fake_entry, *extra):
-    return ["cluster.backend=subprocess", "algorithm.entrypoint=fake_verl", f"cluster.python={sys.executable}",
-            "collective=hccl_strict", f"+cluster.env.PYTHONPATH={fake_entry}", *extra]
+    return [
+        "cluster.backend=subprocess",
+        "algorithm.entrypoint=fake_verl",
+        f"cluster.python={sys.executable}",
+        "collective=hccl_strict",
+        f"+cluster.env.PYTHONPATH={fake_entry}",
+        *extra,
+    ]
 
 
 def only_run_dir(root: Path) -> Path:
@@ -46,12 +53,18 @@ def test_dry_run_writes_a_complete_run_dir(tmp_path):
     assert r.returncode == 0, r.stderr
     d = only_run_dir(tmp_path)
     meta = json.loads((d / "topl.json").read_text())
-    assert meta["topl_version"] and meta["packages"]["torch"] and meta["choices"]["model"] == "tiny_dense"
+    assert (
+        meta["topl_version"]
+        and meta["packages"]["torch"]
+        and meta["choices"]["model"] == "tiny_dense"
+    )
     env = json.loads((d / "env.json").read_text())
     assert env["launching_process"]["MY_API_KEY"] == "<redacted>"
     assert "verl.trainer.main_ppo" in (d / "command.sh").read_text()
     assert (d / ".hydra" / "config.yaml").exists() and (d / "spec.yaml").exists()
-    assert json.loads((d / "sources.json").read_text())["model.name"] == "conf/model/tiny_dense.yaml"
+    assert (
+        json.loads((d / "sources.json").read_text())["model.name"] == "conf/model/tiny_dense.yaml"
+    )
 
 
 def test_run_dir_is_never_reused(tmp_path):
@@ -81,9 +94,14 @@ def test_ctrl_c_stops_the_child_process_group(tmp_path, fake_entry):
     signal arriving while Popen returns is held until topl knows the child. The wait has no fixed
     time budget that a slow first import could exceed: it ends when topl exits or the child runs."""
     pidfile = tmp_path / "child.pid"
-    p = subprocess.Popen([sys.executable, "-m", "topl.launcher.cli", "launch", *sub_args(fake_entry)], cwd=tmp_path,
-                         env={**os.environ, "FAKE_SLEEP": "1", "FAKE_PIDFILE": str(pidfile)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "topl.launcher.cli", "launch", *sub_args(fake_entry)],
+        cwd=tmp_path,
+        env={**os.environ, "FAKE_SLEEP": "1", "FAKE_PIDFILE": str(pidfile)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 600
     while not (pidfile.exists() and pidfile.read_text()):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
@@ -92,17 +110,32 @@ def test_ctrl_c_stops_the_child_process_group(tmp_path, fake_entry):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
-    assert json.loads((only_run_dir(tmp_path) / "status.json").read_text())["state"] == "interrupted"
-    with pytest.raises(ProcessLookupError):  # topl reaped it after stopping its group: gone, not a zombie
+    assert (
+        json.loads((only_run_dir(tmp_path) / "status.json").read_text())["state"] == "interrupted"
+    )
+    with pytest.raises(
+        ProcessLookupError
+    ):  # topl reaped it after stopping its group: gone, not a zombie
         os.kill(child, 0)
 
 
 def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
-    r = run_topl("launch", "cluster.backend=ray_job", f"cluster.ray_address={ray_head}", "--follow",
-                 "algorithm.entrypoint=fake_verl", "collective=hccl_strict", f"cluster.python={sys.executable}",
-                 f"+cluster.env.PYTHONPATH={fake_entry}", cwd=tmp_path, timeout=240)
+    r = run_topl(
+        "launch",
+        "cluster.backend=ray_job",
+        f"cluster.ray_address={ray_head}",
+        "--follow",
+        "algorithm.entrypoint=fake_verl",
+        "collective=hccl_strict",
+        f"cluster.python={sys.executable}",
+        f"+cluster.env.PYTHONPATH={fake_entry}",
+        cwd=tmp_path,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted Ray job" in r.stdout
-    assert "HCCL_DETERMINISTIC=strict" in r.stdout  # the env var reached the job through runtime_env
+    assert (
+        "HCCL_DETERMINISTIC=strict" in r.stdout
+    )  # the env var reached the job through runtime_env
     d = only_run_dir(tmp_path)
     assert (d / "ray_job_id").read_text().strip()

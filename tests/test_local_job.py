@@ -1,4 +1,5 @@
 """The embedded default: true on-policy GRPO on the reference engines."""
+
 import json
 
 import pytest
@@ -20,7 +21,9 @@ def test_strict_grpo_is_exactly_on_policy_and_learns(compose, tmp_path):
     data = steps_of(tmp_path)
     assert len(data) == 10
     assert all(d["topl/max_abs_logprob_diff"] == 0.0 for d in data)
-    assert all(d["training/rollout_probs_diff_max"] == 0.0 and d["rollout_corr/k3_kl"] == 0.0 for d in data)
+    assert all(
+        d["training/rollout_probs_diff_max"] == 0.0 and d["rollout_corr/k3_kl"] == 0.0 for d in data
+    )
     assert all(d["actor/ratio_max_abs_dev"] == 0.0 for d in data)  # importance ratio exactly 1
     first = sum(d["critic/rewards/mean"] for d in data[:3]) / 3
     last = sum(d["critic/rewards/mean"] for d in data[-3:]) / 3
@@ -33,7 +36,10 @@ def test_off_reports_nonzero_diffs_and_continues(compose, tmp_path):
     assert run_local(spec, tmp_path, quiet=True) == 0
     data = steps_of(tmp_path)
     assert len(data) == 2
-    assert all(d["topl/max_abs_logprob_diff"] > 0 and d["training/rollout_probs_diff_max"] > 0 for d in data)
+    assert all(
+        d["topl/max_abs_logprob_diff"] > 0 and d["training/rollout_probs_diff_max"] > 0
+        for d in data
+    )
     assert all(d["actor/ratio_max_abs_dev"] > 0 for d in data)
 
 

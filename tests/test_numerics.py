@@ -1,6 +1,7 @@
 """Reference numerics (issue 17): vLLM's log-prob modes, batch-invariant elementwise ops, the rollout's
 own TP degree, batched attention, non-vacuous switch demonstrations on the shipped probe, and the
 600-token exactness matrix (quick subset here; the full matrix with `pytest -m matrix`)."""
+
 import itertools
 
 import pytest
@@ -30,7 +31,9 @@ def dense(arch):
 
 def logdiff(model, alignment=STRICT, n=6, **kw):
     reqs = make_requests(n, model.arch.vocab_size, seed=1, max_len=28, max_new=10)
-    return probe(model, alignment, requests=reqs, block_size=8, max_num_batched_tokens=48, **kw)["max_abs_logprob_diff"]
+    return probe(model, alignment, requests=reqs, block_size=8, max_num_batched_tokens=48, **kw)[
+        "max_abs_logprob_diff"
+    ]
 
 
 # --- 1. log-probs as vLLM's logprobs_mode -------------------------------------------------------
@@ -48,13 +51,17 @@ def test_processed_logprobs_follow_temperature_raw_do_not(dense):
 
 def test_processed_logprobs_are_one_log_softmax_of_the_masked_logits(dense):
     eng = RolloutEngine(dense, sides(STRICT)[1], block_size=8)
-    logits = torch.randn(dense.arch.vocab_size, generator=torch.Generator().manual_seed(0)).bfloat16()
+    logits = torch.randn(
+        dense.arch.vocab_size, generator=torch.Generator().manual_seed(0)
+    ).bfloat16()
     sp = SamplingParams(0.8, top_k=5, logprobs_mode="processed_logprobs")
     r = Request(0, [1], 4)
     tok = eng._sample(r, logits, sp)
     z = logits.float() / 0.8
     masked = z.masked_fill(z < torch.topk(z, 5).values[-1], float("-inf"))
-    assert r.logprobs[-1] == float(torch.log_softmax(masked, -1)[tok])  # bit for bit, normalised once
+    assert r.logprobs[-1] == float(
+        torch.log_softmax(masked, -1)[tok]
+    )  # bit for bit, normalised once
 
 
 # --- 2. batch-invariant elementwise ops ---------------------------------------------------------
@@ -64,7 +71,7 @@ def test_silu_rows_do_not_depend_on_the_batch(dtype, width):
     x = torch.randn(67, width, generator=torch.Generator().manual_seed(width)).to(dtype)
     full = P.silu(x)
     for r, m in itertools.product(range(0, 67, 5), (1, 3, 17)):
-        assert torch.equal(P.silu(x[r:r + m])[0], full[r])
+        assert torch.equal(P.silu(x[r : r + m])[0], full[r])
 
 
 # --- 3. the rollout's own TP degree -------------------------------------------------------------
@@ -104,7 +111,14 @@ def _paged_batch(n, length=40, bs=8, seed=0):
     k_pages, v_pages = torch.randn(2, n * 8, bs, 2, 16, generator=g).bfloat16()
     q = torch.randn(n, 4, 16, generator=g).bfloat16()
     tables = [list(range(i * 8, i * 8 + 8)) for i in range(n)]
-    return q, k_pages, v_pages, tables, [(i, i + 1) for i in range(n)], [length - 1 - i for i in range(n)]
+    return (
+        q,
+        k_pages,
+        v_pages,
+        tables,
+        [(i, i + 1) for i in range(n)],
+        [length - 1 - i for i in range(n)],
+    )
 
 
 def test_aligned_rows_do_not_depend_on_the_batch():
@@ -136,26 +150,45 @@ def test_training_packed_attention_equals_one_sequence_at_a_time():
 
 
 def test_unchunked_prefill_refuses_a_prompt_over_the_budget(dense):
-    eng = RolloutEngine(dense, sides(STRICT)[1], 8, max_num_batched_tokens=16, chunked_prefill=False)
+    eng = RolloutEngine(
+        dense, sides(STRICT)[1], 8, max_num_batched_tokens=16, chunked_prefill=False
+    )
     with pytest.raises(ValueError, match="max_num_batched_tokens=16"):
         eng.generate([Request(0, list(range(20)), 2)], SamplingParams())
 
 
 # --- 5. each switch off alone differs on the shipped probe defaults ----------------------------
-CASES = [(s, "tiny_dense", []) for s in Alignment.SWITCHES if s not in ("moe_fixed_combine", "tp_aligned_reduction")]
-CASES += [("moe_fixed_combine", "tiny_moe", []), ("batch_invariant", "tiny_moe", []),
-          ("tp_aligned_reduction", "tiny_dense", ["rollout.tp=4", "train.tp=1"])]
+CASES = [
+    (s, "tiny_dense", [])
+    for s in Alignment.SWITCHES
+    if s not in ("moe_fixed_combine", "tp_aligned_reduction")
+]
+CASES += [
+    ("moe_fixed_combine", "tiny_moe", []),
+    ("batch_invariant", "tiny_moe", []),
+    ("tp_aligned_reduction", "tiny_dense", ["rollout.tp=4", "train.tp=1"]),
+]
 
 
 @pytest.mark.parametrize("switch, model, extra", CASES)
 def test_each_switch_off_alone_differs_on_the_default_probe(switch, model, extra):
-    spec = compose_job([f"model={model}", f"alignment.{switch}=false", "alignment.mode=off", *extra]).to_object()
+    spec = compose_job(
+        [f"model={model}", f"alignment.{switch}=false", "alignment.mode=off", *extra]
+    ).to_object()
     out = run_probe(spec)
     assert out["max_abs_logprob_diff"] > 0.0 and out["switches_off"] == [switch]
 
 
-@pytest.mark.parametrize("overrides", [[], ["model=tiny_moe"], ["train.dtype=float32"],
-                                       ["model=tiny_moe", "train.dtype=float32"], ["rollout.tp=4", "train.tp=1"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["model=tiny_moe"],
+        ["train.dtype=float32"],
+        ["model=tiny_moe", "train.dtype=float32"],
+        ["rollout.tp=4", "train.tp=1"],
+    ],
+)
 def test_default_probe_is_exact(overrides):
     for seed in (0, 2):
         out = run_probe(compose_job([*overrides, f"local.seed={seed}"]).to_object())
@@ -163,8 +196,12 @@ def test_default_probe_is_exact(overrides):
 
 
 # --- 7. the 600-token exactness matrix ----------------------------------------------------------
-QUICK = [("tiny_dense", 0, "bfloat16", True, 1), ("tiny_moe", 1, "float16", False, 1),
-         ("tiny_dense", 2, "float32", False, 1), ("tiny_moe", 3, "bfloat16", True, 1)]
+QUICK = [
+    ("tiny_dense", 0, "bfloat16", True, 1),
+    ("tiny_moe", 1, "float16", False, 1),
+    ("tiny_dense", 2, "float32", False, 1),
+    ("tiny_moe", 3, "bfloat16", True, 1),
+]
 
 
 @pytest.mark.parametrize("model, seed, dtype, chunked, batch", QUICK)
@@ -179,8 +216,15 @@ def test_matrix_quick_batch16(arch):
     assert out["max_abs_logprob_diff"] == 0.0 and out["distinct_batch_sizes"] > 3
 
 
-FULL = list(itertools.product(("tiny_dense", "tiny_moe"), range(21), ("bfloat16", "float16", "float32"),
-                              (True, False), (1, 16)))
+FULL = list(
+    itertools.product(
+        ("tiny_dense", "tiny_moe"),
+        range(21),
+        ("bfloat16", "float16", "float32"),
+        (True, False),
+        (1, 16),
+    )
+)
 
 
 @pytest.mark.matrix

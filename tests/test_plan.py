@@ -1,4 +1,5 @@
 """Sweeps: Hydra's expansion, a verdict per point, invalid points never start."""
+
 import csv
 import json
 
@@ -12,8 +13,14 @@ from topl.launcher.contract import check, errors
 from topl.launcher.errors import ToplError
 from topl.launcher.plan import expand, plan
 
-SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.tp=1,2,4", "train.pp=4,8", "train.ep=1,2",
-         "rollout.tp=1,2", "rollout.pp=1,2"]
+SWEEP = [
+    "recipe=qwen3_30b_a3b_grpo_a3_strict",
+    "train.tp=1,2,4",
+    "train.pp=4,8",
+    "train.ep=1,2",
+    "rollout.tp=1,2",
+    "rollout.pp=1,2",
+]
 
 
 def test_expansion_is_hydras():
@@ -36,14 +43,22 @@ def test_valid_set_equals_validating_each_point_alone(compose):
 def test_interpolations_follow_swept_values():
     v = plan(["rollout.block_size=8,16", "alignment.kv_tile=16"])
     assert [x.valid for x in v] == [True, True]
-    bad = plan(["rollout.block_size=8,32"])  # kv_tile follows block_size: no TOP-ATTN-004 either way
+    bad = plan(
+        ["rollout.block_size=8,32"]
+    )  # kv_tile follows block_size: no TOP-ATTN-004 either way
     assert all(x.valid for x in bad)
     mixed = plan(["rollout.block_size=32", "alignment.kv_tile=16,64"])
     assert [x.valid for x in mixed] == [False, True] and mixed[0].rules == ["TOP-ATTN-004"]
 
 
-@pytest.mark.parametrize("bad, needle", [(["train.tp=1,2,["], "train.tp=1,2,["), (["train.tpp=1,2"], "train.tpp"),
-                                         (["train.tp=a,b"], "train.tp")])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        (["train.tp=1,2,["], "train.tp=1,2,["),
+        (["train.tpp=1,2"], "train.tpp"),
+        (["train.tp=a,b"], "train.tp"),
+    ],
+)
 def test_sweep_errors_name_the_override(bad, needle):
     with pytest.raises(ToplError) as e:
         plan(bad)
@@ -55,12 +70,21 @@ def test_plan_cli_json():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["points"] == 6 and out["valid"] == sum(v["valid"] for v in out["verdicts"])
-    assert {"overrides", "valid", "rules", "train_gb", "rollout_gb", "devices"} <= set(out["verdicts"][0])
+    assert {"overrides", "valid", "rules", "train_gb", "rollout_gb", "devices"} <= set(
+        out["verdicts"][0]
+    )
 
 
 def test_sweeper_launches_only_valid_points(tmp_path):
-    r = run_topl("launch", "-m", "--dry-run", "recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=4,8",
-                 "rollout.tp=1,2", cwd=tmp_path)
+    r = run_topl(
+        "launch",
+        "-m",
+        "--dry-run",
+        "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        "train.pp=4,8",
+        "rollout.tp=1,2",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     (sweep,) = (tmp_path / "runs" / "multirun").iterdir()
     rows = list(csv.DictReader((sweep / "sweep_report.csv").open()))
@@ -76,8 +100,15 @@ def test_sweeper_launches_only_valid_points(tmp_path):
 
 
 def test_sweeper_on_invalid_fail_starts_nothing(tmp_path):
-    r = run_topl("launch", "-m", "--dry-run", "recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=4,8",
-                 "hydra.sweeper.on_invalid=fail", cwd=tmp_path)
+    r = run_topl(
+        "launch",
+        "-m",
+        "--dry-run",
+        "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        "train.pp=4,8",
+        "hydra.sweeper.on_invalid=fail",
+        cwd=tmp_path,
+    )
     assert r.returncode != 0
     (sweep,) = (tmp_path / "runs" / "multirun").iterdir()
     assert not [d for d in sweep.iterdir() if d.is_dir()]

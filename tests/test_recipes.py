@@ -1,4 +1,5 @@
 """Every shipped recipe composes, passes the contract, renders, and verl 0.9.1 accepts it."""
+
 import json
 from pathlib import Path
 
@@ -32,7 +33,9 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
         assert c.cfg.alignment.mode == "strict" and {v.rule for v in vs} <= {"TOP-CLUS-001"}
     spec = c.to_object()
     inv = render(spec)
-    assert inv.entrypoint == ("recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo")
+    assert inv.entrypoint == (
+        "recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo"
+    )
     if name.startswith("seed_"):
         return  # they target the seed's verl 0.8.0 stack: test_seed.py composes them with its keys
     if verl_config_dir() is None:
@@ -46,12 +49,18 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     inv.config_name = "ppo_trainer"
     inv.overrides = [f"+{o}" if o.startswith(DAPO_RECIPE_KEYS) else o for o in inv.overrides]
     cfg = compose_verl(inv)
-    validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
+    validate_config(
+        cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic
+    )
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)
 def test_known_bad_recipes_are_rejected_with_their_rule_ids(compose, path):
-    expected = next(l for l in path.read_text().splitlines() if l.startswith("# expect:")).split(":", 1)[1].split()
+    expected = (
+        next(l for l in path.read_text().splitlines() if l.startswith("# expect:"))
+        .split(":", 1)[1]
+        .split()
+    )
     got = {v.rule for v in errors(check(compose([f"recipe={path}"])))}
     assert set(expected) <= got, got
 
@@ -62,7 +71,11 @@ def test_recipes_cli_list_show_diff():
     assert {row["name"] for row in rows} >= set(SHIPPED) and all(row["description"] for row in rows)
     shown = run_topl("recipes", "show", "qwen3_30b_a3b_grpo_a3_strict")
     assert shown.returncode == 0 and "pp: 8" in shown.stdout
-    d = json.loads(run_topl("recipes", "diff", "qwen3_4b_grpo_a3_strict", "qwen3_4b_grpo_a3_off", "--json").stdout)
+    d = json.loads(
+        run_topl(
+            "recipes", "diff", "qwen3_4b_grpo_a3_strict", "qwen3_4b_grpo_a3_off", "--json"
+        ).stdout
+    )
     keys = {row["key"]: row for row in d["differences"]}
     assert keys["alignment.mode"] == {"key": "alignment.mode", "a": "strict", "b": "off"}
     assert "collective.hccl_deterministic" in keys and "model.name" not in keys

@@ -1,4 +1,5 @@
 """Rendering: `+` exactly where verl 0.9.1 lacks a key, env reaches Ray workers, verl accepts it."""
+
 import json
 
 import pytest
@@ -16,7 +17,13 @@ LAYOUTS = [
     STRICT_A3 + ["alignment=off", "collective=default", "rollout.tp=4", "train.tp=4", "train.pp=2"],
     STRICT_A3 + ["algorithm=gspo"],
     STRICT_A3 + ["algorithm=ppo"],
-    ["model=qwen3_4b", "cluster=atlas_a2", "train=fsdp", "rollout=vllm_ascend", "collective=hccl_strict"],
+    [
+        "model=qwen3_4b",
+        "cluster=atlas_a2",
+        "train=fsdp",
+        "rollout=vllm_ascend",
+        "collective=hccl_strict",
+    ],
     [],
 ]
 
@@ -24,24 +31,35 @@ LAYOUTS = [
 def test_strict_rendering_carries_the_seed_switches(compose):
     inv = render(compose(STRICT_A3).to_object())
     o = set(inv.overrides)
-    for needed in ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.calculate_log_probs=true",
-                   "actor_rollout_ref.rollout.enforce_eager=true",
-                   "+actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend=FLASH_ATTN",
-                   "+actor_rollout_ref.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant=true",
-                   "+actor_rollout_ref.actor.megatron.override_transformer_config.batch_invariant_mode=true",
-                   "+actor_rollout_ref.actor.megatron.override_transformer_config.use_batch_invariant_ops=true",
-                   "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=flash",
-                   "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
-                   "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
-                   "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
-                   "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
-                   "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-                   "+actor_rollout_ref.rollout.engine_kwargs.vllm.pipeline_parallel_size=2"]:
+    for needed in [
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.rollout.enforce_eager=true",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.attention_backend=FLASH_ATTN",
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant=true",
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.batch_invariant_mode=true",
+        "+actor_rollout_ref.actor.megatron.override_transformer_config.use_batch_invariant_ops=true",
+        "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=flash",
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
+        "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.pipeline_parallel_size=2",
+    ]:
         assert needed in o, needed
-    for k, v in {"VLLM_BATCH_INVARIANT": "1", "HCCL_DETERMINISTIC": "strict", "LCCL_DETERMINISTIC": "1",
-                 "HCCL_OP_EXPANSION_MODE": "AIV", "TASK_QUEUE_ENABLE": "2", "CPU_AFFINITY_CONF": "1",
-                 "VLLM_ASCEND_ENABLE_NZ": "0", "CLOSE_MATMUL_K_SHIFT": "1", "HCCL_CONNECT_TIMEOUT": "1800",
-                 "HCCL_EXEC_TIMEOUT": "3600"}.items():
+    for k, v in {
+        "VLLM_BATCH_INVARIANT": "1",
+        "HCCL_DETERMINISTIC": "strict",
+        "LCCL_DETERMINISTIC": "1",
+        "HCCL_OP_EXPANSION_MODE": "AIV",
+        "TASK_QUEUE_ENABLE": "2",
+        "CPU_AFFINITY_CONF": "1",
+        "VLLM_ASCEND_ENABLE_NZ": "0",
+        "CLOSE_MATMUL_K_SHIFT": "1",
+        "HCCL_CONNECT_TIMEOUT": "1800",
+        "HCCL_EXEC_TIMEOUT": "3600",
+    }.items():
         assert inv.env[k] == v
         assert f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={fmt(v)}" in o, k
     assert inv.env["VERL_USE_EXTERNAL_MODULES"]
@@ -64,12 +82,16 @@ def test_plus_only_on_free_form_or_new_keys(compose):
         if key.lstrip("+") in PATCHED_KEYS:  # a patch adds it: `++` adds or overrides
             assert key.startswith("++"), o
             continue
-        assert key.startswith("+") == (key.lstrip("+") in NEW_KEYS or key.lstrip("+").startswith(FREE_FORM)), o
+        assert key.startswith("+") == (
+            key.lstrip("+") in NEW_KEYS or key.lstrip("+").startswith(FREE_FORM)
+        ), o
 
 
 @needs_verl
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: " ".join(l)[-60:] or "default")
-def test_rendering_composes_against_verl_and_passes_validate_config(compose, layout, tmp_path, monkeypatch):
+def test_rendering_composes_against_verl_and_passes_validate_config(
+    compose, layout, tmp_path, monkeypatch
+):
     from verl.utils.config import validate_config
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -79,7 +101,9 @@ def test_rendering_composes_against_verl_and_passes_validate_config(compose, lay
     cfg = compose_verl(inv)  # raises if any key without `+` is not in verl's config
     assert cfg.actor_rollout_ref.rollout.n == spec.rollout.n
     assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == inv.env or not inv.env
-    validate_config(cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic)
+    validate_config(
+        cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic
+    )
 
 
 @needs_verl
@@ -92,7 +116,11 @@ def test_a_plus_where_verl_has_the_key_would_fail():
     with pytest.raises(ConfigCompositionException):
         compose_verl(Invocation("m", "ppo_trainer", ["+actor_rollout_ref.rollout.n=2"]))
     with pytest.raises(ConfigCompositionException):
-        compose_verl(Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.engine_kwargs.vllm.block_size=2"]))
+        compose_verl(
+            Invocation(
+                "m", "ppo_trainer", ["actor_rollout_ref.rollout.engine_kwargs.vllm.block_size=2"]
+            )
+        )
 
 
 def test_render_cli_json():

@@ -1,5 +1,6 @@
 """The local backend: the job spec -> the embedded RL loop on the reference engines, with a
 progress bar, verl's metrics file, a plot and a summary table."""
+
 from __future__ import annotations
 
 import json
@@ -18,18 +19,42 @@ def loop_config(spec):
 
     r, t, a = spec.rollout, spec.train, spec.algorithm
     return LoopConfig(
-        model=spec.model, alignment=spec.alignment, steps=t.steps, batch_size=t.train_batch_size,
-        n=r.n, max_response_length=t.max_response_length, dtype=t.dtype, train_tp=t.tp,
-        rollout_tp=r.tp, order=spec.collective.order, block_size=r.block_size,
-        max_num_seqs=r.max_num_seqs, max_num_batched_tokens=r.max_num_batched_tokens,
-        chunked_prefill=r.chunked_prefill, micro_batch=t.ppo_micro_batch_size_per_gpu,
-        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        adv_estimator=a.adv_estimator, policy_loss=a.policy_loss, loss_agg_mode=a.loss_agg_mode,
-        clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high, clip_ratio_c=a.clip_ratio_c,
-        use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef, use_critic=a.use_critic, gamma=a.gamma,
-        lam=a.lam, cliprange_value=a.cliprange_value, filter_groups=a.filter_groups,
-        max_num_gen_batches=a.max_num_gen_batches, overlong_buffer_len=overlong_buffer_len(spec),
-        overlong_penalty_factor=a.overlong_penalty_factor, lr=spec.local.lr, critic_lr=spec.local.critic_lr,
+        model=spec.model,
+        alignment=spec.alignment,
+        steps=t.steps,
+        batch_size=t.train_batch_size,
+        n=r.n,
+        max_response_length=t.max_response_length,
+        dtype=t.dtype,
+        train_tp=t.tp,
+        rollout_tp=r.tp,
+        order=spec.collective.order,
+        block_size=r.block_size,
+        max_num_seqs=r.max_num_seqs,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        chunked_prefill=r.chunked_prefill,
+        micro_batch=t.ppo_micro_batch_size_per_gpu,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        adv_estimator=a.adv_estimator,
+        policy_loss=a.policy_loss,
+        loss_agg_mode=a.loss_agg_mode,
+        clip_ratio_low=a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio_high,
+        clip_ratio_c=a.clip_ratio_c,
+        use_kl_loss=a.use_kl_loss,
+        kl_loss_coef=a.kl_loss_coef,
+        use_critic=a.use_critic,
+        gamma=a.gamma,
+        lam=a.lam,
+        cliprange_value=a.cliprange_value,
+        filter_groups=a.filter_groups,
+        max_num_gen_batches=a.max_num_gen_batches,
+        overlong_buffer_len=overlong_buffer_len(spec),
+        overlong_penalty_factor=a.overlong_penalty_factor,
+        lr=spec.local.lr,
+        critic_lr=spec.local.critic_lr,
         seed=spec.local.seed,
     )
 
@@ -63,16 +88,28 @@ def _embeddable(spec) -> None:
     from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
 
     a = spec.algorithm
-    bad = [f"algorithm.{k}={v}" for k, v, ok in (
-        ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS), ("policy_loss", a.policy_loss, POLICY_LOSSES)) if v not in ok]
+    bad = [
+        f"algorithm.{k}={v}"
+        for k, v, ok in (
+            ("adv_estimator", a.adv_estimator, ADV_ESTIMATORS),
+            ("policy_loss", a.policy_loss, POLICY_LOSSES),
+        )
+        if v not in ok
+    ]
     if bad:
-        raise ToplError(f"the local backend does not embed {', '.join(bad)}", where="algorithm",
-                        fix=f"adv_estimator in {ADV_ESTIMATORS}, policy_loss in {POLICY_LOSSES} "
-                            "(algorithm=grpo|ppo|gspo|dapo), or cluster.backend=subprocess/ray_job")
+        raise ToplError(
+            f"the local backend does not embed {', '.join(bad)}",
+            where="algorithm",
+            fix=f"adv_estimator in {ADV_ESTIMATORS}, policy_loss in {POLICY_LOSSES} "
+            "(algorithm=grpo|ppo|gspo|dapo), or cluster.backend=subprocess/ray_job",
+        )
     if (a.adv_estimator == "gae") != a.use_critic:
-        raise ToplError(f"adv_estimator={a.adv_estimator} with use_critic={a.use_critic}: GAE needs the critic's "
-                        "values and only GAE uses them", where="algorithm.use_critic",
-                        fix="algorithm=ppo for GAE with a critic, or algorithm.use_critic=false with grpo")
+        raise ToplError(
+            f"adv_estimator={a.adv_estimator} with use_critic={a.use_critic}: GAE needs the critic's "
+            "values and only GAE uses them",
+            where="algorithm.use_critic",
+            fix="algorithm=ppo for GAE with a critic, or algorithm.use_critic=false with grpo",
+        )
 
 
 def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
@@ -94,21 +131,33 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     metrics_path, history = run_dir / "metrics.jsonl", []
     strict = is_strict(spec)
     rc = 0
-    with Progress(TextColumn(f"[bold]{spec.algorithm.name.upper()}[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TextColumn("{task.description}"), TimeRemainingColumn(), console=console) as bar:
+    with Progress(
+        TextColumn(f"[bold]{spec.algorithm.name.upper()}[/]"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.description}"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as bar:
         job = bar.add_task("", total=spec.train.steps)
         steps = rl_loop.run(loop_config(spec))
         for step, data in enumerate(_guard(steps, spec), start=1):
             history.append(data)
             with metrics_path.open("a") as f:
                 f.write(json.dumps({"step": step, "data": data}) + "\n")
-            bar.update(job, advance=1, description=f"reward {data['critic/rewards/mean']:.3f}  "
-                                                   f"max|Δlogp| {data['topl/max_abs_logprob_diff']:.2e}")
+            bar.update(
+                job,
+                advance=1,
+                description=f"reward {data['critic/rewards/mean']:.3f}  "
+                f"max|Δlogp| {data['topl/max_abs_logprob_diff']:.2e}",
+            )
             if strict and data["topl/max_abs_logprob_diff"] != 0.0:
-                console.print(f"[red]error[/]: step {step}: topl/max_abs_logprob_diff = "
-                              f"{data['topl/max_abs_logprob_diff']:.3e} (training/rollout_probs_diff_max = "
-                              f"{data['training/rollout_probs_diff_max']:.3e}) under alignment=strict: the run "
-                              "went off-policy; stopping. Find the cause: `topl probe` with one switch off at a time.")
+                console.print(
+                    f"[red]error[/]: step {step}: topl/max_abs_logprob_diff = "
+                    f"{data['topl/max_abs_logprob_diff']:.3e} (training/rollout_probs_diff_max = "
+                    f"{data['training/rollout_probs_diff_max']:.3e}) under alignment=strict: the run "
+                    "went off-policy; stopping. Find the cause: `topl probe` with one switch off at a time."
+                )
                 rc = 1
                 break
     if history and spec.local.plot:
@@ -124,9 +173,12 @@ def _guard(steps, spec):
     try:
         yield from steps
     except FilterGroupsExhausted as e:
-        raise ToplError(str(e), where="algorithm.max_num_gen_batches",
-                        fix="raise algorithm.max_num_gen_batches (<= 0: no limit) or rollout.n, "
-                            "or algorithm.filter_groups=false") from None
+        raise ToplError(
+            str(e),
+            where="algorithm.max_num_gen_batches",
+            fix="raise algorithm.max_num_gen_batches (<= 0: no limit) or rollout.n, "
+            "or algorithm.filter_groups=false",
+        ) from None
 
 
 def plot(history: list[dict], path: Path, spec) -> None:
@@ -144,7 +196,9 @@ def plot(history: list[dict], path: Path, spec) -> None:
     ax2.set(title="max |Δ log p| rollout vs training", xlabel="step")
     if any(d > 0 for d in diffs):
         ax2.set_yscale("log")
-    fig.suptitle(f"{spec.model.name} {spec.algorithm.name.upper()}, alignment={spec.alignment.mode}")
+    fig.suptitle(
+        f"{spec.model.name} {spec.algorithm.name.upper()}, alignment={spec.alignment.mode}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -155,20 +209,32 @@ def summary(console, history: list[dict], spec, run_dir: Path) -> None:
 
     if not history:
         return
-    t = Table(title=f"topl local {spec.algorithm.name.upper()}: {spec.model.name}, alignment={spec.alignment.mode}")
+    t = Table(
+        title=f"topl local {spec.algorithm.name.upper()}: {spec.model.name}, alignment={spec.alignment.mode}"
+    )
     t.add_column("")
     t.add_column("first step", justify="right")
     t.add_column("last step", justify="right")
-    for key in ("critic/rewards/mean", "topl/max_abs_logprob_diff", "topl/bitwise_equal_fraction",
-                "rollout_corr/k3_kl", "actor/ratio_max_abs_dev", "critic/vf_loss", "train/num_gen_batches",
-                "topl/acc/mean", "timing_s/step"):
+    for key in (
+        "critic/rewards/mean",
+        "topl/max_abs_logprob_diff",
+        "topl/bitwise_equal_fraction",
+        "rollout_corr/k3_kl",
+        "actor/ratio_max_abs_dev",
+        "critic/vf_loss",
+        "train/num_gen_batches",
+        "topl/acc/mean",
+        "timing_s/step",
+    ):
         if key not in history[0]:
             continue  # the algorithm has no such metric
         t.add_row(key, f"{history[0][key]:.4g}", f"{history[-1][key]:.4g}")
     console.print(t)
     worst = max(h["topl/max_abs_logprob_diff"] for h in history)
-    console.print(f"steps: {len(history)}   max |Δ log p| over the run: {worst:.3e}   "
-                  f"({'on-policy: importance ratio exactly 1' if worst == 0 else 'off-policy'})")
+    console.print(
+        f"steps: {len(history)}   max |Δ log p| over the run: {worst:.3e}   "
+        f"({'on-policy: importance ratio exactly 1' if worst == 0 else 'off-policy'})"
+    )
     # soft_wrap: paths stay whole (the terminal wraps them, rich would break mid-filename)
     console.print(f"metrics: {run_dir / 'metrics.jsonl'}", soft_wrap=True, highlight=False)
     console.print(f"plot:    {run_dir / 'metrics.png'}", soft_wrap=True, highlight=False)

@@ -1,4 +1,5 @@
 """The ray_job backend: submit the rendered verl command through the Ray Job Submission API."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,36 +16,54 @@ from topl.launcher.lifecycle import with_deadline
 def _call(fn, what: str, timeout: float):
     """fn() bounded by `timeout`; any failure is one ToplError naming the head and the step."""
     try:
-        return with_deadline(fn, timeout, what,
-                             fix="check cluster.ray_address (the dashboard, http://HEAD:8265) and that the "
-                                 "head is up (`ray status`); cluster.ray_timeout_s sets the wait")
+        return with_deadline(
+            fn,
+            timeout,
+            what,
+            fix="check cluster.ray_address (the dashboard, http://HEAD:8265) and that the "
+            "head is up (`ray status`); cluster.ray_timeout_s sets the wait",
+        )
     except ToplError:
         raise
     except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable head
-        raise ToplError(f"{what}: {type(e).__name__}: {str(e)[:300]}", where="cluster.ray_address",
-                        fix="start the head (`ray start --head`) or fix cluster.ray_address") from None
+        raise ToplError(
+            f"{what}: {type(e).__name__}: {str(e)[:300]}",
+            where="cluster.ray_address",
+            fix="start the head (`ray start --head`) or fix cluster.ray_address",
+        ) from None
 
 
 def check_reachable(address: str | None, timeout: float) -> None:
     """The head is named, Ray is here, and the head answers (a version handshake) within
     `timeout`: before the doctor or a submit, and before a run directory is written."""
     if not address:  # no silent target: shipped presets name no head
-        raise ToplError("backend=ray_job and no Ray head named: topl never guesses a cluster",
-                        where="cluster.ray_address",
-                        fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
-                            "or cluster.backend=local")
+        raise ToplError(
+            "backend=ray_job and no Ray head named: topl never guesses a cluster",
+            where="cluster.ray_address",
+            fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
+            "or cluster.backend=local",
+        )
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError:
-        raise ToplError("backend=ray_job needs Ray, which is not installed here",
-                        where="cluster.backend=ray_job",
-                        fix="pip install 'ray[default]' (or topl's `ray` extra)") from None
+        raise ToplError(
+            "backend=ray_job needs Ray, which is not installed here",
+            where="cluster.backend=ray_job",
+            fix="pip install 'ray[default]' (or topl's `ray` extra)",
+        ) from None
 
     _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
 
 
-def run_ray_job(invocation, run_dir: Path, address: str, follow: bool = False, working_dir: str | None = None,
-                python: str = "python3", timeout: float = 30.0) -> int:
+def run_ray_job(
+    invocation,
+    run_dir: Path,
+    address: str,
+    follow: bool = False,
+    working_dir: str | None = None,
+    python: str = "python3",
+    timeout: float = 30.0,
+) -> int:
     """Submit through the Ray Job Submission API; the env vars travel in runtime_env to every worker.
 
     Every call to the head is bounded by `timeout`: Ray's client sets none (ray@2.60.0:
@@ -65,8 +84,12 @@ def run_ray_job(invocation, run_dir: Path, address: str, follow: bool = False, w
         runtime_env["working_dir"] = working_dir
     client = call(lambda: JobSubmissionClient(address), "connect")
     entry = " ".join(shlex.quote(a) for a in [python, *invocation.argv])
-    job_id = call(lambda: client.submit_job(entrypoint=entry, runtime_env=runtime_env,
-                                            metadata={"run_dir": str(run_dir)}), "submit")
+    job_id = call(
+        lambda: client.submit_job(
+            entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
+        ),
+        "submit",
+    )
     rundir.write_file(run_dir / "ray_job_id", job_id + "\n")
     print(f"topl: submitted Ray job {job_id} to {address}")
     if not follow:

@@ -1,4 +1,5 @@
 """The subprocess backend: run the rendered verl command on this machine."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,9 @@ from topl.launcher import redact
 def child_env(invocation, run_dir: Path) -> dict[str, str]:
     env = {**os.environ, **invocation.env}
     env.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
-    env.setdefault("TOPL_GUARD_DIR", str(run_dir / "guard"))  # one record per verl process (guard.py)
+    env.setdefault(
+        "TOPL_GUARD_DIR", str(run_dir / "guard")
+    )  # one record per verl process (guard.py)
     return env
 
 
@@ -30,20 +33,31 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
         stop = {signal.SIGINT, signal.SIGTERM}
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         try:
-            proc = subprocess.Popen(cmd, env=child_env(invocation, run_dir), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
-                                    preexec_fn=lambda: _child_setup(stop))
+            proc = subprocess.Popen(
+                cmd,
+                env=child_env(invocation, run_dir),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+                preexec_fn=lambda: _child_setup(stop),
+            )
         except BaseException:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
             raise
         try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)  # a pending interrupt lands in this `try`
+            signal.pthread_sigmask(
+                signal.SIG_UNBLOCK, stop
+            )  # a pending interrupt lands in this `try`
             for line in proc.stdout:
                 line = redact.text(line)
                 sys.stdout.write(line)
                 log.write(line)
             return proc.wait()
-        except BaseException:  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
+        except (
+            BaseException
+        ):  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
             _stop_group(proc)
             raise
 

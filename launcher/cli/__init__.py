@@ -3,6 +3,7 @@
 Everything after the subcommand that is not a topl flag is a Hydra override; `topl launch` is a
 real `@hydra.main` app, so `-m`, `--cfg job`, `--info` and the `.hydra/` folder work as in Hydra.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -47,10 +48,12 @@ LOCAL_EXTRA = ("torch", "safetensors", "matplotlib")
 
 
 def local_extra_error(what: str, module: str) -> ToplError:
-    return ToplError(f"{what} needs {module}, which is not installed (the launcher-only install "
-                     "has no torch)", where=module,
-                     fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
-                         "&& pip install 'topl[local]'   (or use your own torch build)")
+    return ToplError(
+        f"{what} needs {module}, which is not installed (the launcher-only install has no torch)",
+        where=module,
+        fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
+        "&& pip install 'topl[local]'   (or use your own torch build)",
+    )
 
 
 def check_sweeper_discoverable() -> None:
@@ -67,16 +70,29 @@ def check_sweeper_discoverable() -> None:
     else:
         found = any(m.name == "topl_sweeper" for m in pkgutil.iter_modules(hydra_plugins.__path__))
     if not found:
-        raise ToplError("Hydra cannot discover topl's sweeper plugin (hydra_plugins.topl_sweeper): "
-                        "an editable install in setuptools' default mode hides it from plugin "
-                        "discovery", where="the topl installation",
-                        fix="pip install -e . --config-settings editable_mode=strict "
-                            "(or a regular `pip install .`)")
+        raise ToplError(
+            "Hydra cannot discover topl's sweeper plugin (hydra_plugins.topl_sweeper): "
+            "an editable install in setuptools' default mode hides it from plugin "
+            "discovery",
+            where="the topl installation",
+            fix="pip install -e . --config-settings editable_mode=strict "
+            "(or a regular `pip install .`)",
+        )
 
 
 # One module per command, imported when run: `topl rules` must not pay for torch or Hydra.
-COMMANDS = ("launch", "check", "render", "rules", "recipes", "probe", "plan", "doctor", "diagnose",
-            "watch")
+COMMANDS = (
+    "launch",
+    "check",
+    "render",
+    "rules",
+    "recipes",
+    "probe",
+    "plan",
+    "doctor",
+    "diagnose",
+    "watch",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

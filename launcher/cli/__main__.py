@@ -1,4 +1,5 @@
 """`python -m topl.launcher.cli ...` is `topl ...`."""
+
 import sys
 
 from topl.launcher.cli import main

@@ -1,5 +1,6 @@
 """The one flag parser of every command: topl's own flags come out of the argument list; what is
 left (in order) goes to Hydra as overrides (and, for `topl launch`, Hydra's own flags)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -11,7 +12,9 @@ def _name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
-def parse(args: list[str], flags=(), options=None, optional=()) -> tuple[SimpleNamespace, list[str]]:
+def parse(
+    args: list[str], flags=(), options=None, optional=()
+) -> tuple[SimpleNamespace, list[str]]:
     """(topl's flags by name, the other arguments).
 
     flags: `--json` alone -> True. options: `--prompts N` -> "N" (default from the dict).

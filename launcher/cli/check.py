@@ -1,4 +1,5 @@
 """`topl check [OVERRIDES] [--json]`: validate only; exit 0 when no error, 2 when rejected."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """`topl diagnose A B [--json] [--plots DIR]`: where two dumps first diverge, and why."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,19 +16,28 @@ def main(args: list[str]) -> int:
     flags, args = parse(args, flags=("--json", "--common"), options={"--plots": None})
     as_json, plots = flags.json, flags.plots
     if len(args) != 2:
-        raise ToplError("topl diagnose needs two dump folders", fix="topl diagnose DUMP_A DUMP_B [--json] [--plots DIR]")
+        raise ToplError(
+            "topl diagnose needs two dump folders",
+            fix="topl diagnose DUMP_A DUMP_B [--json] [--plots DIR]",
+        )
     loaded = []
     for a in args:
         if not (Path(a) / "manifest.json").is_file():
-            raise ToplError(f"{a} is not a dump folder (no manifest.json)", where=a,
-                            fix="make dumps with `topl probe --dump DIR` or kernels.dump.HookDumper")
+            raise ToplError(
+                f"{a} is not a dump folder (no manifest.json)",
+                where=a,
+                fix="make dumps with `topl probe --dump DIR` or kernels.dump.HookDumper",
+            )
         loaded.append(dump.load(a))
     try:
         report = diagnose(*loaded, common_only=flags.common)
     except BoundaryMismatch as e:
-        raise ToplError(str(e), where=f"{args[0]} vs {args[1]}",
-                        fix="dump the same boundaries on both sides (same name map and num_layers), "
-                            "or --common to compare only the boundaries both have") from None
+        raise ToplError(
+            str(e),
+            where=f"{args[0]} vs {args[1]}",
+            fix="dump the same boundaries on both sides (same name map and num_layers), "
+            "or --common to compare only the boundaries both have",
+        ) from None
     if plots:
         report["plots"] = [str(p) for p in plot(report, loaded[0][1], loaded[1][1], plots)]
     if as_json:
@@ -40,12 +50,31 @@ def main(args: list[str]) -> int:
             continue
         mark = "[green]yes[/]" if r["equal"] else "[red]no[/]"
         bias = f"{r['sign_bias']:.2f} / {r['magnitude_bias']:.2f}" if "sign_bias" in r else ""
-        rows.append((r["boundary"], mark, f"{r.get('max_abs', 0):.3e}", str(r.get("max_ulp", "")),
-                     f"{r.get('fraction_equal', 0):.3f}", f"{r.get('median_ulp_of_diffs', 0):.0f}", bias))
+        rows.append(
+            (
+                r["boundary"],
+                mark,
+                f"{r.get('max_abs', 0):.3e}",
+                str(r.get("max_ulp", "")),
+                f"{r.get('fraction_equal', 0):.3f}",
+                f"{r.get('median_ulp_of_diffs', 0):.0f}",
+                bias,
+            )
+        )
     # median ULP and the shares A > B / |A| > |B| of the differing elements: rounding ~1 and 0.5 / 0.5
-    columns = ("boundary", "equal", "max |Δ|", "max ULP", "fraction equal", "median ULP", "A>B / |A|>|B|")
+    columns = (
+        "boundary",
+        "equal",
+        "max |Δ|",
+        "max ULP",
+        "fraction equal",
+        "median ULP",
+        "A>B / |A|>|B|",
+    )
     console = print_table(f"topl diagnose: A={report['a']}  B={report['b']}", columns, rows)
-    console.print(f"weights: {'differ in ' + ', '.join(report['weights_differ']) if report['weights_differ'] else 'identical'}")
+    console.print(
+        f"weights: {'differ in ' + ', '.join(report['weights_differ']) if report['weights_differ'] else 'identical'}"
+    )
     console.print(f"first diverging boundary: {report['first_divergence']}")
     console.print(f"[bold]verdict: {report['verdict']}[/] — {report['reason']}")
     if report["remedy"]:

@@ -1,4 +1,5 @@
 """`topl doctor [OVERRIDES] [--json] [--ray [ADDRESS]]`: here, or on every node of a Ray cluster."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,18 @@ def node_main() -> int:
         from topl.launcher.doctor import run_checks
 
         spec = spec_from_json(os.environ["TOPL_DOCTOR_SPEC"])
-        return {"node": socket.gethostname(), "findings": [f.to_dict() for f in run_checks(spec, dict(os.environ))]}
+        return {
+            "node": socket.gethostname(),
+            "findings": [f.to_dict() for f in run_checks(spec, dict(os.environ))],
+        }
 
     nodes = [n for n in ray.nodes() if n["Alive"]]
-    refs = [check_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-            .remote() for n in nodes]
+    refs = [
+        check_node.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote()
+        for n in nodes
+    ]
     results = ray.get(refs)
     for n, r in zip(nodes, results):
         r["node"] = f"{r['node']} ({n['NodeManagerAddress']})"
@@ -59,7 +67,9 @@ def on_ray(address: str, spec) -> list[dict]:
     from topl.launcher.errors import ToplError
     from topl.launcher.render import render
 
-    check_reachable(address, spec.cluster.ray_timeout_s)  # named, installed, answering: or one message
+    check_reachable(
+        address, spec.cluster.ray_timeout_s
+    )  # named, installed, answering: or one message
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(address)
@@ -68,14 +78,24 @@ def on_ray(address: str, spec) -> list[dict]:
     try:
         job = client.submit_job(entrypoint=entry, runtime_env={"env_vars": env})
     except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable head
-        raise ToplError(f"cannot reach the Ray cluster at {address}: {e}", where="cluster.ray_address") from None
-    while client.get_job_status(job) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+        raise ToplError(
+            f"cannot reach the Ray cluster at {address}: {e}", where="cluster.ray_address"
+        ) from None
+    while client.get_job_status(job) not in (
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    ):
         time.sleep(0.5)
     logs = client.get_job_logs(job)
     line = next((l for l in logs.splitlines() if l.startswith(MARK)), None)
     if line is None:
-        raise ToplError(f"the doctor job {job} produced no report", where=address, fix=f"its logs:\n{logs[-2000:]}")
-    return json.loads(line[len(MARK):])
+        raise ToplError(
+            f"the doctor job {job} produced no report",
+            where=address,
+            fix=f"its logs:\n{logs[-2000:]}",
+        )
+    return json.loads(line[len(MARK) :])
 
 
 def run(spec, ray_address: str | None = None) -> list[dict]:
@@ -86,7 +106,12 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
 
     if ray_address:
         return on_ray(ray_address, spec)
-    return [{"node": f"{socket.gethostname()} (local)", "findings": [f.to_dict() for f in run_checks(spec)]}]
+    return [
+        {
+            "node": f"{socket.gethostname()} (local)",
+            "findings": [f.to_dict() for f in run_checks(spec)],
+        }
+    ]
 
 
 def report(nodes: list[dict], as_json: bool) -> int:
@@ -99,7 +124,16 @@ def report(nodes: list[dict], as_json: bool) -> int:
         rows = []
         for f in n["findings"]:
             color = {"error": "red", "warning": "yellow"}.get(f["severity"], "green")
-            rows.append((f["id"], f"[{color}]{f['severity']}[/]", f["what"], f["found"], f["needed"], f["fix"]))
+            rows.append(
+                (
+                    f["id"],
+                    f"[{color}]{f['severity']}[/]",
+                    f["what"],
+                    f["found"],
+                    f["needed"],
+                    f["fix"],
+                )
+            )
         columns = ("id", "severity", "check", "found", "needed", "fix")
         console = print_table(f"topl doctor: {n['node']}", columns, rows, console=console)
     if console is None:
@@ -123,9 +157,11 @@ def main(args: list[str]) -> int:
         if not address:  # no silent target
             from topl.launcher.errors import ToplError
 
-            raise ToplError("--ray without an address, and the spec names no Ray head",
-                            where="cluster.ray_address",
-                            fix="topl doctor --ray http://HEAD:8265 (or cluster.ray_address=...)")
+            raise ToplError(
+                "--ray without an address, and the spec names no Ray head",
+                where="cluster.ray_address",
+                fix="topl doctor --ray http://HEAD:8265 (or cluster.ray_address=...)",
+            )
     return report(run(composed.to_object(), address), flags.json)
 
 

@@ -4,6 +4,7 @@
 task bound to a :class:`~topl.launcher.launch.LaunchContext`; under `-m` the sweeper validates
 every point and each job builds its spec from the config Hydra composed for it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,10 +19,28 @@ from topl.launcher.launch import LaunchContext, preflight, run_job
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
 # Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
-UNSAFE_HYDRA_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
-                      "--experimental-rerun")
-HYDRA_FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p", "--config-name", "-cn",
-                          "--config-dir", "-cd", "--experimental-rerun")
+UNSAFE_HYDRA_FLAGS = (
+    "--config-dir",
+    "-cd",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--experimental-rerun",
+)
+HYDRA_FLAGS_WITH_VALUE = (
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--package",
+    "-p",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+)
 INFORMATIONAL = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
 
 
@@ -56,8 +75,11 @@ def main(args: list[str]) -> int:
     hydra_flags, overrides = split_hydra_flags(rest)
     bad = [f for f in hydra_flags if f.split("=")[0] in UNSAFE_HYDRA_FLAGS]
     if bad and not flags.unsafe_hydra_overrides:
-        raise ToplError(f"{' '.join(bad)} makes Hydra load configs (or a pickle) topl cannot check",
-                        where="command line", fix=f"drop it; if you trust its files, add {UNSAFE_FLAG}")
+        raise ToplError(
+            f"{' '.join(bad)} makes Hydra load configs (or a pickle) topl cannot check",
+            where="command line",
+            fix=f"drop it; if you trust its files, add {UNSAFE_FLAG}",
+        )
     with signals_interrupt():  # SIGTERM, like Ctrl-C, unwinds: temp files go, the run is marked
         # the recipe is read and validated once; Hydra and the up-front check compose from that copy
         prepared = split_recipe(overrides + ([UNSAFE_FLAG] if flags.unsafe_hydra_overrides else []))
@@ -79,8 +101,14 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
     hydra_overrides, root = prepared
-    ctx = LaunchContext(flags.dry_run, flags.follow, flags.skip_doctor, user_overrides=overrides, root=root,
-                        watch=flags.watch)
+    ctx = LaunchContext(
+        flags.dry_run,
+        flags.follow,
+        flags.skip_doctor,
+        user_overrides=overrides,
+        root=root,
+        watch=flags.watch,
+    )
     if not informational and not multirun:
         # compose and check once, up front: bad input is a readable error and exit 2 before
         # Hydra makes a run dir; the job reuses this spec and these violations

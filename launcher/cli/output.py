@@ -1,4 +1,5 @@
 """Output shared by the commands: JSON for machines, rich tables and violations for people."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ def make_console(**kw):
     return Console(**{**kw, "width": 10_000, "color_system": None, "highlight": False})
 
 
-def print_table(title: str, columns, rows, justify: dict | None = None, console=None,
-                whole=("id", "rule", "rules")):
+def print_table(
+    title: str,
+    columns,
+    rows,
+    justify: dict | None = None,
+    console=None,
+    whole=("id", "rule", "rules"),
+):
     """A table whose cells wrap rather than end in "…"; the `whole` columns (ids) are never split.
     Returns the console so a command can print its verdict lines after it."""
     from rich import box
@@ -41,14 +48,25 @@ def print_table(title: str, columns, rows, justify: dict | None = None, console=
         for r in cells:
             console.print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), markup=False)
         return console
-    longest = [max(len(w) for w in [*col.split(), *(w for r in rows
-                                            for w in Text.from_markup(str(r[i])).plain.split())])
-               for i, col in enumerate(columns)]
+    longest = [
+        max(
+            len(w)
+            for w in [
+                *col.split(),
+                *(w for r in rows for w in Text.from_markup(str(r[i])).plain.split()),
+            ]
+        )
+        for i, col in enumerate(columns)
+    ]
     if sum(longest) + 2 * len(columns) <= console.width:  # every word fits: a table
         t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         for col, n in zip(columns, longest):
-            t.add_column(col, justify=(justify or {}).get(col, "left"), overflow="fold",
-                         min_width=n if col in whole else None)
+            t.add_column(
+                col,
+                justify=(justify or {}).get(col, "left"),
+                overflow="fold",
+                min_width=n if col in whole else None,
+            )
         for row in rows:
             t.add_row(*row)
         console.print(t)

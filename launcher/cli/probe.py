@@ -1,4 +1,5 @@
 """`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] [--dump DIR]`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,11 +28,19 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
     from topl.launcher.backends.local import threads_for, torch_threads
 
     r = spec.rollout
-    sp = SamplingParams(r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode)
+    sp = SamplingParams(
+        r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode
+    )
     # prompts long enough to cross KV tiles and cache blocks, so every attention switch is exercised
     max_len = default_prompt_length(spec.alignment.kv_tile, r.block_size)
-    reqs = make_requests(prompts, spec.model.vocab_size, spec.local.seed, arrival=arrival,
-                         max_len=max_len, max_new=24)
+    reqs = make_requests(
+        prompts,
+        spec.model.vocab_size,
+        spec.local.seed,
+        arrival=arrival,
+        max_len=max_len,
+        max_new=24,
+    )
     with torch_threads(threads_for(spec)) as n:
         out = _probe(spec, reqs, sp, dump_dir, probe)
     out["threads"] = n
@@ -42,10 +51,21 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
 
 def _probe(spec, reqs, sp, dump_dir, probe) -> dict:
     r = spec.rollout
-    return probe(model_for(spec), spec.alignment, requests=reqs, train_tp=spec.train.tp, rollout_tp=r.tp,
-                 order=spec.collective.order, block_size=r.block_size, chunked_prefill=r.chunked_prefill,
-                 max_num_batched_tokens=r.max_num_batched_tokens, max_num_seqs=r.max_num_seqs,
-                 micro_batch=spec.train.log_prob_micro_batch_size_per_gpu, sampling=sp, dump_dir=dump_dir)
+    return probe(
+        model_for(spec),
+        spec.alignment,
+        requests=reqs,
+        train_tp=spec.train.tp,
+        rollout_tp=r.tp,
+        order=spec.collective.order,
+        block_size=r.block_size,
+        chunked_prefill=r.chunked_prefill,
+        max_num_batched_tokens=r.max_num_batched_tokens,
+        max_num_seqs=r.max_num_seqs,
+        micro_batch=spec.train.log_prob_micro_batch_size_per_gpu,
+        sampling=sp,
+        dump_dir=dump_dir,
+    )
 
 
 def _fmt(key: str, v) -> str:
@@ -68,10 +88,16 @@ def main(args: list[str]) -> int:
     if as_json:
         print_json(out)
     else:
-        title = (f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
-                 f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}")
+        title = (
+            f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
+            f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}"
+        )
         rows = [(k, _fmt(k, v)) for k, v in out.items()]
         print_table(title, ("metric", "value"), rows, justify={"value": "right"})
-        verdict = "bitwise equal: on-policy" if out["max_abs_logprob_diff"] == 0 else "log-probs differ: off-policy"
+        verdict = (
+            "bitwise equal: on-policy"
+            if out["max_abs_logprob_diff"] == 0
+            else "log-probs differ: off-policy"
+        )
         print(verdict)
     return 0 if (out["max_abs_logprob_diff"] == 0 or spec.alignment.mode != "strict") else 1

@@ -1,5 +1,6 @@
 """`topl recipes [--json]`, `topl recipes show NAME`, `topl recipes diff A B` (A or B may be a
 bash launch script, imported on the fly), `topl recipes import SCRIPT.sh`."""
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
@@ -31,14 +32,19 @@ def _import(script: str, env: dict, args: list[str], choices: dict):
 
     path = Path(script).expanduser()
     if not path.is_file():
-        raise ToplError(f"script {script!r} does not exist", where=f"topl recipes import {script}",
-                        fix="give the path of a bash launch script")
+        raise ToplError(
+            f"script {script!r} does not exist",
+            where=f"topl recipes import {script}",
+            fix="give the path of a bash launch script",
+        )
     s = script_import.read_script(path.read_text(), env, args)
     return script_import.build_recipe(s, choices)
 
 
-IMPORT_USAGE = ("topl recipes import SCRIPT.sh [-o OUT.yaml] [--env NAME=VALUE]... [GROUP=OPTION]... "
-                "[--json] [-- SCRIPT_ARGS...]")
+IMPORT_USAGE = (
+    "topl recipes import SCRIPT.sh [-o OUT.yaml] [--env NAME=VALUE]... [GROUP=OPTION]... "
+    "[--json] [-- SCRIPT_ARGS...]"
+)
 
 
 def import_main(args: list[str]) -> int:
@@ -73,18 +79,32 @@ def import_main(args: list[str]) -> int:
     out_path = Path(out or Path(rest[0]).stem.replace("-", "_") + ".yaml")
     out_path.write_text(script_import.recipe_text(imp, rest[0]))
     report_path = out_path.with_suffix(".import.txt")
-    lines = [f"{r['line'] if r['line'] is not None else '-':>5}  {r['kind']}: "
-             + (f"{r['key']} = {r['detail']!r}" if r["key"] else str(r["detail"])) for r in imp.report]
-    lines += [f"{r['line']:>5}  NOT REPRODUCED: {r['key']} script {r['script']!r} rendered {r['rendered']!r}"
-              for r in imp.round_trip]
+    lines = [
+        f"{r['line'] if r['line'] is not None else '-':>5}  {r['kind']}: "
+        + (f"{r['key']} = {r['detail']!r}" if r["key"] else str(r["detail"]))
+        for r in imp.report
+    ]
+    lines += [
+        f"{r['line']:>5}  NOT REPRODUCED: {r['key']} script {r['script']!r} rendered {r['rendered']!r}"
+        for r in imp.round_trip
+    ]
     report_path.write_text("\n".join(lines) + "\n")
     if as_json:
-        print_json({"recipe": str(out_path), "report_file": str(report_path), "groups": imp.defaults,
-                    "report": imp.report, "round_trip": imp.round_trip})
+        print_json(
+            {
+                "recipe": str(out_path),
+                "report_file": str(report_path),
+                "groups": imp.defaults,
+                "report": imp.report,
+                "round_trip": imp.round_trip,
+            }
+        )
     else:
         print("\n".join(lines))
-        print(f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
-              f"round trip: {'exact' if not imp.round_trip else f'{len(imp.round_trip)} setting(s) differ'}")
+        print(
+            f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
+            f"round trip: {'exact' if not imp.round_trip else f'{len(imp.round_trip)} setting(s) differ'}"
+        )
     return 0 if not imp.round_trip else 2
 
 
@@ -94,7 +114,10 @@ def main(args: list[str]) -> int:
     flags, args = parse(args, flags=("--json",))
     as_json = flags.json
     if not args:
-        rows = [{"name": n, "description": recipes.description(p), "path": str(p)} for n, p in recipes.available().items()]
+        rows = [
+            {"name": n, "description": recipes.description(p), "path": str(p)}
+            for n, p in recipes.available().items()
+        ]
         if as_json:
             print_json(rows)
         else:
@@ -111,7 +134,11 @@ def main(args: list[str]) -> int:
         return 0
     if args[0] == "diff" and len(args) == 3:
         a, b = flatten(resolved(args[1])), flatten(resolved(args[2]))
-        rows = [{"key": k, "a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        rows = [
+            {"key": k, "a": a.get(k), "b": b.get(k)}
+            for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)
+        ]
         if as_json:
             print_json({"a": args[1], "b": args[2], "differences": rows})
         else:
@@ -121,5 +148,7 @@ def main(args: list[str]) -> int:
                 print(f"{r['key']:<{width}}  {r['a']!r}  ->  {r['b']!r}")
             print(f"{len(rows)} key(s) differ")
         return 0
-    raise ToplError(f"unknown recipes command: {' '.join(args)}",
-                    fix="topl recipes | topl recipes show NAME | topl recipes diff A B | " + IMPORT_USAGE)
+    raise ToplError(
+        f"unknown recipes command: {' '.join(args)}",
+        fix="topl recipes | topl recipes show NAME | topl recipes diff A B | " + IMPORT_USAGE,
+    )

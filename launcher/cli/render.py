@@ -1,4 +1,5 @@
 """`topl render [OVERRIDES] [--json]`: print the verl command the spec becomes."""
+
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """`topl rules [--json | --markdown | --constraints]`: the contract's rule catalog, or the field
 constraints declared next to each spec field (markdown)."""
+
 from __future__ import annotations
 
 from topl.launcher.cli.argv import parse
@@ -22,8 +23,14 @@ def main(args: list[str]) -> int:
     flags, _ = parse(args, flags=("--json", "--markdown", "--constraints"))
     if flags.json:
         rows = [
-            {"rule": r.id, "severity": r.severity, "title": r.title, "keys": list(r.keys),
-             "fix": r.fix, "why": r.why}
+            {
+                "rule": r.id,
+                "severity": r.severity,
+                "title": r.title,
+                "keys": list(r.keys),
+                "fix": r.fix,
+                "why": r.why,
+            }
             for r in RULES
         ]
         print_json(rows)

@@ -4,6 +4,7 @@ Field constraints (declared next to each field, `launcher/constraints.py`) come 
 field is out of range the other rules, which assume a well-formed spec, do not run. Each rule
 reads the spec through a recording view, so a violation lists exactly the keys the rule read.
 """
+
 from __future__ import annotations
 
 from topl.launcher.contract import (  # noqa: F401  (register rules)
@@ -35,9 +36,16 @@ def check(composed) -> list[Violation]:
     spec = composed.to_object()
     probs = field_problems(spec)
     if probs:
-        return [Violation(FIELD_RULE.id, ERROR, p.message,
-                          {p.key: {"value": p.value, "source": composed.source(p.key)}},
-                          f"{p.fix} (enforced by {p.src})") for p in probs]
+        return [
+            Violation(
+                FIELD_RULE.id,
+                ERROR,
+                p.message,
+                {p.key: {"value": p.value, "source": composed.source(p.key)}},
+                f"{p.fix} (enforced by {p.src})",
+            )
+            for p in probs
+        ]
     out = []
     for r in RULES:
         if r is FIELD_RULE:
@@ -45,8 +53,11 @@ def check(composed) -> list[Violation]:
         reads = Reads()
         got = r.run(View(spec, reads))
         if got:
-            keys = {k: {"value": v, "source": composed.source(k)} for k, v in reads.items()
-                    if not any(o.startswith(k + ".") for o in reads)}  # entries, not their dict
+            keys = {
+                k: {"value": v, "source": composed.source(k)}
+                for k, v in reads.items()
+                if not any(o.startswith(k + ".") for o in reads)
+            }  # entries, not their dict
             out.append(Violation(r.id, got[0], got[1], keys, r.fix))
     return sorted(out, key=lambda v: (v.severity != ERROR, v.rule))
 

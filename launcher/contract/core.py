@@ -1,4 +1,5 @@
 """The consistency contract: small pure rules over the job spec, each with a stable id."""
+
 from __future__ import annotations
 
 import inspect
@@ -44,15 +45,21 @@ class Violation:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"rule": self.rule, "severity": self.severity, "message": self.message,
-                "keys": self.keys, "fix": self.fix}
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "message": self.message,
+            "keys": self.keys,
+            "fix": self.fix,
+        }
 
 
 RULES: list[Rule] = []
 
 
-def rule(id: str, severity: str, title: str, keys: tuple[str, ...], fix: str,
-         facts: tuple[str, ...] = ()):
+def rule(
+    id: str, severity: str, title: str, keys: tuple[str, ...], fix: str, facts: tuple[str, ...] = ()
+):
     """Register `check(spec) -> message | (severity, message) | None` as a contract rule; `facts`
     are the stack facts it follows, whose versions and citations join its "why"."""
 

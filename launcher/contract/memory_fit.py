@@ -1,4 +1,5 @@
 """Memory fit: layouts whose states cannot live on one device are rejected before launch."""
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, rule
 from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
@@ -6,14 +7,36 @@ from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
 
 
-@rule("TOP-MEM-001", ERROR, "training model states fit one device",
-      ("model.name", "train.engine", "train.tp", "train.pp", "train.ep", "train.etp",
-       "train.param_offload", "train.optimizer_offload", "cluster.device_memory_gb",
-       "cluster.devices_per_node", "cluster.nodes", "model.head_dim", "model.hidden_size",
-       "model.intermediate_size", "model.moe_intermediate_size", "model.num_experts",
-       "model.num_heads", "model.num_kv_heads", "model.num_layers", "model.tie_word_embeddings",
-       "model.vocab_size", "train.cp"),
-      "raise tp/pp/ep, turn on train.param_offload / train.optimizer_offload, or add nodes")
+@rule(
+    "TOP-MEM-001",
+    ERROR,
+    "training model states fit one device",
+    (
+        "model.name",
+        "train.engine",
+        "train.tp",
+        "train.pp",
+        "train.ep",
+        "train.etp",
+        "train.param_offload",
+        "train.optimizer_offload",
+        "cluster.device_memory_gb",
+        "cluster.devices_per_node",
+        "cluster.nodes",
+        "model.head_dim",
+        "model.hidden_size",
+        "model.intermediate_size",
+        "model.moe_intermediate_size",
+        "model.num_experts",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_layers",
+        "model.tie_word_embeddings",
+        "model.vocab_size",
+        "train.cp",
+    ),
+    "raise tp/pp/ep, turn on train.param_offload / train.optimizer_offload, or add nodes",
+)
 def train_fit(s):
     """Megatron: shard = dense/(tp*pp) + expert/(ep*etp*pp); bytes = 2 (bf16 weights) + 4 (fp32
     grads) per shard parameter + 12 (fp32 master, Adam m, v) / dp with the distributed optimizer.
@@ -24,32 +47,73 @@ def train_fit(s):
         return f"training needs ~{need:.1f} GB per device, {HEADROOM * device:.1f} GB usable"
 
 
-@rule("TOP-MEM-002", ERROR, "rollout weights leave room for at least one full-length sequence's KV cache",
-      ("model.name", "rollout.tp", "rollout.pp", "rollout.gpu_memory_utilization",
-       "cluster.device_memory_gb", "model.head_dim", "model.hidden_size",
-       "model.intermediate_size", "model.moe_intermediate_size", "model.num_experts",
-       "model.num_heads", "model.num_kv_heads", "model.num_layers", "model.tie_word_embeddings",
-       "model.vocab_size", "rollout.ep", "train.max_prompt_length", "train.max_response_length"),
-      "raise rollout.tp/pp or rollout.gpu_memory_utilization, or shorten max_prompt/response_length")
+@rule(
+    "TOP-MEM-002",
+    ERROR,
+    "rollout weights leave room for at least one full-length sequence's KV cache",
+    (
+        "model.name",
+        "rollout.tp",
+        "rollout.pp",
+        "rollout.gpu_memory_utilization",
+        "cluster.device_memory_gb",
+        "model.head_dim",
+        "model.hidden_size",
+        "model.intermediate_size",
+        "model.moe_intermediate_size",
+        "model.num_experts",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_layers",
+        "model.tie_word_embeddings",
+        "model.vocab_size",
+        "rollout.ep",
+        "train.max_prompt_length",
+        "train.max_response_length",
+    ),
+    "raise rollout.tp/pp or rollout.gpu_memory_utilization, or shorten max_prompt/response_length",
+)
 def rollout_room(s):
     """weights = 2 B x (dense/(tp*pp) + expert/(max(ep,tp)*pp)); KV/token = 2 x layers/pp x
     max(kv_heads/tp, 1) x head_dim x 2 B; room = utilisation x device - weights."""
     e = rollout_fit(s)
     if e["kv_seqs"] < 1:
-        return (f"rollout weights ~{e['rollout_weights_gb']:.1f} GB leave {e['kv_room_gb']:.1f} GB: "
-                "not one full-length sequence fits the KV cache")
+        return (
+            f"rollout weights ~{e['rollout_weights_gb']:.1f} GB leave {e['kv_room_gb']:.1f} GB: "
+            "not one full-length sequence fits the KV cache"
+        )
 
 
-@rule("TOP-MEM-003", WARNING, "the KV cache holds max_num_seqs full-length sequences",
-      ("rollout.max_num_seqs", "train.max_prompt_length", "train.max_response_length",
-       "alignment.mode", "cluster.device", "cluster.versions.vllm_ascend",
-       "cluster.device_memory_gb", "model.head_dim", "model.hidden_size",
-       "model.intermediate_size", "model.moe_intermediate_size", "model.num_experts",
-       "model.num_heads", "model.num_kv_heads", "model.num_layers", "model.tie_word_embeddings",
-       "model.vocab_size", "rollout.ep", "rollout.gpu_memory_utilization", "rollout.pp",
-       "rollout.tp"),
-      "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)",
-      facts=("bi_breaks_with_chunked_prefill_prefix_cache_preemption",))
+@rule(
+    "TOP-MEM-003",
+    WARNING,
+    "the KV cache holds max_num_seqs full-length sequences",
+    (
+        "rollout.max_num_seqs",
+        "train.max_prompt_length",
+        "train.max_response_length",
+        "alignment.mode",
+        "cluster.device",
+        "cluster.versions.vllm_ascend",
+        "cluster.device_memory_gb",
+        "model.head_dim",
+        "model.hidden_size",
+        "model.intermediate_size",
+        "model.moe_intermediate_size",
+        "model.num_experts",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_layers",
+        "model.tie_word_embeddings",
+        "model.vocab_size",
+        "rollout.ep",
+        "rollout.gpu_memory_utilization",
+        "rollout.pp",
+        "rollout.tp",
+    ),
+    "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)",
+    facts=("bi_breaks_with_chunked_prefill_prefix_cache_preemption",),
+)
 def rollout_concurrency(s):
     """Preemption recomputes a request's generated tokens through the prefill path, not the decode
     path it first took: a different batch history, and slower. An error in strict mode where
@@ -57,6 +121,11 @@ def rollout_concurrency(s):
     e = rollout_fit(s)
     if 1 <= e["kv_seqs"] < s.rollout.max_num_seqs:
         msg = f"KV room for ~{int(e['kv_seqs'])} full-length sequences, max_num_seqs={s.rollout.max_num_seqs}"
-        breaks = facts.supports("bi_breaks_with_chunked_prefill_prefix_cache_preemption", s.cluster.versions)
-        return (ERROR, msg + ": preemption breaks batch invariance") if s.alignment.mode == "strict" \
-            and s.cluster.device == "npu" and breaks else msg
+        breaks = facts.supports(
+            "bi_breaks_with_chunked_prefill_prefix_cache_preemption", s.cluster.versions
+        )
+        return (
+            (ERROR, msg + ": preemption breaks batch invariance")
+            if s.alignment.mode == "strict" and s.cluster.device == "npu" and breaks
+            else msg
+        )

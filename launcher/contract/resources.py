@@ -1,11 +1,22 @@
 """Resource arithmetic: layouts that cannot be placed on the declared cluster."""
+
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
 
 
-@rule("TOP-RES-001", ERROR, "training model-parallel size tp*pp*cp divides the world size",
-      ("train.tp", "train.pp", "train.cp", "cluster.nodes", "cluster.devices_per_node",
-       "train.engine"),
-      "choose tp*pp*cp that divides nodes*devices_per_node, or change the cluster")
+@rule(
+    "TOP-RES-001",
+    ERROR,
+    "training model-parallel size tp*pp*cp divides the world size",
+    (
+        "train.tp",
+        "train.pp",
+        "train.cp",
+        "cluster.nodes",
+        "cluster.devices_per_node",
+        "train.engine",
+    ),
+    "choose tp*pp*cp that divides nodes*devices_per_node, or change the cluster",
+)
 def train_world(s):
     """Megatron builds dp = world / (tp*pp*cp) replicas; a remainder leaves ranks without a group."""
     mp = s.train.tp * s.train.pp * s.train.cp
@@ -13,9 +24,13 @@ def train_world(s):
         return f"tp*pp*cp = {mp} does not divide the world size {world_size(s)}"
 
 
-@rule("TOP-RES-002", ERROR, "expert parallel size divides the number of experts (MoE only)",
-      ("train.ep", "model.num_experts"),
-      "set train.ep to a divisor of model.num_experts (1 for dense models)")
+@rule(
+    "TOP-RES-002",
+    ERROR,
+    "expert parallel size divides the number of experts (MoE only)",
+    ("train.ep", "model.num_experts"),
+    "set train.ep to a divisor of model.num_experts (1 for dense models)",
+)
 def expert_split(s):
     """Each EP rank owns num_experts/ep experts; EP on a dense model has nothing to split."""
     if not is_moe(s) and s.train.ep > 1:
@@ -24,9 +39,13 @@ def expert_split(s):
         return f"{s.model.num_experts} experts cannot be split over ep={s.train.ep}"
 
 
-@rule("TOP-RES-003", ERROR, "attention heads and KV heads split evenly over tensor parallel ranks",
-      ("model.num_heads", "model.num_kv_heads", "train.tp", "rollout.tp", "train.engine"),
-      "use a tp that divides num_heads and divides (or is a multiple of) num_kv_heads")
+@rule(
+    "TOP-RES-003",
+    ERROR,
+    "attention heads and KV heads split evenly over tensor parallel ranks",
+    ("model.num_heads", "model.num_kv_heads", "train.tp", "rollout.tp", "train.engine"),
+    "use a tp that divides num_heads and divides (or is a multiple of) num_kv_heads",
+)
 def heads_vs_tp(s):
     """Megatron needs query groups % tp == 0; vLLM replicates KV heads when tp > kv heads."""
     h, kv = s.model.num_heads, s.model.num_kv_heads
@@ -37,9 +56,13 @@ def heads_vs_tp(s):
         return f"rollout.tp={t} does not split heads={h} / kv_heads={kv}"
 
 
-@rule("TOP-RES-004", ERROR, "rollout replicas (tp*pp*dp) fit the world size",
-      ("rollout.tp", "rollout.pp", "rollout.dp", "cluster.nodes", "cluster.devices_per_node"),
-      "pick rollout tp*pp*dp that divides nodes*devices_per_node")
+@rule(
+    "TOP-RES-004",
+    ERROR,
+    "rollout replicas (tp*pp*dp) fit the world size",
+    ("rollout.tp", "rollout.pp", "rollout.dp", "cluster.nodes", "cluster.devices_per_node"),
+    "pick rollout tp*pp*dp that divides nodes*devices_per_node",
+)
 def rollout_world(s):
     """verl colocates rollout replicas on the training devices: whole replicas must tile the world."""
     per = s.rollout.tp * s.rollout.pp * s.rollout.dp
@@ -47,18 +70,34 @@ def rollout_world(s):
         return f"rollout tp*pp*dp = {per} does not divide the world size {world_size(s)}"
 
 
-@rule("TOP-RES-005", ERROR, "verl batch sizes divide evenly over data-parallel ranks",
-      ("train.train_batch_size", "train.ppo_mini_batch_size",
-       "train.ppo_micro_batch_size_per_gpu", "rollout.n", "cluster.devices_per_node",
-       "cluster.nodes", "train.cp", "train.engine", "train.pp", "train.tp", "train.ulysses_sp"),
-      "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch")
+@rule(
+    "TOP-RES-005",
+    ERROR,
+    "verl batch sizes divide evenly over data-parallel ranks",
+    (
+        "train.train_batch_size",
+        "train.ppo_mini_batch_size",
+        "train.ppo_micro_batch_size_per_gpu",
+        "rollout.n",
+        "cluster.devices_per_node",
+        "cluster.nodes",
+        "train.cp",
+        "train.engine",
+        "train.pp",
+        "train.tp",
+        "train.ulysses_sp",
+    ),
+    "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch",
+)
 def batch_divisibility(s):
     """Mirrors verl's validate_config: real batch = train_batch_size*n must split into dp*micro."""
     if s.train.ppo_mini_batch_size > s.train.train_batch_size:
         return f"ppo_mini_batch_size={s.train.ppo_mini_batch_size} > train_batch_size={s.train.train_batch_size}"
     if s.train.train_batch_size % s.train.ppo_mini_batch_size:
         return "train_batch_size is not a multiple of ppo_mini_batch_size"
-    mp = s.train.tp * s.train.pp * s.train.cp if s.train.engine == "megatron" else s.train.ulysses_sp
+    mp = (
+        s.train.tp * s.train.pp * s.train.cp if s.train.engine == "megatron" else s.train.ulysses_sp
+    )
     dp = max(world_size(s) // max(mp, 1), 1)
     real = s.train.train_batch_size * s.rollout.n
     need = dp * s.train.ppo_micro_batch_size_per_gpu
@@ -69,8 +108,13 @@ def batch_divisibility(s):
         return f"mini batch {mini} sequences does not split into dp={dp} x micro={s.train.ppo_micro_batch_size_per_gpu}"
 
 
-@rule("TOP-RES-006", ERROR, "rollout expert parallel equals tp*dp (verl asserts it)",
-      ("rollout.ep", "rollout.tp", "rollout.dp", "model.num_experts"), "set rollout.ep to 1 or to rollout.tp*rollout.dp")
+@rule(
+    "TOP-RES-006",
+    ERROR,
+    "rollout expert parallel equals tp*dp (verl asserts it)",
+    ("rollout.ep", "rollout.tp", "rollout.dp", "model.num_experts"),
+    "set rollout.ep to 1 or to rollout.tp*rollout.dp",
+)
 def rollout_ep(s):
     """verl's vLLM rollout asserts expert_parallel_size == tp * dp when EP is used."""
     if s.rollout.ep > 1 and s.rollout.ep != s.rollout.tp * s.rollout.dp:
@@ -79,8 +123,13 @@ def rollout_ep(s):
         return "rollout.ep > 1 on a dense model"
 
 
-@rule("TOP-RES-007", WARNING, "layers split evenly over rollout pipeline stages",
-      ("model.num_layers", "rollout.pp"), "choose rollout.pp dividing num_layers")
+@rule(
+    "TOP-RES-007",
+    WARNING,
+    "layers split evenly over rollout pipeline stages",
+    ("model.num_layers", "rollout.pp"),
+    "choose rollout.pp dividing num_layers",
+)
 def layers_vs_pp(s):
     """vLLM accepts uneven stages (vllm@0.18.0:vllm/distributed/utils.py:get_pp_indices) but the
     slowest stage sets the pace. (Megatron's side is an error: TOP-ENG-005.)"""
@@ -88,19 +137,40 @@ def layers_vs_pp(s):
         return f"{s.model.num_layers} layers over rollout.pp={s.rollout.pp} stages is uneven"
 
 
-@rule("TOP-RES-008", WARNING, "sequence parallel only with tensor parallel",
-      ("train.sequence_parallel", "train.tp"), "set train.sequence_parallel=false when train.tp=1")
+@rule(
+    "TOP-RES-008",
+    WARNING,
+    "sequence parallel only with tensor parallel",
+    ("train.sequence_parallel", "train.tp"),
+    "set train.sequence_parallel=false when train.tp=1",
+)
 def sp_needs_tp(s):
     """Megatron ignores sequence parallel at tp=1 (verl's default turns it on)."""
     if s.train.sequence_parallel and s.train.tp == 1:
         return "sequence_parallel is on with train.tp=1"
 
 
-@rule("TOP-RES-009", ERROR, "the local backend runs only models the reference engines can hold",
-      ("cluster.backend", "model.name", "cluster.name", "cluster.device", "model.head_dim",
-       "model.hidden_size", "model.intermediate_size", "model.num_experts", "model.num_heads",
-       "model.num_kv_heads", "model.num_layers", "model.tie_word_embeddings", "model.vocab_size"),
-      "use model=tiny_dense or model=tiny_moe locally, or a cluster with backend subprocess/ray_job")
+@rule(
+    "TOP-RES-009",
+    ERROR,
+    "the local backend runs only models the reference engines can hold",
+    (
+        "cluster.backend",
+        "model.name",
+        "cluster.name",
+        "cluster.device",
+        "model.head_dim",
+        "model.hidden_size",
+        "model.intermediate_size",
+        "model.num_experts",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_layers",
+        "model.tie_word_embeddings",
+        "model.vocab_size",
+    ),
+    "use model=tiny_dense or model=tiny_moe locally, or a cluster with backend subprocess/ray_job",
+)
 def local_model_size(s):
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
     from topl.launcher.memory_estimate import param_counts
@@ -110,4 +180,6 @@ def local_model_size(s):
         if total > 50e6:
             return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"
         if s.cluster.device == "npu":
-            return f"cluster {s.cluster.name} is an NPU cluster but backend=local runs on this machine"
+            return (
+                f"cluster {s.cluster.name} is an NPU cluster but backend=local runs on this machine"
+            )

@@ -1,14 +1,19 @@
 """The declared target stack supports what the spec asks for."""
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 
 
-@rule("TOP-STACK-001", ERROR, "vLLM pipeline parallel needs verl's PP patch",
-      ("rollout.pp", "cluster.versions.verl", "cluster.versions.verl_patches"),
-      "add vllm_pp to cluster.versions.verl_patches (stack=seed applies it), or set rollout.pp=1",
-      facts=("vllm_pp_npu",))
+@rule(
+    "TOP-STACK-001",
+    ERROR,
+    "vLLM pipeline parallel needs verl's PP patch",
+    ("rollout.pp", "cluster.versions.verl", "cluster.versions.verl_patches"),
+    "add vllm_pp to cluster.versions.verl_patches (stack=seed applies it), or set rollout.pp=1",
+    facts=("vllm_pp_npu",),
+)
 def vllm_pp(s):
     """No verl release sizes vLLM replicas by engine_kwargs pipeline parallel on NPU: a replica
     gets tp*dp devices while vLLM wants tp*pp. The seed's verl patch adds it."""
@@ -16,11 +21,21 @@ def vllm_pp(s):
         return f"rollout.pp={s.rollout.pp} on verl {s.cluster.versions.verl} without the PP patch"
 
 
-@rule("TOP-STACK-002", ERROR, "the stack has the FA3 attention backend for strict runs on NPU",
-      ("alignment.mode", "cluster.device", "cluster.versions.vllm_ascend",
-       "cluster.versions.vllm_ascend_patches", "cluster.versions.flash_attn_npu"),
-      "use stack=release (vllm-ascend 0.23.0.post1) or stack=seed (0.18.0 + the seed's FA3 patch), "
-      "with flash-attention-npu installed", facts=("fa3_backend", "rl_config"))
+@rule(
+    "TOP-STACK-002",
+    ERROR,
+    "the stack has the FA3 attention backend for strict runs on NPU",
+    (
+        "alignment.mode",
+        "cluster.device",
+        "cluster.versions.vllm_ascend",
+        "cluster.versions.vllm_ascend_patches",
+        "cluster.versions.flash_attn_npu",
+    ),
+    "use stack=release (vllm-ascend 0.23.0.post1) or stack=seed (0.18.0 + the seed's FA3 patch), "
+    "with flash-attention-npu installed",
+    facts=("fa3_backend", "rl_config"),
+)
 def fa3_available(s):
     """FA3 (attention/fa3_v1.py, num_splits=1) first ships in vllm-ascend 0.20.2rc1 (final 0.23.0);
     0.18.0 has it only with the seed's source patch. rl_config selects it from 0.27.1rc1 only."""
@@ -32,10 +47,14 @@ def fa3_available(s):
             return "flash-attention-npu (FA3 kernels) not declared"
 
 
-@rule("TOP-STACK-003", ERROR, "torch_npu is the build for the declared torch",
-      ("cluster.device", "cluster.versions.torch", "cluster.versions.torch_npu"),
-      "install the torch release torch_npu requires (torch_npu X.Y.Z[.postN] needs torch X.Y.Z)",
-      facts=("torch_npu_pins_torch",))
+@rule(
+    "TOP-STACK-003",
+    ERROR,
+    "torch_npu is the build for the declared torch",
+    ("cluster.device", "cluster.versions.torch", "cluster.versions.torch_npu"),
+    "install the torch release torch_npu requires (torch_npu X.Y.Z[.postN] needs torch X.Y.Z)",
+    facts=("torch_npu_pins_torch",),
+)
 def torch_match(s):
     """torch_npu requires one exact torch release (Requires-Dist torch==X.Y.Z), not a minor line."""
     t = facts.version("torch", s.cluster.versions.torch)
@@ -44,9 +63,14 @@ def torch_match(s):
         return f"torch {s.cluster.versions.torch} with torch_npu {s.cluster.versions.torch_npu}"
 
 
-@rule("TOP-STACK-004", ERROR, "batch-invariant ops installed for strict runs on NPU",
-      ("alignment.mode", "cluster.device", "cluster.versions.batch_invariant_ops"),
-      "install CANN batch_invariant_ops and declare it", facts=("mindspeed_bi_switches",))
+@rule(
+    "TOP-STACK-004",
+    ERROR,
+    "batch-invariant ops installed for strict runs on NPU",
+    ("alignment.mode", "cluster.device", "cluster.versions.batch_invariant_ops"),
+    "install CANN batch_invariant_ops and declare it",
+    facts=("mindspeed_bi_switches",),
+)
 def bi_ops(s):
     """Without the package vllm-ascend falls back to Triton batch-invariant ops or only warns, and
     MindSpeed's --use-batch-invariant-ops raises at start-up: the run is off-policy or fails."""
@@ -54,13 +78,22 @@ def bi_ops(s):
         return "batch_invariant_ops not declared in cluster.versions"
 
 
-@rule("TOP-STACK-005", ERROR, "the alignment patch module fits the stack",
-      ("alignment.mode", "cluster.device", "cluster.external_modules",
-       "cluster.versions.vllm_ascend", "cluster.versions.vllm_ascend_patches",
-       "cluster.versions.verl_patches"),
-      "use stack=seed (its module and versions together); on other stacks leave "
-      "cluster.external_modules unset until a module for that stack exists",
-      facts=("seed_patch_module", "verl_external_modules", "fa3_backend"))
+@rule(
+    "TOP-STACK-005",
+    ERROR,
+    "the alignment patch module fits the stack",
+    (
+        "alignment.mode",
+        "cluster.device",
+        "cluster.external_modules",
+        "cluster.versions.vllm_ascend",
+        "cluster.versions.vllm_ascend_patches",
+        "cluster.versions.verl_patches",
+    ),
+    "use stack=seed (its module and versions together); on other stacks leave "
+    "cluster.external_modules unset until a module for that stack exists",
+    facts=("seed_patch_module", "verl_external_modules", "fa3_backend"),
+)
 def patch_module(s):
     """The declared source patches come only from the seed's module, which verl imports at
     `import verl`; that module git-applies a vllm-ascend 0.18.0 patch and raises on any tree it
@@ -71,41 +104,71 @@ def patch_module(s):
     v, mod = s.cluster.versions, s.cluster.external_modules
     patches = [*v.verl_patches, *v.vllm_ascend_patches]
     if mod == SEED_MODULE and not v.vllm_ascend.startswith("0.18."):
-        return f"the seed's patch module applies a vllm-ascend 0.18.0 patch; declared {v.vllm_ascend}"
+        return (
+            f"the seed's patch module applies a vllm-ascend 0.18.0 patch; declared {v.vllm_ascend}"
+        )
     if patches and not mod:
         return f"patches {patches} declared but no module (VERL_USE_EXTERNAL_MODULES) applies them"
     if not mod:
         return WARNING, "no patch module: vLLM-Ascend keeps fused ops that Megatron does not use"
 
 
-@rule("TOP-STACK-006", WARNING, "HCCL strict determinism keeps its order on this CANN and SoC",
-      ("alignment.mode", "cluster.device", "cluster.versions.cann", "cluster.soc",
-       "collective.hccl_deterministic"),
-      "use CANN >= 9.0 on A3 (stack=seed or later)", facts=("hccl_strict_orders_on_a3",))
+@rule(
+    "TOP-STACK-006",
+    WARNING,
+    "HCCL strict determinism keeps its order on this CANN and SoC",
+    (
+        "alignment.mode",
+        "cluster.device",
+        "cluster.versions.cann",
+        "cluster.soc",
+        "collective.hccl_deterministic",
+    ),
+    "use CANN >= 9.0 on A3 (stack=seed or later)",
+    facts=("hccl_strict_orders_on_a3",),
+)
 def cann_version(s):
     """On A3, CANN 8.5 runs HCCL_DETERMINISTIC=strict as `true` (deterministic but without a fixed
     reduction order); CANN 9.0 keeps the order (sum, rank size >= 3)."""
     strict_hccl = s.collective.hccl_deterministic == "strict"
-    if is_strict(s) and on_npu(s) and strict_hccl and s.cluster.soc == "A3" \
-            and not facts.supports("hccl_strict_orders_on_a3", s.cluster.versions):
+    if (
+        is_strict(s)
+        and on_npu(s)
+        and strict_hccl
+        and s.cluster.soc == "A3"
+        and not facts.supports("hccl_strict_orders_on_a3", s.cluster.versions)
+    ):
         return f"CANN {s.cluster.versions.cann} on A3: strict behaves as true"
 
 
-@rule("TOP-STACK-007", ERROR, "MindSpeed has the batch-invariant switches topl renders",
-      ("alignment.mode", "cluster.device", "cluster.versions.mindspeed", "train.engine"), "use MindSpeed core_r0.16.0",
-      facts=("mindspeed_bi_switches",))
+@rule(
+    "TOP-STACK-007",
+    ERROR,
+    "MindSpeed has the batch-invariant switches topl renders",
+    ("alignment.mode", "cluster.device", "cluster.versions.mindspeed", "train.engine"),
+    "use MindSpeed core_r0.16.0",
+    facts=("mindspeed_bi_switches",),
+)
 def mindspeed_switches(s):
     """use_batch_invariant_ops and use_flash_attn_npu_batch_invariant exist only on MindSpeed
     core_r0.16.0; other branches do not know them and the training side stays unaligned."""
-    if is_strict(s) and on_npu(s) and s.train.engine == "megatron" \
-            and not facts.supports("mindspeed_bi_switches", s.cluster.versions):
+    if (
+        is_strict(s)
+        and on_npu(s)
+        and s.train.engine == "megatron"
+        and not facts.supports("mindspeed_bi_switches", s.cluster.versions)
+    ):
         return f"MindSpeed {s.cluster.versions.mindspeed} has no batch-invariant switches"
 
 
-@rule("TOP-SEED-001", ERROR, "a per-request sampling seed needs the verl patch that adds it",
-      ("rollout.per_request_seed", "cluster.versions.verl", "cluster.versions.verl_patches"),
-      "unset rollout.per_request_seed, or use stack=seed (verl_patches has per_request_seed)",
-      facts=("per_request_seed", "full_determinism_fixes_replica_seed"))
+@rule(
+    "TOP-SEED-001",
+    ERROR,
+    "a per-request sampling seed needs the verl patch that adds it",
+    ("rollout.per_request_seed", "cluster.versions.verl", "cluster.versions.verl_patches"),
+    "unset rollout.per_request_seed, or use stack=seed (verl_patches has per_request_seed)",
+    facts=("per_request_seed", "full_determinism_fixes_replica_seed"),
+)
 def per_request_seed(s):
     """No verl release has rollout.per_request_seed (the seed's patch adds it). verl's
     full_determinism is no substitute: it gives all n samples of a prompt on one replica the same
@@ -114,8 +177,13 @@ def per_request_seed(s):
         return f"rollout.per_request_seed=true on verl {s.cluster.versions.verl} without the patch"
 
 
-@rule("TOP-CLUS-001", WARNING, "a remote backend has somewhere to go",
-      ("cluster.backend", "cluster.ray_address"), "set cluster.ray_address=http://HEAD:8265")
+@rule(
+    "TOP-CLUS-001",
+    WARNING,
+    "a remote backend has somewhere to go",
+    ("cluster.backend", "cluster.ray_address"),
+    "set cluster.ray_address=http://HEAD:8265",
+)
 def ray_address(s):
     """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""

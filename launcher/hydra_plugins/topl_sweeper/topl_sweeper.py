@@ -32,25 +32,57 @@ class ToplSweeperConf:
 
 
 # The plugin registers its own config, as Hydra's sweepers do (discovery imports this module).
-ConfigStore.instance().store(group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="topl", node=ToplSweeperConf, provider="topl"
+)
 
 
 def write_reports(sweep_dir: Path, verdicts) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     rows = [v.to_dict() for v in verdicts]
-    (sweep_dir / "sweep_report.json").write_text(json.dumps(
-        {"points": len(rows), "valid": sum(r["valid"] for r in rows), "verdicts": rows}, indent=1))
+    (sweep_dir / "sweep_report.json").write_text(
+        json.dumps(
+            {"points": len(rows), "valid": sum(r["valid"] for r in rows), "verdicts": rows},
+            indent=1,
+        )
+    )
     with (sweep_dir / "sweep_report.csv").open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["point", "overrides", "valid", "rules", "warnings", "train_gb", "rollout_gb", "devices"])
+        w.writerow(
+            [
+                "point",
+                "overrides",
+                "valid",
+                "rules",
+                "warnings",
+                "train_gb",
+                "rollout_gb",
+                "devices",
+            ]
+        )
         for i, r in enumerate(rows):
-            w.writerow([i, " ".join(r["overrides"]), r["valid"], " ".join(r["rules"]), " ".join(r["warnings"]),
-                        r["train_gb"], r["rollout_gb"], r["devices"]])
+            w.writerow(
+                [
+                    i,
+                    " ".join(r["overrides"]),
+                    r["valid"],
+                    " ".join(r["rules"]),
+                    " ".join(r["warnings"]),
+                    r["train_gb"],
+                    r["rollout_gb"],
+                    r["devices"],
+                ]
+            )
 
 
 class ToplSweeper(BasicSweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None,
-                 on_invalid: str = "skip", recipe: Optional[str] = None):
+    def __init__(
+        self,
+        max_batch_size: Optional[int] = None,
+        params: Optional[Dict[str, str]] = None,
+        on_invalid: str = "skip",
+        recipe: Optional[str] = None,
+    ):
         super().__init__(max_batch_size=max_batch_size, params=params)
         if on_invalid not in ("skip", "fail"):
             raise HydraException(f"hydra.sweeper.on_invalid={on_invalid!r}: use skip or fail")
@@ -84,17 +116,27 @@ class ToplSweeper(BasicSweeper):
         valid = [launch_ov for launch_ov, v in zip(to_launch, verdicts) if v.valid]
         for i, v in enumerate(verdicts):
             if not v.valid:
-                log.warning("topl sweeper: dropped point %d (%s): %s", i, " ".join(v.overrides), ", ".join(v.rules))
-        log.info("topl sweeper: %d points, %d valid; report in %s", len(verdicts), len(valid), sweep_dir)
+                log.warning(
+                    "topl sweeper: dropped point %d (%s): %s",
+                    i,
+                    " ".join(v.overrides),
+                    ", ".join(v.rules),
+                )
+        log.info(
+            "topl sweeper: %d points, %d valid; report in %s", len(verdicts), len(valid), sweep_dir
+        )
         if len(valid) < len(verdicts) and self.on_invalid == "fail":
-            log.error("topl sweeper: %d invalid point(s) and on_invalid=fail; nothing started (see %s)",
-                      len(verdicts) - len(valid), sweep_dir / "sweep_report.csv")
+            log.error(
+                "topl sweeper: %d invalid point(s) and on_invalid=fail; nothing started (see %s)",
+                len(verdicts) - len(valid),
+                sweep_dir / "sweep_report.csv",
+            )
             raise SystemExit(2)
         if not valid:
             log.warning("topl sweeper: no valid point; nothing started")
             return []
         size = self.max_batch_size or len(valid)
-        batches = [valid[i:i + size] for i in range(0, len(valid), size)]
+        batches = [valid[i : i + size] for i in range(0, len(valid), size)]
         returns, idx = [], 0
         for batch in batches:
             results = self.launcher.launch(batch, initial_job_idx=idx)
