@@ -368,12 +368,17 @@ def micro_batches(s):
 @rule(
     "TOP-LOGP-004",
     ERROR,
-    "no dynamic batch size in strict mode",
-    ("alignment.mode", "train.use_dynamic_bsz"),
+    "no dynamic batch size in strict mode (a warning on the seed's stack, which measured it)",
+    ("alignment.mode", "cluster.versions.profile", "train.use_dynamic_bsz"),
     "set train.use_dynamic_bsz=false",
+    facts=("seed_logdiff0_with_dynamic_bsz",),
 )
 def dynamic_bsz(s):
     """Token-budget micro-batching regroups sequences each step, so the recompute sees other batch
-    shapes than the rollout did: as much a mismatch as unequal static micro batches (TOP-LOGP-003)."""
+    shapes than the rollout did: only batch-invariant kernels make that harmless. The seed ran its
+    strict scripts with it on (actor and recompute) and reported logdiff 0, so on the seed's stack
+    this is a warning with that evidence; elsewhere it stays an error until measured."""
     if is_strict(s) and s.train.use_dynamic_bsz:
+        if facts.supports("seed_logdiff0_with_dynamic_bsz", s.cluster.versions):
+            return WARNING, "use_dynamic_bsz=true: the seed ran it at logdiff 0 on this stack"
         return "use_dynamic_bsz=true"

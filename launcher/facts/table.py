@@ -501,6 +501,18 @@ FACTS: tuple[Fact, ...] = (
         source="seed announcement (Huawei Ascend, 5 Aug): logdiff = 0 on Qwen3-30B-A3B",
     ),
     Fact(
+        "seed_logdiff0_with_dynamic_bsz",
+        "profile",
+        "the seed reported logdiff 0 on Qwen3-30B-A3B with token-budget (dynamic) micro-batching "
+        "in both the update and the log-prob recompute",
+        "seed",
+        evidence=(
+            seed(SEED_SCRIPT, "actor_rollout_ref.actor.use_dynamic_bsz=True"),
+            seed(SEED_SCRIPT, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True"),
+        ),
+        source="seed announcement (Huawei Ascend, 5 Aug): logdiff = 0 on Qwen3-30B-A3B",
+    ),
+    Fact(
         "seed_patch_module",
         "profile",
         "the seed's patch module git-applies its vllm-ascend 0.18.0 patch at `import verl` and "
