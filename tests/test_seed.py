@@ -75,11 +75,10 @@ def test_seed_recipe_reproduces_the_script(config):
     extra += [f"ENV {k}" for k in inv.env if k not in d["env"]]
     bad += [f"{k} is added but not listed in differences.yaml" for k in extra if k not in added]
     assert not bad, "\n".join(bad)
-    # env reaches every Ray worker
-    assert all(
-        got[f"ray_kwargs.ray_init.runtime_env.env_vars.{k}"].strip('"') == v
-        for k, v in inv.env.items()
-    )
+    # env reaches every Ray worker, as Hydra parses the rendered value (quoted JSON included)
+    for k, v in inv.env.items():
+        forwarded = got[f"ray_kwargs.ray_init.runtime_env.env_vars.{k}"]
+        assert parser.parse_override(f"x={forwarded}").value() == v, k
 
 
 @pytest.mark.parametrize("config", CONFIGS)
