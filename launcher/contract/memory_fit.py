@@ -5,6 +5,26 @@ from topl.launcher.contract.core import ERROR, WARNING, rule
 from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
 
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
+# What memory_estimate.rollout_fit reads (TOP-MEM-002 and -003 declare it).
+ROLLOUT_FIT_KEYS = (
+    "rollout.tp",
+    "rollout.pp",
+    "rollout.gpu_memory_utilization",
+    "cluster.device_memory_gb",
+    "model.head_dim",
+    "model.hidden_size",
+    "model.intermediate_size",
+    "model.moe_intermediate_size",
+    "model.num_experts",
+    "model.num_heads",
+    "model.num_kv_heads",
+    "model.num_layers",
+    "model.tie_word_embeddings",
+    "model.vocab_size",
+    "rollout.ep",
+    "train.max_prompt_length",
+    "train.max_response_length",
+)
 
 
 @rule(
@@ -51,26 +71,7 @@ def train_fit(s):
     "TOP-MEM-002",
     ERROR,
     "rollout weights leave room for at least one full-length sequence's KV cache",
-    (
-        "model.name",
-        "rollout.tp",
-        "rollout.pp",
-        "rollout.gpu_memory_utilization",
-        "cluster.device_memory_gb",
-        "model.head_dim",
-        "model.hidden_size",
-        "model.intermediate_size",
-        "model.moe_intermediate_size",
-        "model.num_experts",
-        "model.num_heads",
-        "model.num_kv_heads",
-        "model.num_layers",
-        "model.tie_word_embeddings",
-        "model.vocab_size",
-        "rollout.ep",
-        "train.max_prompt_length",
-        "train.max_response_length",
-    ),
+    ("model.name", *ROLLOUT_FIT_KEYS),
     "raise rollout.tp/pp or rollout.gpu_memory_utilization, or shorten max_prompt/response_length",
 )
 def rollout_room(s):
@@ -90,26 +91,10 @@ def rollout_room(s):
     "the KV cache holds max_num_seqs full-length sequences",
     (
         "rollout.max_num_seqs",
-        "train.max_prompt_length",
-        "train.max_response_length",
         "alignment.mode",
         "cluster.device",
         "cluster.versions.vllm_ascend",
-        "cluster.device_memory_gb",
-        "model.head_dim",
-        "model.hidden_size",
-        "model.intermediate_size",
-        "model.moe_intermediate_size",
-        "model.num_experts",
-        "model.num_heads",
-        "model.num_kv_heads",
-        "model.num_layers",
-        "model.tie_word_embeddings",
-        "model.vocab_size",
-        "rollout.ep",
-        "rollout.gpu_memory_utilization",
-        "rollout.pp",
-        "rollout.tp",
+        *ROLLOUT_FIT_KEYS,
     ),
     "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)",
     facts=("bi_breaks_with_chunked_prefill_prefix_cache_preemption",),
