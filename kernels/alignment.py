@@ -63,20 +63,16 @@ class Alignment:
     mode: str = field(
         default="strict", metadata={"one_of": ("strict", "off", "mitigated"), "src": ""}
     )
-    attention_semantics: bool = (
-        True  # (a) only visible tokens enter the softmax reduction, both sides
-    )
-    reduction_order: bool = (
-        True  # (b) the same KV split/tile boundaries in decode, prefill and training
-    )
+    # (a) only visible tokens enter the softmax reduction, both sides
+    attention_semantics: bool = True
+    # (b) the same KV split/tile boundaries in decode, prefill and training
+    reduction_order: bool = True
     softmax_tiling: bool = True  # (c) the same online-softmax block and sequential merge cadence
     fp32_critical_path: bool = True  # (d) fp32 softmax sums and fp32 log-softmax at the same points
-    batch_invariant: bool = (
-        True  # a row's matmul/RMSNorm result independent of rows sharing the batch
-    )
-    fused_ops_matched: bool = (
-        True  # swiglu / add+RMSNorm / RoPE: same fused-or-not form on both sides
-    )
+    # a row's matmul/RMSNorm result independent of rows sharing the batch
+    batch_invariant: bool = True
+    # swiglu / add+RMSNorm / RoPE: same fused-or-not form on both sides
+    fused_ops_matched: bool = True
     moe_fixed_combine: bool = True  # top-k expert outputs summed in a fixed (rank) order
     tp_aligned_reduction: bool = True  # rollout reduces row-parallel partials in training's order
     # KV tile = decode split = online-softmax block (FA3 consistency block: 128)

@@ -161,9 +161,8 @@ class TrainSpec:
     epochs: int = c(1, ge=1)  # trainer.total_epochs
     steps: int = c(100, ge=1)  # trainer.total_training_steps
     # Optional knobs below: None leaves verl's / MindSpeed's own default (the key is not rendered).
-    grad_offload: Optional[bool] = (
-        None  # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
-    )
+    # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
+    grad_offload: Optional[bool] = None
     ppo_max_token_len_per_gpu: Optional[int] = None  # token budget per device with dynamic bsz
     recompute_granularity: Optional[str] = None  # activation recompute: full | selective
     recompute_method: Optional[str] = None  # uniform | block
@@ -243,15 +242,12 @@ class StackVersions:
     cann: str = "9.1.0"  # CANN toolkit
     torch: str = "2.10.0"  # torch (torch_npu pins one exact torch release)
     torch_npu: str = "2.10.0.post4"  # torch_npu
-    mindspeed: str = (
-        "core_r0.16.0"  # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
-    )
-    verl_patches: List[str] = field(
-        default_factory=list
-    )  # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
-    vllm_ascend_patches: List[str] = field(
-        default_factory=list
-    )  # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
+    # MindSpeed branch (the batch-invariant switches need core_r0.16.0)
+    mindspeed: str = "core_r0.16.0"
+    # verl source patches the patch module applies: vllm_pp, per_request_seed, mindspeed_batch_invariant
+    verl_patches: List[str] = field(default_factory=list)
+    # vllm-ascend source patches: true_on_policy (the seed's FA3 + batch-invariant ops)
+    vllm_ascend_patches: List[str] = field(default_factory=list)
     batch_invariant_ops: bool = False  # CANN batch_invariant_ops package installed
     flash_attn_npu: bool = False  # flash-attention-npu (FA3 kernels) installed
 
@@ -311,9 +307,8 @@ class JobSpec:
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
     # Recipes that reproduce a script (`topl recipes import`) keep its remaining overrides here.
-    verl_overrides: Dict[str, Any] = field(
-        default_factory=dict
-    )  # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
+    # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
+    verl_overrides: Dict[str, Any] = field(default_factory=dict)
 
 
 def register_configs() -> None:

@@ -77,6 +77,8 @@ def test_diagnose_refuses_different_boundary_sets(tmp_path):
     fewer.rows.update({k: v for k, v in dump.load(b)[1].items() if k != "layers.1.mlp"})
     dump.save(b, fewer, m)
     cli = run_topl("diagnose", str(a), str(b), "--json")
-    assert cli.returncode == 2 and "layers.1.mlp" in cli.stderr and "--common" in cli.stderr
+    err = json.loads(cli.stdout)  # --json: an input error is JSON too ({"ok": false, "error"})
+    assert cli.returncode == 2 and err["ok"] is False
+    assert "layers.1.mlp" in json.dumps(err) and "--common" in json.dumps(err)
     cli = run_topl("diagnose", str(a), str(b), "--json", "--common")
     assert cli.returncode == 0 and json.loads(cli.stdout)["common_only"] is True
