@@ -357,6 +357,17 @@ def guard_env(s, env: dict[str, str]) -> dict[str, str]:
     }
 
 
+def without_guard(env: dict[str, str]) -> dict[str, str]:
+    """The env as a launch script writes it: what guard_env adds taken back out (round trips)."""
+    out = {k: v for k, v in env.items() if k != "TOPL_GUARD"}
+    mods = [m for m in out.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m != GUARD_MODULE]
+    if "VERL_USE_EXTERNAL_MODULES" in out:
+        out["VERL_USE_EXTERNAL_MODULES"] = ",".join(m for m in mods if m)
+        if not out["VERL_USE_EXTERNAL_MODULES"]:
+            del out["VERL_USE_EXTERNAL_MODULES"]
+    return out
+
+
 def overrides(s) -> list[tuple[str, Any]]:
     """(verl key, value) pairs, in a stable order."""
     megatron = s.train.engine == "megatron"

@@ -272,6 +272,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         {"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
         for k, why in unknown_to_verl(s).items()
     ]
+    as_script = R.without_guard(env_r)  # the guard is topl's addition, as the `+` and forwarding
     trip = [
         {
             "line": st.line,
@@ -283,9 +284,9 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         if not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)
     ]
     trip += [
-        {"line": it.line, "key": k, "script": it.text, "rendered": env_r.get(k)}
+        {"line": it.line, "key": k, "script": it.text, "rendered": as_script.get(k)}
         for k, it in s.env.items()
-        if env_r.get(k) != it.text
+        if as_script.get(k) != it.text
     ]
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return Imported(rec, groups, report, trip)
