@@ -31,8 +31,6 @@ class LaunchContext:
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     """One job (once per sweep point under -m); an input error is printed and counts as exit 2."""
-    from topl.launcher.errors import ToplError
-
     try:
         _run_job(ctx, cfg)
     except ToplError as e:  # inside Hydra's task a raised error would become Hydra's traceback
@@ -107,8 +105,6 @@ def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
 
         check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
     if backend != "local" and not doctor_ok(ctx, spec, run_dir):
-        from topl.launcher.errors import ToplError
-
         raise ToplError(
             "the doctor found errors; nothing started",
             where=str(run_dir / "doctor.json"),

@@ -43,6 +43,7 @@ CLI_HYDRA = (
     "hydra.sweeper.max_batch_size",
     "hydra.sweeper.on_invalid",
     "hydra.job.chdir",
+    "hydra.job.name",  # a label in output paths and logs (a string, never code)
     "hydra.verbose",
 )
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

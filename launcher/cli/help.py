@@ -90,6 +90,18 @@ HELP = {
         "  --common         compare only the boundaries both dumps have (else refused)",
         "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots",
     ),
+    "watch": (
+        "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S]",
+        "Follow a running job: logdiff, reward and ratio per step and the guard's record of every "
+        "verl process; in strict mode stop the job on the first step whose max logdiff is not "
+        "exactly 0 (or is missing) and write why into the run's status.json.",
+        "  --no-stop        only show, never stop the job\n"
+        "  --strict         stop on logdiff != 0 even if the spec is not strict\n"
+        "  --once           read what is there and exit\n"
+        "  --json           a summary object instead of the table\n"
+        "  --interval S     seconds between reads (default 1.0)",
+        "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
+    ),
 }
 
 
