@@ -139,9 +139,9 @@ def test_recipe_by_name_through_topl_recipe_path_is_checked_too(tmp_path, attack
 
 
 def test_opt_in_flag_lets_a_trusted_hydra_override_through(tmp_path):
-    r = run_topl("check", "hydra.job.name=mine", cwd=tmp_path)
+    r = run_topl("check", "+hydra.job.env_set.TOPL_T=1", cwd=tmp_path)
     assert r.returncode == 2 and untrusted.UNSAFE_FLAG in r.stderr
-    r = run_topl("check", "hydra.job.name=mine", untrusted.UNSAFE_FLAG, cwd=tmp_path)
+    r = run_topl("check", "+hydra.job.env_set.TOPL_T=1", untrusted.UNSAFE_FLAG, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
 
 
