@@ -45,7 +45,11 @@ CLI_HYDRA = (
     "hydra.job.chdir",
     "hydra.job.name",  # a label in output paths and logs (a string, never code)
     "hydra.verbose",
+    "hydra.launcher.n_jobs",  # joblib's worker count (an int)
 )
+# Hydra launcher plugins the command line may pick by name: both run topl's jobs on this machine,
+# in-process (basic) or in local worker processes (joblib); others submit elsewhere (slurm, ray).
+CLI_LAUNCHERS = ("basic", "joblib")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
 _RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")  # ${name:...}: a resolver call
@@ -263,6 +267,8 @@ def guard_overrides(overrides: list[str]) -> list[str]:
             )
         if unsafe:
             continue
+        if key == "hydra/launcher" and o.split("=", 1)[-1].strip() in CLI_LAUNCHERS:
+            continue
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
@@ -271,7 +277,8 @@ def guard_overrides(overrides: list[str]) -> list[str]:
                 "environment or launcher settings can run code or write outside the run dir)",
                 where=f"command line `{o}`",
                 fix=f"drop it; if you trust it, add {UNSAFE_FLAG} (allowed without it: "
-                f"{', '.join(a.rstrip('.') for a in CLI_HYDRA)})",
+                f"{', '.join(a.rstrip('.') for a in CLI_HYDRA)}, "
+                f"hydra/launcher={'|'.join(CLI_LAUNCHERS)})",
             )
     return overrides
 

@@ -31,16 +31,35 @@ def test_help_on_every_command(cmd):
 
 
 def test_version_names_the_checkout():
+    import topl.launcher
+
     r = run_topl("--version")
     assert r.returncode == 0 and r.stdout.startswith("topl 0.")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     head = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"],
-        capture_output=True,
-        text=True,
-        cwd=os.path.dirname(__file__),
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=repo
     )
-    if head.returncode == 0:  # a checkout: the SHA is printed
-        assert f"(git {head.stdout.strip()})" in r.stdout
+    installed = os.path.dirname(os.path.realpath(topl.launcher.__file__))  # strict editable: links
+    if head.returncode == 0 and installed == os.path.join(repo, "launcher"):
+        assert f"(git {head.stdout.strip()})" in r.stdout  # editable: this checkout's SHA
+    else:  # a wheel install names no SHA, even inside another git repository (pyenv's own)
+        assert "(git " not in r.stdout, r.stdout
+
+
+def test_version_ignores_a_foreign_git_repository(tmp_path):
+    """A wheel installed under some other git work tree prints no SHA of that tree."""
+    import shutil
+
+    import topl.launcher
+
+    pkg = tmp_path / "site" / "topl"
+    shutil.copytree(os.path.dirname(topl.launcher.__file__), pkg / "launcher")
+    (pkg / "__init__.py").write_text("")
+    assert subprocess.run(["git", "init", "-q", str(tmp_path)]).returncode == 0
+    code = "from topl.launcher.cli.help import version; print(version())"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("topl 0.") and "(git" not in r.stdout, r
 
 
 def test_remote_launch_without_address_refuses_and_check_warns(tmp_path):

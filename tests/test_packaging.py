@@ -134,7 +134,15 @@ def test_editable_install_runs_sweeps_or_says_how(mode, tmp_path):
         sweep = tmp_path / "runs" / "multirun"
         assert list(sweep.glob("*/sweep_report.json"))  # topl's sweeper ran: it writes the report
         assert len(list(sweep.glob("*/*/command.sh"))) == 1  # pp=4 does not fit and was dropped
+        return
+    # Default mode: Hydra walks the `hydra_plugins` folders on disk and never sees the sweeper
+    # through setuptools' editable finder. Where another (non-editable) topl install is on the
+    # path, as on CI's system python, Hydra finds that copy's sweeper and the sweep runs.
+    probe = "import hydra_plugins, os; print(any(os.path.isdir(os.path.join(p, 'topl_sweeper')) for p in hydra_plugins.__path__))"
+    elsewhere = sh(py, "-c", probe, cwd=tmp_path).stdout.strip() == "True"
+    if elsewhere:
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     else:
         assert (
             r.returncode == 2 and "editable_mode=strict" in r.stderr and "Traceback" not in r.stderr
-        )
+        ), r.stderr[-2000:]

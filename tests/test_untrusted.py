@@ -224,3 +224,18 @@ def test_plain_aliases_within_limits_still_load():
 def test_defaults_entries_outside_topl_groups_are_refused(entry):
     with pytest.raises(ToplError, match="defaults entry"):
         untrusted.check_recipe({"defaults": [entry]}, "r.yaml", untrusted.spec_fields())
+
+
+def test_local_launchers_by_name_only():
+    """basic / joblib run topl's jobs on this machine; any other launcher or setting needs the flag."""
+    ok = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra/launcher=basic"]
+    assert untrusted.guard_overrides(ok) == ok
+    for bad in (
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.prefer=threads",
+        "hydra/launcher=ray",
+    ):
+        with pytest.raises(ToplError, match="configures Hydra itself"):
+            untrusted.guard_overrides([bad])
+    with pytest.raises(ToplError, match="names code"):
+        untrusted.guard_overrides(["+hydra.launcher._target_=os.system"])

@@ -116,22 +116,31 @@ def text(cmd: str) -> str:
 
 
 def version() -> str:
-    """topl's version, and the git SHA when topl runs from a checkout (editable install)."""
+    """topl's version, and the git SHA when topl runs from its own checkout (editable install).
+
+    Only when the work tree's top level holds this very file: a non-editable install inside some
+    other git repository (pyenv's own checkout, a monorepo venv) must not print that repo's SHA.
+    """
     import subprocess
     from pathlib import Path
 
     from topl.launcher import __version__
 
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve()
+    sha = ""
     try:
         r = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=here,
+            ["git", "rev-parse", "--show-toplevel", "--short=12", "HEAD"],
+            cwd=here.parent,
             capture_output=True,
             text=True,
             timeout=5,
         )
-        sha = r.stdout.strip() if r.returncode == 0 else ""
+        lines = r.stdout.split()
+        if r.returncode == 0 and len(lines) == 2:
+            top, head = lines
+            if (Path(top) / "launcher" / "cli" / "help.py").resolve() == here:
+                sha = head
     except (OSError, subprocess.SubprocessError):
-        sha = ""
+        pass
     return f"topl {__version__}" + (f" (git {sha})" if sha else "")
