@@ -97,15 +97,20 @@ def row_parallel(
             ]
         )
 
-    if ALLREDUCE is not None:
+    if ALLREDUCE is not None and ALLREDUCE.size == tp:  # the other side's TP stays emulated
         return ALLREDUCE(partial(ALLREDUCE.rank).contiguous())
     parts = [partial(r) for r in range(tp)]
-    if order == "tree":
-        return _tree(parts)
-    chunks = [p.reshape(-1).tensor_split(tp) for p in parts]
+    return _tree(parts) if order == "tree" else ring(parts)
+
+
+def ring(parts: list[torch.Tensor]) -> torch.Tensor:
+    """gloo's ring all-reduce order: the flattened tensor is cut into len(parts) chunks and chunk c
+    sums ranks c-1, c-2, ..., c, rounding after each add."""
+    n = len(parts)
+    chunks = [p.reshape(-1).tensor_split(n) for p in parts]
     out = []
-    for c in range(tp):
-        ranks = [(c - 1 - i) % tp for i in range(tp)]
+    for c in range(n):
+        ranks = [(c - 1 - i) % n for i in range(n)]
         acc = chunks[ranks[0]][c]
         for r in ranks[1:]:
             acc = acc + chunks[r][c]

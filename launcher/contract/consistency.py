@@ -222,7 +222,11 @@ def chunked_prefill(s):
     "use collective=hccl_strict",
 )
 def strict_collectives(s):
-    """HCCL picks algorithms by message size; only HCCL_DETERMINISTIC=strict keeps the order fixed."""
+    """HCCL picks algorithms by message size; only HCCL_DETERMINISTIC=strict keeps the order fixed.
+
+    Kept for every parallel degree, 2 included: on NCCL 2.28.9 a 2-rank all-reduce gave the same bits
+    under every NCCL_ALGO / NCCL_PROTO / channel pin (one addition per element; docs/performance.md,
+    scripts/bench_nccl.py), but HCCL is not NCCL and >= 3 ranks were not measured."""
     parallel = max(s.train.tp, s.train.ep, s.train.cp, s.rollout.tp, s.rollout.ep, s.rollout.dp) > 1
     if is_strict(s) and parallel and s.collective.hccl_deterministic != "strict":
         return f"HCCL_DETERMINISTIC={s.collective.hccl_deterministic} with parallel reductions"
