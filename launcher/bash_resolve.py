@@ -14,18 +14,13 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from topl.launcher.bash_lex import ASSIGN, arith, glob_match, tokens, word_piece_end
+from topl.launcher.bash_expand import Expander, Item
+from topl.launcher.bash_lex import ASSIGN, glob_match, tokens
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass
-class Item:
-    """One resolved word: its text, the line it is written on, the lines its variables came from."""
-
-    text: str
-    line: int
-    deps: tuple[int, ...] = ()
+# commands that do not change what is launched: skipped without a note
+_QUIET = frozenset(
+    "set echo printf mkdir cat cd tee shift wait sleep ulimit trap pwd ls rm cp date".split()
+)
 
 
 @dataclass
@@ -44,144 +39,12 @@ class Resolved:
     notes: list[tuple[int, str]] = field(default_factory=list)  # what was not resolved, by line
 
 
-class _Shell:
+class _Shell(Expander):
     def __init__(self, env: dict[str, str], args: list[str]):
-        self.vars: dict[str, Item | list[Item]] = {k: Item(v, 0) for k, v in env.items()}
+        super().__init__(env, args)
         self.exported: set[str] = set()
-        self.args = [Item(a, 0) for a in args]
-        self.notes: list[tuple[int, str]] = []
         self.launch: Launch | None = None
         self.exited = False
-
-    # -- expansion ---------------------------------------------------------------------------
-    def scalar(self, name: str) -> Item | None:
-        v = self.vars.get(name)
-        return (v[0] if v else None) if isinstance(v, list) else v
-
-    def expand(self, raw: str, line: int, split: bool = True) -> list[Item]:
-        """A word -> its fields (several for `"${A[@]}"`, `"$@"` and unquoted spaces)."""
-        bare = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] == '"' else raw
-        if bare in ("$@", "$*"):
-            return list(self.args)
-        m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}", bare)
-        if m:  # the array's own elements, each with the line it is written on
-            v = self.vars.get(m.group(1))
-            return list(v) if isinstance(v, list) else [v] if v else []
-        fields: list[list] = [["", False]]  # text, has-content
-        deps: list[int] = []
-
-        def add(text, quoted, items=None):
-            if items is not None:  # an array inside a longer word: its elements as fields
-                texts = [it.text for it in items]
-                if texts:
-                    fields[-1][0] += texts[0]
-                    fields[-1][1] = True
-                    fields.extend([t, True] for t in texts[1:])
-                return
-            if quoted or not split:
-                fields[-1][0] += text
-                fields[-1][1] = fields[-1][1] or quoted or bool(text)
-                return
-            parts = re.split(r"[ \t\n]+", text)
-            fields[-1][0] += parts[0]
-            fields[-1][1] = fields[-1][1] or bool(parts[0])
-            fields.extend([p, True] for p in parts[1:])
-
-        i, n, quoted = 0, len(raw), False
-        while i < n:
-            c = raw[i]
-            if c == '"':
-                quoted = not quoted
-                fields[-1][1] = True
-                i += 1
-            elif c == "'" and not quoted:
-                j = raw.index("'", i + 1)
-                add(raw[i + 1 : j], True)
-                i = j + 1
-            elif c == "\\" and i + 1 < n:
-                add(raw[i + 1], True)
-                i += 2
-            elif c == "$" and raw.startswith("$((", i):
-                j = word_piece_end(raw, i)
-                try:
-                    add(str(arith(raw[i + 3 : j - 2], lambda k: self._val(k, deps))), quoted)
-                except (ValueError, SyntaxError, ZeroDivisionError):
-                    self.notes.append((line, f"arithmetic {raw[i:j]} not resolved"))
-                    add(raw[i:j], quoted)
-                i = j
-            elif c == "$" and raw[i + 1 : i + 2] == "(" or c == "`":
-                j = word_piece_end(raw, i)
-                self.notes.append(
-                    (line, f"command substitution {raw[i:j]} not run (kept literally)")
-                )
-                add(raw[i:j], quoted)
-                i = j
-            elif c == "$" and raw[i + 1 : i + 2] == "{":
-                j = word_piece_end(raw, i)
-                text, items = self._param(raw[i + 2 : j - 1], line, deps)
-                add(text, quoted, items)
-                i = j
-            elif c == "$" and raw[i + 1 : i + 2] in ("@", "*"):
-                add("", quoted, list(self.args))
-                i += 2
-            elif c == "$" and (m := _NAME.match(raw, i + 1) or re.compile(r"\d").match(raw, i + 1)):
-                add(self._val(m.group(0), deps, line), quoted)
-                i = m.end()
-            else:
-                add(c, True)
-                i += 1
-        dl = tuple(sorted({d for d in deps if d}))
-        return [Item(t, line, dl) for t, has in fields if has or t]
-
-    def _val(self, name: str, deps: list[int], line: int | None = None) -> str:
-        if name.isdigit():
-            return self.args[int(name) - 1].text if 0 < int(name) <= len(self.args) else ""
-        v = self.scalar(name)
-        if v is None:
-            if line is not None:  # left for the user's environment, not guessed
-                self.notes.append((line, f"${name} is not set by the script (kept as ${name})"))
-                return "$" + name
-            return ""
-        deps.extend([v.line, *v.deps] if v.line else v.deps)
-        return v.text
-
-    def _param(self, body: str, line: int, deps: list[int]):
-        m = re.match(
-            r"^([A-Za-z_][A-Za-z0-9_]*|\d+)(\[(@|\*|\d+)\])?(:?[-=+?])?(.*)$", body, re.DOTALL
-        )
-        if body.startswith("#"):
-            v = self.vars.get(body[1:].split("[")[0])
-            return str(len(v) if isinstance(v, list) else len(v.text) if v else 0), None
-        if not m:
-            self.notes.append((line, f"${{{body}}} not resolved"))
-            return "${" + body + "}", None
-        name, index, op, rest = m.group(1), m.group(3), m.group(4), m.group(5)
-        v = self.vars.get(name)
-        if index in ("@", "*"):
-            items = v if isinstance(v, list) else ([v] if v else [])
-            return "", [Item(it.text, it.line, it.deps) for it in items]
-        if index is not None:
-            items = v if isinstance(v, list) else ([v] if v else [])
-            v = items[int(index)] if int(index) < len(items) else None
-        elif isinstance(v, list):
-            v = v[0] if v else None
-        unset = v is None or (op or "").startswith(":") and not v.text
-        if op and op.lstrip(":") in "-=":
-            if not unset:
-                deps.extend([v.line, *v.deps])
-                return v.text, None
-            inner = self.expand(rest, line, split=False)
-            deps.extend(d for it in inner for d in it.deps)
-            alt = " ".join(it.text for it in inner)
-            if op.lstrip(":") == "=":
-                self.vars[name] = Item(alt, line, tuple(deps))
-            return alt, None
-        if op and op.lstrip(":") == "+":
-            return ("" if unset else " ".join(it.text for it in self.expand(rest, line))), None
-        if v is None:
-            return self._val(name, deps, line), None
-        deps.extend([v.line, *v.deps])
-        return v.text, None
 
     # -- statements ----------------------------------------------------------------------------
     def run(self, toks):
@@ -344,25 +207,7 @@ class _Shell:
             None,
         )
         if py is None:
-            if name not in (
-                "set",
-                "echo",
-                "printf",
-                "mkdir",
-                "cat",
-                "cd",
-                "tee",
-                "shift",
-                "wait",
-                "sleep",
-                "ulimit",
-                "trap",
-                "pwd",
-                "ls",
-                "rm",
-                "cp",
-                "date",
-            ):
+            if name not in _QUIET:
                 self.notes.append((line, f"command `{name}` skipped"))
             return 0
         flags = argv[py + 1 :]
