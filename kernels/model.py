@@ -17,6 +17,27 @@ from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
 from topl.kernels.attention import Plan
 
+# Qwen3-30B-A3B as `model=qwen3_30b_a3b` composes it (conf/model/qwen3_30b_a3b.yaml plus ModelSpec's
+# defaults), every architecture field but the depth: the GPU tests and benchmarks build it at 2-4
+# layers without Hydra (the device has none). tests/test_model_constants.py keeps it equal.
+QWEN3_30B_A3B = dict(
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    vocab_size=151936,
+    num_experts=128,
+    experts_per_token=8,
+    moe_intermediate_size=768,
+    attention="gqa",
+    sliding_window=None,
+    rms_norm_eps=1e-6,
+    rope_theta=1e6,
+    tie_word_embeddings=False,
+    max_position_embeddings=40960,
+)
+
 
 @dataclass(frozen=True)
 class Side:

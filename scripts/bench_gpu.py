@@ -20,9 +20,11 @@ import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
 from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul
+from topl.kernels.model import QWEN3_30B_A3B as Q
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
-H, KVH, D, TILE = 32, 4, 128, 128
+H, KVH, D, HID = Q["num_heads"], Q["num_kv_heads"], Q["head_dim"], Q["hidden_size"]
+QKV_N, TILE = (H + 2 * KVH) * D, 128
 
 
 def bench(fn) -> float:
@@ -228,9 +230,9 @@ def matmul(ms):
         "aligned with launch ms | cuBLAS with launch ms | floor ms |\n|---|---|---|---|---|---|---|---|"
     )
     for k, n, what in (
-        (2048, 5120, "qkv_proj"),
-        (4096, 2048, "o_proj"),
-        (2048, 1536, "expert gate+up"),
+        (HID, QKV_N, "qkv_proj"),
+        (H * D, HID, "o_proj"),
+        (HID, 2 * Q["moe_intermediate_size"], "expert gate+up"),
     ):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for m in ms:
@@ -250,12 +252,12 @@ def matmul_plans():
     bits of the first."""
     from topl.kernels.gpu.ops import TMA_PLANS
 
-    print("\n### Matmul tile plans (qkv_proj 2048 -> 5120): time and bits vs the first plan\n")
+    print(f"\n### Matmul tile plans (qkv_proj {HID} -> {QKV_N}): time and bits vs the first plan\n")
     print(
         "| plan (BM, BN, BK, warps, stages) | M=16 ms | M=8192 ms | same bits as plan 0 (M=8192) |\n|---|---|---|---|"
     )
-    w = torch.randn(5120, 2048, device="cuda", dtype=torch.bfloat16) * 0.02
-    x = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(QKV_N, HID, device="cuda", dtype=torch.bfloat16) * 0.02
+    x = torch.randn(8192, HID, device="cuda", dtype=torch.bfloat16)
     plans = [p for _, p in TMA_PLANS] + [
         (64, 64, 128, 4, 4),
         (64, 128, 64, 4, 4),
@@ -285,25 +287,7 @@ def rollout(n_req: int):
 
     print("\n### Reference rollout engine, 2 layers at Qwen3-30B-A3B widths (MoE), tokens/s\n")
     print("| engine | aligned tok/s | unaligned tok/s | ratio (time) |\n|---|---|---|---|")
-    arch = types.SimpleNamespace(
-        name="w",
-        num_layers=2,
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_heads=H,
-        num_kv_heads=KVH,
-        head_dim=D,
-        vocab_size=151936,
-        num_experts=128,
-        experts_per_token=8,
-        moe_intermediate_size=768,
-        rms_norm_eps=1e-6,
-        rope_theta=1e6,
-        tie_word_embeddings=False,
-        max_position_embeddings=40960,
-        attention="gqa",
-        sliding_window=None,
-    )
+    arch = types.SimpleNamespace(name="w", **{**Q, "num_layers": 2})
     model = Model.random(arch, seed=0).to("cuda")
     off = Alignment(kv_tile=TILE, mode="off", **{s: False for s in Alignment.SWITCHES})
     res = {}

@@ -15,7 +15,7 @@ import types
 import torch
 
 from topl.kernels.alignment import Alignment
-from topl.kernels.model import Model
+from topl.kernels.model import QWEN3_30B_A3B, Model
 from topl.kernels.probe import make_requests, probe
 
 
@@ -25,27 +25,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--requests", type=int, default=4)
     a = ap.parse_args()
-    moe = (
-        dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768)
-        if a.moe
-        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    )
+    experts = {} if a.moe else {"num_experts": 0}  # dense: the same widths without experts
     arch = types.SimpleNamespace(
-        name="qwen3_30b_a3b_2layers",
-        num_layers=2,
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_heads=32,
-        num_kv_heads=4,
-        head_dim=128,
-        vocab_size=151936,
-        rms_norm_eps=1e-6,
-        rope_theta=1e6,
-        tie_word_embeddings=False,
-        max_position_embeddings=40960,
-        attention="gqa",
-        sliding_window=None,
-        **moe,
+        name="qwen3_30b_a3b_2layers", **{**QWEN3_30B_A3B, "num_layers": 2, **experts}
     )
     t = time.perf_counter()
     model = Model.random(arch, seed=0).to(a.device)

@@ -10,34 +10,24 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 pytest.importorskip("triton")
 pytestmark = cuda
 
-QWEN3_30B_WIDTHS = dict(
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_heads=32,
-    num_kv_heads=4,
-    head_dim=128,
-    vocab_size=151936,
-    rms_norm_eps=1e-6,
-    rope_theta=1e6,
-    tie_word_embeddings=False,
-    max_position_embeddings=40960,
-    attention="gqa",
-    sliding_window=None,
+from topl.kernels.model import QWEN3_30B_A3B as Q  # noqa: E402 (after the skips)
+
+HID, H, KVH, D, VOCAB = (
+    Q[k] for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size")
 )
+# (K, N) of the projections: qkv_proj, o_proj, an expert's gate+up
+QKV, O_PROJ, GATE_UP = (HID, (H + 2 * KVH) * D), (H * D, HID), (HID, 2 * Q["moe_intermediate_size"])
 
 
 def arch(layers: int, moe: bool):
-    extra = (
-        dict(num_experts=128, experts_per_token=8, moe_intermediate_size=768)
-        if moe
-        else dict(num_experts=0, experts_per_token=0, moe_intermediate_size=0)
-    )
+    """Qwen3-30B-A3B `layers` deep; dense: the same widths without experts."""
     return types.SimpleNamespace(
-        name="qwen3_30b_a3b_widths", num_layers=layers, **QWEN3_30B_WIDTHS, **extra
+        name="qwen3_30b_a3b_widths",
+        **{**Q, "num_layers": layers, **({} if moe else {"num_experts": 0})},
     )
 
 
-def _packed_and_paged(lens, h=32, kvh=4, d=128, tile=128, seed=0):
+def _packed_and_paged(lens, h=H, kvh=KVH, d=D, tile=128, seed=0):
     """Random q/k/v of packed sequences, and the same K/V in a paged cache with shuffled pages."""
     torch.manual_seed(seed)
     k = torch.randn(sum(lens), kvh, d, device="cuda", dtype=torch.bfloat16)
@@ -139,7 +129,7 @@ def test_attention_matches_sdpa():
     from topl.kernels.gpu.attention import attention
 
     torch.manual_seed(0)
-    n, h, kvh, d = 513, 32, 4, 128
+    n, h, kvh, d = 513, H, KVH, D
     q = torch.randn(n, h, d, device="cuda", dtype=torch.bfloat16)
     k, v = (
         torch.randn(n, kvh, d, device="cuda", dtype=torch.bfloat16),
@@ -165,7 +155,7 @@ def test_attention_matches_sdpa():
         torch.testing.assert_close(ours, ref[0].transpose(0, 1), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("k, n", [(2048, 5120), (4096, 2048), (2048, 151936)])
+@pytest.mark.parametrize("k, n", [QKV, O_PROJ, (HID, VOCAB)])
 def test_bi_matmul_rows_do_not_depend_on_m(k, n):
     from topl.kernels.gpu.ops import bi_matmul
 
@@ -178,7 +168,7 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
     torch.testing.assert_close(ref.float(), (x[:1] @ w.t()).float(), atol=5e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("k, n", [(2048, 5120), (4096, 2048), (2048, 1536)])
+@pytest.mark.parametrize("k, n", [QKV, O_PROJ, GATE_UP])
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
     TMA-fed or pointer-fed, on the same rows, every element compared."""
@@ -197,10 +187,10 @@ def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():
     from topl.kernels.gpu.ops import log_softmax, rms_norm
 
     torch.manual_seed(0)
-    x = torch.randn(300, 2048, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(300, HID, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(HID, device="cuda", dtype=torch.bfloat16)
     assert torch.equal(rms_norm(x[:1], w, 1e-6), rms_norm(x, w, 1e-6)[:1])
-    z = torch.randn(64, 151936, device="cuda")
+    z = torch.randn(64, VOCAB, device="cuda")
     assert torch.equal(log_softmax(z[:1]), log_softmax(z)[:1])
     torch.testing.assert_close(log_softmax(z), torch.log_softmax(z, -1), atol=1e-4, rtol=1e-5)
 
@@ -214,7 +204,7 @@ def test_engines_bitwise_equal_on_gpu_at_qwen3_30b_widths(moe, layers):
     from topl.kernels.probe import make_requests, probe
 
     model = Model.random(arch(layers, moe), seed=0).to("cuda")
-    reqs = make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40)
+    reqs = make_requests(12, VOCAB, seed=0, min_len=20, max_len=300, max_new=40)
     assert (
         paged_hook(model, sides(Alignment(kv_tile=128))[1], 128) is not None
     )  # batched paged decode
@@ -243,7 +233,7 @@ def test_engines_bitwise_equal_on_gpu_at_qwen3_30b_widths(moe, layers):
             moe_fixed_combine=False,
             tp_aligned_reduction=False,
         ),
-        requests=make_requests(12, 151936, seed=0, min_len=20, max_len=300, max_new=40),
+        requests=make_requests(12, VOCAB, seed=0, min_len=20, max_len=300, max_new=40),
         block_size=128,
         max_num_batched_tokens=512,
         micro_batch=4,
@@ -274,11 +264,11 @@ def test_rollout_batched_paged_decode_one_prompt_alone_or_in_a_batch():
         assert not batched or len(set(calls)) > 3  # batched, the composition changing
         return reqs
 
-    batch = run(make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24))
+    batch = run(make_requests(32, VOCAB, seed=3, min_len=100, max_len=400, max_new=24))
     alone = run(
         [
             r
-            for r in make_requests(32, 151936, seed=3, min_len=100, max_len=400, max_new=24)
+            for r in make_requests(32, VOCAB, seed=3, min_len=100, max_len=400, max_new=24)
             if r.id == 7
         ],
         batched=False,
