@@ -221,18 +221,7 @@ def test_engines_bitwise_equal_on_gpu_at_qwen3_30b_widths(moe, layers):
     assert out["max_abs_logprob_diff"] == 0.0 and out["bitwise_equal_fraction"] == 1.0, out
     off = probe(
         model,
-        Alignment(
-            kv_tile=128,
-            mode="off",
-            attention_semantics=False,
-            reduction_order=False,
-            softmax_tiling=False,
-            fp32_critical_path=False,
-            batch_invariant=False,
-            fused_ops_matched=False,
-            moe_fixed_combine=False,
-            tp_aligned_reduction=False,
-        ),
+        Alignment(kv_tile=128, mode="off", **{s: False for s in Alignment.SWITCHES}),
         requests=make_requests(12, VOCAB, seed=0, min_len=20, max_len=300, max_new=40),
         block_size=128,
         max_num_batched_tokens=512,
