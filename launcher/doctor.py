@@ -3,22 +3,29 @@
 Declared versions are not enough: a missing `batch_invariant_ops` only logs a warning and the run
 goes silently off-policy; a verl without the PP patch accepts the key and then raises. Each check
 here looks at what is really installed (package metadata, importable modules, source markers,
-CANN's version file, environment as the job's processes see it).
+CANN's version file, environment as the job's processes see it: launcher/installed.py reads them).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
-import re
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata
-from pathlib import Path
 
-from topl.launcher import facts
+from topl.launcher import __version__, facts
 from topl.launcher.errors import ERROR, OK, WARNING
+from topl.launcher.installed import (  # noqa: F401  (public names stay importable from here)
+    _import_error,
+    _importable,
+    _pkg_file,
+    _version,
+    accelerator,
+    cann_version,
+    detected,
+    soc,
+    torch_pin,
+)
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.versions import parse as _v
 
@@ -36,138 +43,6 @@ class Finding:
         return asdict(self)
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _source(module: str) -> str:
-    """Text of a module's file, without importing it (NPU packages import CANN at import time)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return ""
-    if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        return ""
-    return Path(spec.origin).read_text(errors="replace")
-
-
-def _package_text(module: str, needle: str) -> bool:
-    """Whether any .py file of a package contains `needle`."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return False
-    roots = list(spec.submodule_search_locations or []) if spec else []
-    for root in roots:
-        for f in Path(root).rglob("*.py"):
-            if needle in f.read_text(errors="replace"):
-                return True
-    return False
-
-
-def _import_error(module: str) -> str | None:
-    """None when `import module` works in a fresh interpreter here, else its last error line
-    (installed is not importable: a dependency may be missing; a child keeps our process clean)."""
-    import subprocess
-
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300
-        )
-    except subprocess.TimeoutExpired:
-        return "import did not finish in 300 s"
-    lines = r.stderr.strip().splitlines()
-    return None if r.returncode == 0 else (lines[-1] if lines else f"exit code {r.returncode}")
-
-
-def _pkg_file(module: str, rel: str) -> str | None:
-    """Text of a file inside an installed package, without importing it; None when absent."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    for root in list(spec.submodule_search_locations or []) if spec else []:
-        f = Path(root) / rel
-        if f.is_file():
-            return f.read_text(errors="replace")
-    return None
-
-
-def detected(fid: str) -> bool:
-    """Whether the installed package has fact `fid`, found the way that package gates it (the
-    file and symbol the fact's `detect` names, e.g. attention/fa3_v1.py: class AscendFABackend)."""
-    module, rel, needle = facts.fact(fid).detect
-    return needle in (_pkg_file(module, rel) or "")
-
-
-def torch_pin(dist: str = "torch_npu") -> str | None:
-    """The exact torch release an installed torch_npu requires (Requires-Dist torch==X)."""
-    try:
-        reqs = metadata.requires(dist) or []
-    except metadata.PackageNotFoundError:
-        return None
-    for r in reqs:
-        m = re.match(r"^torch\s*==\s*([0-9][^;,\s]*)", r)
-        if m:
-            return m.group(1)
-    return None
-
-
-def cann_version() -> str | None:
-    """CANN toolkit version from its install info (ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME)."""
-    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
-        root = os.environ.get(var)
-        if not root:
-            continue
-        for name in ("ascend_toolkit_install.info", "version.cfg", "version.info"):
-            for f in [Path(root) / name, *Path(root).glob(f"*/{name}")]:
-                if f.is_file():
-                    for line in f.read_text(errors="replace").splitlines():
-                        key, _, val = line.partition("=")
-                        if key.strip().lower() in (
-                            "version",
-                            "toolkit_version",
-                            "runtime_running_version",
-                        ):
-                            return val.strip().strip('"[]').split(":")[0]
-    return None
-
-
-def accelerator() -> str:
-    """npu | cuda | cpu: what torch (with torch_npu for NPUs) sees here; without torch, the device
-    nodes the drivers create (/dev/davinci* for Ascend, /dev/nvidia* for NVIDIA)."""
-    if _importable("torch"):
-        try:
-            import torch
-
-            if _importable("torch_npu"):
-                import torch_npu  # noqa: F401  (registers torch.npu)
-
-                if torch.npu.is_available():
-                    return "npu"
-            if torch.cuda.is_available():
-                return "cuda"
-            return "cpu"
-        except Exception:  # noqa: BLE001 - a broken stack must not crash the doctor
-            pass
-    dev = Path("/dev")
-    if any(dev.glob("davinci[0-9]*")):
-        return "npu"
-    if any(dev.glob("nvidia[0-9]*")):
-        return "cuda"
-    return "cpu"
-
-
 def worker_env(spec) -> dict[str, str]:
     """The environment a Ray worker of this job sees: the node's, plus what the rendered
     invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
@@ -176,9 +51,9 @@ def worker_env(spec) -> dict[str, str]:
     return {**os.environ, **ray_worker_env(spec)}
 
 
-def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
+def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> list[Finding]:
     """Every check for this spec; `env` is the environment the job's processes get (default: a
-    Ray worker's, see `worker_env`)."""
+    Ray worker's, see `worker_env`); `node`: running inside a Ray task on a node of the cluster."""
     from topl.launcher.render import env_vars
 
     env = worker_env(spec) if env is None else dict(env)
@@ -226,8 +101,8 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
             v.verl,
             f"pip install verl=={v.verl}",
         )
-        if verl_v:
-            err = _import_error("verl")
+        if verl_v:  # the guard has its own check (TOP-DOC-GUARD-001): not blamed on verl here
+            err = _import_error("verl", env=_without_guard(os.environ))
             add(
                 "TOP-DOC-VERL-004",
                 err is None,
@@ -264,7 +139,7 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
         ):
             patch_check(
                 add,
-                "TOP-DOC-VERL-004",
+                "TOP-DOC-VERL-005",
                 "per_request_seed",
                 "per_request_seed",
                 spec,
@@ -383,16 +258,17 @@ def run_checks(spec, env: dict[str, str] | None = None) -> list[Finding]:
                     "yes",
                     "install the true on-policy patch package",
                 )
-        soc = _soc()
-        if soc and spec.cluster.soc:
+        found_soc = soc()
+        if found_soc and spec.cluster.soc:
             add(
                 "TOP-DOC-SOC-001",
-                soc == spec.cluster.soc,
+                found_soc == spec.cluster.soc,
                 "SoC type",
-                soc,
+                found_soc,
                 spec.cluster.soc,
                 "pick the cluster config that matches the hardware (cluster=atlas_a2 / atlas_a3)",
             )
+    guard_check(add, spec, env, node)
     for k, want in env_vars(spec).items():
         seen = env.get(k)
         add(
@@ -430,17 +306,52 @@ def patch_check(add, id_, fid, patch, spec, installed, what, fix):
     )
 
 
-def _soc() -> str | None:
-    """A2 / A3 from the NPU's name, when torch_npu and a device are visible."""
-    if not _importable("torch_npu"):
-        return None
-    try:
-        import torch_npu  # noqa: F401
+def _without_guard(env) -> dict[str, str]:
+    """`env` without what makes topl's guard act: it imports, records nothing, raises nothing."""
+    from topl.launcher.render import without_guard
 
-        name = __import__("torch").npu.get_device_name(0)
-    except Exception:  # noqa: BLE001 - no device or driver: not visible
-        return None
-    return "A3" if "93" in name else "A2" if "910B" in name else name
+    return {k: v for k, v in without_guard(dict(env)).items() if k != "TOPL_GUARD_DIR"}
+
+
+def guard_check(add, spec, env: dict[str, str], node: bool) -> None:
+    """Strict runs name topl's guard in VERL_USE_EXTERNAL_MODULES, and verl imports every module
+    named there in the driver and every Ray worker, an exception stopping the process
+    (verl@0.9.1:verl/__init__.py -> verl/utils/import_utils.py:import_external_libs): topl must
+    import with the Python and environment that run verl, on every node."""
+    from topl.launcher.render import GUARD_MODULE, env_vars
+
+    if GUARD_MODULE not in env_vars(spec).get("VERL_USE_EXTERNAL_MODULES", "").split(","):
+        return  # not strict: the guard is only a verl.plugins entry point, which never breaks
+    python = sys.executable if node else spec.cluster.python  # a Ray worker runs this Python
+
+    def fix(where: str) -> str:
+        return (
+            f"install topl {__version__} into the Python that runs verl ({where}): `pip install` "
+            "this checkout or its wheel; a strict run always loads the guard (it refuses a worker "
+            "that lacks a determinism switch): only alignment=mitigated|off runs without it"
+        )
+
+    if not node and spec.cluster.backend != "subprocess":
+        if spec.cluster.backend == "ray_job":  # here is not where the job runs
+            add(
+                "TOP-DOC-GUARD-002",
+                False,
+                f"topl's guard ({GUARD_MODULE}) imports on every Ray node",
+                "not checked from here (every verl process on every node imports it)",
+                "topl installed on every node",
+                "`topl doctor --ray ADDRESS` checks each node; " + fix("on every node"),
+                WARNING,
+            )
+        return  # backend=local runs the reference engines: no verl, no guard
+    err = _import_error(GUARD_MODULE, python, _without_guard(env))
+    add(
+        "TOP-DOC-GUARD-001",
+        err is None,
+        f"topl's guard ({GUARD_MODULE}) imports with {python}",
+        err or "yes",
+        "yes (verl imports it in every process of a strict run)",
+        fix(f"{python} on every node" if node else python),
+    )
 
 
 def errors(findings: list[Finding]) -> list[Finding]:

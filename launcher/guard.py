@@ -166,7 +166,7 @@ def run(environ=os.environ) -> dict | None:
         manifest = json.loads(raw) if raw else {}
     except ValueError:
         manifest = {"strict": True}  # the renderer wrote it: garbage means tampering
-        bad = [
+        bad = [  # a run-time rule: in the catalog through launcher/contract/runtime.py
             {
                 "rule": "TOP-GUARD-001",
                 "what": f"env {MANIFEST_ENV}",
@@ -190,7 +190,7 @@ def run(environ=os.environ) -> dict | None:
             + "\n  ".join(lines)
             + "\n  fix: pass the env var to every worker "
             "(ray_kwargs.ray_init.runtime_env.env_vars) / install the module on every "
-            "node; `topl doctor` checks a node"
+            "node; `topl doctor --ray ADDRESS` checks every node"
         )
     return rec
 

@@ -39,6 +39,8 @@ def ray_head(tmp_path_factory):
             f"--port={gcs}",
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={port}",
+            # the job agent's fixed default (52365) collides with any other head on the machine
+            f"--dashboard-agent-listen-port={_free_port()}",
             "--num-cpus=1",
             "--include-dashboard=true",
             f"--temp-dir={tmp}",

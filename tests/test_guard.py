@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from helpers import STRICT_A3, run_topl
 
 from topl.launcher.compose import compose_job
 from topl.launcher.render import render
@@ -117,3 +119,40 @@ def test_guard_in_ray_workers_records_each_process_and_refuses_a_missing_env_var
 
     out = run({**base, "VLLM_BATCH_INVARIANT": "0"})
     assert "FAILED" in out and "TOP-ALN-001: env VLLM_BATCH_INVARIANT" in out, out[-3000:]
+
+
+def catalog() -> dict[str, dict]:
+    r = run_topl("rules", "--json")
+    assert r.returncode == 0, r.stderr
+    return {row["rule"]: row for row in json.loads(r.stdout)}
+
+
+def test_every_rule_id_the_guard_reports_is_in_the_catalog():
+    import re
+
+    import topl.launcher.render as R
+
+    source = Path(R.__file__).with_name("guard.py").read_text()  # not imported: it would run
+    own = set(re.findall(r'"(TOP-[A-Z]+-[0-9]+)"', source))
+    manifest = json.loads(render(compose_job(STRICT_A3).to_object()).env["TOPL_GUARD"])
+    from_spec = {rule for _, rule in [*manifest["env"].values(), *manifest["modules"].values()]}
+    assert own == {"TOP-GUARD-001"} and {"TOP-ALN-001", "TOP-STACK-005"} <= from_spec
+    rules = catalog()
+    assert own | from_spec | set(R.GUARDED_ENV.values()) <= set(rules)
+    assert rules["TOP-GUARD-001"]["checked_by"] == "guard"  # run time, every verl process
+    assert {rules[r]["checked_by"] for r in from_spec} == {"check"}  # also checked before launch
+    assert set(rules["TOP-GUARD-001"]) == set(rules["TOP-ALN-001"])  # same fields for every row
+
+
+def test_run_time_rules_are_listed_but_never_evaluated_by_topl_check():
+    from topl.launcher.cli.rules import rules_markdown
+    from topl.launcher.contract import RULES
+
+    assert "TOP-GUARD-001" not in {r.id for r in RULES}  # check / plan / sweeps iterate RULES
+    env = {"TOPL_GUARD": "not json", "VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard"}
+    r = run_topl("check", "--json", env=env)
+    assert r.returncode == 0 and "TOP-GUARD" not in r.stdout, r.stdout + r.stderr
+    (row,) = [l for l in rules_markdown().splitlines() if "`TOP-GUARD-001`" in l]
+    assert "run time" in row and "not `topl check`" in row
+    human = run_topl("rules", env={"COLUMNS": "80"}).stdout
+    assert "TOP-GUARD-001" in human and "1 checked at run time by topl's guard" in human

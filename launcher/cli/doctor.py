@@ -5,42 +5,73 @@ from __future__ import annotations
 import json
 import sys
 
-from topl.launcher.cli.output import print_json, print_table
-
 MARK = "TOPL_DOCTOR_JSON="
+NO_TOPL = "No module named 'topl"  # how Python says topl is not installed (ModuleNotFoundError)
+
+
+def node_task(spec_json: str) -> dict:
+    """One node's checks, run there as a Ray task. In the doctor job this module is `__main__`, so
+    Ray pickles the function by value: it needs only the standard library until it imports topl,
+    and a node without topl says so instead of failing the whole doctor job."""
+    import os
+    import socket
+
+    out = {"node": socket.gethostname(), "python": sys.executable}
+    try:
+        from topl.launcher.doctor import run_checks
+    except ImportError as e:
+        return {**out, "error": f"{type(e).__name__}: {e}"}
+    findings = run_checks(spec_from_json(spec_json), dict(os.environ), node=True)
+    return {**out, "findings": [f.to_dict() for f in findings]}
+
+
+def node_entry(result: dict, address: str) -> dict:
+    """A node's report; a node where topl's checks could not run gets one error finding."""
+    node = f"{result['node']} ({address})"
+    if "findings" in result:
+        return {"node": node, "findings": result["findings"]}
+    from topl.launcher.doctor import ERROR, Finding
+
+    python, err = result.get("python", "its Python"), result["error"]
+    fix = (
+        f"install topl on this node into {python}, the Python its Ray workers run (strict runs "
+        "import topl.launcher.guard in every verl process there)"
+        if NO_TOPL in err
+        else "run `topl doctor` on that node to see the failure"
+    )
+    what = "topl's checks run on this node"
+    return {
+        "node": node,
+        "findings": [Finding("TOP-DOC-NODE-001", ERROR, what, err, "yes", fix).to_dict()],
+    }
 
 
 def node_main() -> int:
     """Inside a Ray job: one task per alive node, each running the checks there."""
+    import os
+
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     ray.init()
-
-    @ray.remote(num_cpus=0)
-    def check_node():
-        import os
-        import socket
-
-        from topl.launcher.doctor import run_checks
-
-        spec = spec_from_json(os.environ["TOPL_DOCTOR_SPEC"])
-        return {
-            "node": socket.gethostname(),
-            "findings": [f.to_dict() for f in run_checks(spec, dict(os.environ))],
-        }
-
+    check_node = ray.remote(num_cpus=0, max_retries=0)(node_task)
+    spec_json = os.environ["TOPL_DOCTOR_SPEC"]
     nodes = [n for n in ray.nodes() if n["Alive"]]
     refs = [
         check_node.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        ).remote()
+        ).remote(spec_json)
         for n in nodes
     ]
-    results = ray.get(refs)
-    for n, r in zip(nodes, results):
-        r["node"] = f"{r['node']} ({n['NodeManagerAddress']})"
-    print(MARK + json.dumps(results), flush=True)
+    results = []
+    for n, ref in zip(nodes, refs):
+        try:
+            results.append(ray.get(ref))
+        except Exception as e:  # noqa: BLE001 - the task died there: report it for that node
+            last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+            results.append({"node": n["NodeManagerAddress"], "error": last})
+    report = [node_entry(r, n["NodeManagerAddress"]) for n, r in zip(nodes, results)]
+    print(MARK + json.dumps(report), flush=True)
     return 0
 
 
@@ -60,7 +91,9 @@ def spec_from_json(text: str):
 
 
 def on_ray(address: str, spec) -> list[dict]:
-    """Submit the per-node doctor as a Ray job with the job's runtime_env; collect its report."""
+    """Submit the per-node doctor as a Ray job with the job's runtime_env and driver Python (the
+    head runs `cluster.python`, as it will run verl's driver); collect its report."""
+    import shlex
     import time
 
     from topl.launcher.backends.ray_job import check_reachable
@@ -73,7 +106,8 @@ def on_ray(address: str, spec) -> list[dict]:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(address)
-    entry = f"{sys.executable} -m topl.launcher.cli.doctor --node"
+    python = spec.cluster.python
+    entry = f"{shlex.quote(python)} -m topl.launcher.cli.doctor --node"
     env = {**render(spec).env, "TOPL_DOCTOR_SPEC": spec_to_json(spec)}  # the job's own runtime_env
     try:
         job = client.submit_job(entrypoint=entry, runtime_env={"env_vars": env})
@@ -89,6 +123,15 @@ def on_ray(address: str, spec) -> list[dict]:
         time.sleep(0.5)
     logs = client.get_job_logs(job)
     line = next((l for l in logs.splitlines() if l.startswith(MARK)), None)
+    if line is None and NO_TOPL in logs:
+        raise ToplError(
+            f"topl is not installed for {python} on the Ray head at {address} (cluster.python: the "
+            "doctor job runs there as verl's driver will)",
+            where="cluster.python",
+            fix=f"install topl into {python} on the head and every node (strict runs import "
+            "topl.launcher.guard in every verl process), or set cluster.python to a Python that "
+            "has it",
+        )
     if line is None:
         raise ToplError(
             f"the doctor job {job} produced no report",
@@ -115,6 +158,8 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
 
 
 def report(nodes: list[dict], as_json: bool) -> int:
+    from topl.launcher.cli.output import print_json, print_table
+
     bad = any(f["severity"] == "error" for n in nodes for f in n["findings"])
     if as_json:
         print_json({"ok": not bad, "nodes": nodes})

@@ -1,25 +1,41 @@
-"""`topl rules [--json | --markdown | --constraints]`: the contract's rule catalog, or the field
-constraints declared next to each spec field (markdown)."""
+"""`topl rules [--json | --markdown | --constraints]`: the rule catalog (the contract's rules, which
+`topl check` evaluates, and the run-time rules topl's guard checks in every verl process), or the
+field constraints declared next to each spec field (markdown)."""
 
 from __future__ import annotations
 
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_table
 
+RUN_TIME = "run time: topl's guard checks it in every verl process, not `topl check`"
+
+
+def catalog(by_id: bool = True) -> list:
+    """(rule, checked_by) for every rule a user can meet: the contract's, then the run-time ones."""
+    from topl.launcher.contract import RULES
+    from topl.launcher.contract.runtime import CHECK, RUNTIME_RULES
+
+    rows = [(r, CHECK) for r in RULES] + [(r, r.checked_by) for r in RUNTIME_RULES]
+    return sorted(rows, key=lambda rc: rc[0].id) if by_id else rows
+
+
+def _title(r, checked_by: str, md: bool = False) -> str:
+    from topl.launcher.contract.runtime import CHECK
+
+    if checked_by == CHECK:
+        return r.title
+    return f"{r.title} (**{RUN_TIME}**)" if md else f"{r.title} ({RUN_TIME})"
+
 
 def rules_markdown() -> str:
-    from topl.launcher.contract import RULES
-
     lines = ["| rule | severity | what must hold | why | fix |", "|---|---|---|---|---|"]
-    for r in sorted(RULES, key=lambda r: r.id):
+    for r, by in catalog():
         why = " ".join(r.why.split())
-        lines.append(f"| `{r.id}` | {r.severity} | {r.title} | {why} | {r.fix} |")
+        lines.append(f"| `{r.id}` | {r.severity} | {_title(r, by, md=True)} | {why} | {r.fix} |")
     return "\n".join(lines)
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.contract import RULES
-
     flags, _ = parse(args, flags=("--json", "--markdown", "--constraints"))
     if flags.json:
         rows = [
@@ -30,8 +46,9 @@ def main(args: list[str]) -> int:
                 "keys": list(r.keys),
                 "fix": r.fix,
                 "why": r.why,
+                "checked_by": by,  # "check": `topl check`; "guard": at run time, every process
             }
-            for r in RULES
+            for r, by in catalog(by_id=False)  # the order it always had, run-time rules last
         ]
         print_json(rows)
     elif flags.markdown:
@@ -42,7 +59,12 @@ def main(args: list[str]) -> int:
 
         print(table(JobSpec))
     else:
-        rows = [(r.id, r.severity, r.title, r.fix) for r in sorted(RULES, key=lambda r: r.id)]
-        title = f"topl consistency contract ({len(RULES)} rules)"
+        rules = catalog()
+        rows = [(r.id, r.severity, _title(r, by), r.fix) for r, by in rules]
+        n_run = sum(by != "check" for _, by in rules)
+        title = (
+            f"topl consistency contract ({len(rules) - n_run} rules) "
+            f"+ {n_run} checked at run time by topl's guard"
+        )
         print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
     return 0
