@@ -42,7 +42,7 @@ HELP = {
     ),
     "rules": (
         "topl rules [--json | --markdown]",
-        "Print the consistency contract's rule catalog.",
+        "Print the rule catalog: the contract's rules and the run-time rules topl's guard checks.",
         "  --json           machine-readable\n  --markdown       the README's table",
         "  topl rules --json",
     ),
