@@ -6,7 +6,9 @@ local backend writes it and as verl's file logger does (verl@0.9.1:verl/utils/tr
 path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here); `guard/*.json` (one per
 verl process, launcher/guard.py); else the job's console lines `step:N - key:value - ...`
 (verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str) in `verl.log` or, for a Ray
-job, from the Ray Job API, and `TOPL-GUARD {...}` lines there.
+job nobody streams (`submitted`, or its topl is gone), from the Ray Job API, and `TOPL-GUARD {...}`
+lines there. The run's end comes from status.json, or from Ray for a Ray job nobody follows; watch
+records an end topl could not (a Ray job's, or a topl killed with SIGKILL) in status.json.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -80,7 +83,8 @@ class Watcher:
 
     run_dir: Path
     strict: bool
-    logs: Callable[[], str] | None = None  # a Ray job's whole log so far (Ray Job API)
+    ray: RayJob | None = None  # the run's Ray job (None: not one)
+    ray_logs: bool = False  # read the job's log from Ray (nobody streams it into verl.log)
     steps: list[tuple[int, dict]] = field(default_factory=list)
     guards: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
@@ -92,10 +96,12 @@ class Watcher:
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()
-        if self.logs is not None:
-            text = self.logs()
-            yield from text[self._seen :].splitlines()
-            self._seen = len(text)
+        if self.ray is not None and self.ray_logs:
+            text = self.ray.logs()  # the whole log so far: take the new complete lines
+            end = text.rfind("\n", self._seen) + 1
+            if end > self._seen:
+                yield from text[self._seen : end].splitlines()
+                self._seen = end
 
     def poll(self) -> list[tuple[str, object]]:
         new: list[tuple[str, object]] = []
@@ -108,22 +114,33 @@ class Watcher:
                 new.append(("guard", rec))
         from_file = self.metrics.path.is_file()
         for line in self.metrics.lines():
-            with_step = json.loads(line) if line.strip() else None
-            if with_step:
-                new.append(("step", (int(with_step["step"]), with_step["data"])))
+            try:
+                rec = json.loads(line)
+                new.append(("step", (int(rec["step"]), dict(rec["data"]))))
+            except (ValueError, KeyError, TypeError):
+                continue  # a blank or foreign line: the steps around it still count
         for line in self._lines():
             if line.startswith(PREFIX + " "):
-                rec = json.loads(line[len(PREFIX) + 1 :])
-                self.guards[f"{rec['host']}-{rec['pid']}"] = rec
-                new.append(("guard", rec))
+                try:
+                    rec = json.loads(line[len(PREFIX) + 1 :])
+                    key = f"{rec['host']}-{rec['pid']}"
+                except (ValueError, KeyError, TypeError):
+                    continue  # a mangled line in a log is not a reason to stop watching
+                if key not in self.guards:
+                    self.guards[key] = rec
+                    new.append(("guard", rec))
             elif not from_file and (parsed := parse_console(line)):
                 new.append(("step", parsed))
+        fresh: list[tuple[str, object]] = []
         for kind, item in new:
             if kind == "step":
+                if self.steps and item[0] <= self.steps[-1][0]:
+                    continue  # seen already (verl.log, then the same job's log from Ray)
                 self.steps.append(item)
                 if self.strict and self.reason is None and (why := verdict(item[1])):
                     self.reason = f"step {item[0]}: {why}"
-        return new
+            fresh.append((kind, item))
+        return fresh
 
 
 def row(step: int, data: dict) -> str:
@@ -167,22 +184,122 @@ def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
     return path
 
 
-def stop_job(run_dir: Path, status: dict) -> str:
-    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
-    job = run_dir / "ray_job_id"
-    if job.is_file():
+class RayJob:
+    """The run's Ray job through the Job Submission API, every call bounded by cluster.ray_timeout_s
+    (ray@2.60.0:python/ray/dashboard/modules/job/sdk.py:JobSubmissionClient: get_job_logs returns
+    the whole log so far, get_job_info a JobDetails with status, message, driver_exit_code)."""
+
+    def __init__(self, address: str, job_id: str, timeout: float):
         from ray.job_submission import JobSubmissionClient
 
-        from topl.launcher.lifecycle import with_deadline
+        self.address, self.job_id, self.timeout = address, job_id, timeout
+        self.client = self._call(lambda: JobSubmissionClient(address), "connect")
 
-        address, job_id = _spec_get(run_dir, "cluster.ray_address"), job.read_text().strip()
-        with_deadline(
-            lambda: JobSubmissionClient(address).stop_job(job_id),
-            60,
-            "Ray stop_job",
-            fix=f"ray job stop {job_id} --address {address}",
+    def _call(self, fn, what: str):
+        from topl.launcher.backends.ray_job import _call
+
+        return _call(
+            fn, f"the Ray head at {self.address} ({what}, job {self.job_id})", self.timeout
         )
-        return f"ray job {job_id} stopped"
+
+    def logs(self) -> str:
+        return self._call(lambda: self.client.get_job_logs(self.job_id), "logs")
+
+    def info(self):
+        return self._call(lambda: self.client.get_job_info(self.job_id), "status")
+
+    def stop(self) -> None:
+        self._call(lambda: self.client.stop_job(self.job_id), "stop")
+
+
+def ray_job(run_dir: Path) -> RayJob | None:
+    """The run's Ray job (None when the run is not one)."""
+    job = run_dir / "ray_job_id"
+    if not job.is_file():
+        return None
+    address, timeout = (
+        _spec_get(run_dir, "cluster.ray_address"),
+        _spec_get(run_dir, "cluster.ray_timeout_s"),
+    )
+    return RayJob(address, job.read_text().strip(), float(timeout or 30))
+
+
+# Ray's terminal job states -> status.json's (ray@2.60.0:python/ray/dashboard/modules/job/common.py:
+# JobStatus.is_terminal); STOPPED is `ray job stop` (or topl's stop_job)
+RAY_ENDS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "failed"}
+
+
+def _update(run_dir: Path, state: str, **details) -> None:
+    from topl.launcher import rundir
+
+    st = read_status(run_dir)
+    st.pop("state", None), st.pop("updated", None)
+    rundir.set_status(run_dir, state, **{**st, **details})
+
+
+def topl_gone(st: dict) -> bool:
+    """A `running` status whose topl process (on this host) no longer exists."""
+    pid, host = st.get("pid"), st.get("host")
+    if not pid or host != socket.gethostname():
+        return False  # another machine's topl (or an old status without host): cannot tell
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def ended(w: Watcher) -> bool:
+    """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
+    state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
+    st = read_status(w.run_dir)
+    state = st.get("state")
+    if state == "running" and topl_gone(st):
+        if read_status(w.run_dir).get("state") != "running":
+            return True  # topl wrote its end just before it exited
+        if w.ray is None:
+            _update(
+                w.run_dir,
+                "failed",
+                error=f"topl (pid {st['pid']}) ended without recording the run's end "
+                "(killed by SIGKILL or the OOM killer?); the job went with it",
+                recorded_by="topl watch",
+            )
+            return True
+        state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
+    if state == "submitted" and w.ray is not None:
+        w.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
+        info = w.ray.info()
+        status = getattr(info.status, "value", str(info.status))
+        if status not in RAY_ENDS:
+            return False
+        code = info.driver_exit_code
+        _update(
+            w.run_dir,
+            RAY_ENDS[status],
+            exit_code=code if code is not None else int(status != "SUCCEEDED"),
+            ray_status=status,
+            ray_message=_redacted(info.message or "")[:2000],
+            recorded_by="topl watch",
+        )
+        return True
+    return state not in (None, "running", "submitted")
+
+
+def _redacted(text: str) -> str:
+    from topl.launcher import redact
+
+    return redact.text(text)  # Ray's message quotes the job's last log lines
+
+
+def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
+    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
+    ray = ray or ray_job(run_dir)
+    if ray is not None:
+        ray.stop()
+        return f"ray job {ray.job_id} stopped"
     pid = status.get("pid")
     if not pid:
         return "no pid in status.json: nothing stopped"
@@ -195,16 +312,10 @@ def stop_job(run_dir: Path, status: dict) -> str:
 
 def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     """Let topl record the stop first, then say why in status.json (the run failed)."""
-    from topl.launcher import rundir
-
     deadline = time.monotonic() + wait_s
     while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    st = read_status(run_dir)
-    st.pop("state", None), st.pop("updated", None)
-    rundir.set_status(
-        run_dir, "failed", **{**st, "stopped_by": "topl watch", "reason": reason, "stop": how}
-    )
+    _update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
 
 
 def read_status(run_dir: Path) -> dict:
@@ -235,8 +346,8 @@ def follow(
     done: Callable[[], bool] | None = None,
     quiet: bool = False,
 ) -> Watcher:
-    """Poll until the run ends (status not running) or a strict violation (then `on_stop(reason)`)."""
-    done = done or (lambda: read_status(w.run_dir).get("state") not in (None, "running"))
+    """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`)."""
+    done = done or (lambda: ended(w))
     if not quiet:
         print(HEADER, file=out, flush=True)
     while True:
