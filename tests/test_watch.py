@@ -285,3 +285,44 @@ def test_a_strict_watch_stops_a_ray_job_through_the_api(tmp_path, fake_ray, caps
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and status["stopped_by"] == "topl watch"
     assert status["stop"] == "ray job raysubmit_fake1 stopped"
+
+
+RAY_JOB = """
+import time
+for step in (1, 2, 3):
+    print(f"step:{step} - training/rollout_probs_diff_max:0.0 - critic/rewards/mean:{step / 10}",
+          flush=True)
+    time.sleep(1.0)
+"""
+
+
+def test_watch_follows_a_real_ray_job_to_its_end(tmp_path, ray_head):
+    """The same path against a real (loopback) Ray head: submitted without --follow, then watched."""
+    pkg = tmp_path / "pkgs"
+    pkg.mkdir()
+    (pkg / "fake_verl.py").write_text(RAY_JOB)
+    r = run_topl(
+        "launch",
+        "cluster.backend=ray_job",
+        f"cluster.ray_address={ray_head}",
+        "--skip-doctor",
+        "alignment=off",
+        "algorithm.entrypoint=fake_verl",
+        f"cluster.python={sys.executable}",
+        f"+cluster.env.PYTHONPATH={pkg}",
+        cwd=tmp_path,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = next((tmp_path / "runs").glob("*"))
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "submitted"
+    w = run_topl("watch", str(run_dir), "--interval", "0.3", timeout=240)
+    assert w.returncode == 0, w.stdout + w.stderr
+    rows = [ln.split() for ln in w.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [(row[0], row[3]) for row in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["ray_status"], status["exit_code"]) == (
+        "succeeded",
+        "SUCCEEDED",
+        0,
+    )
