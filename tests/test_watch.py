@@ -298,6 +298,17 @@ for step in (1, 2, 3):
 
 def test_watch_follows_a_real_ray_job_to_its_end(tmp_path, ray_head):
     """The same path against a real (loopback) Ray head: submitted without --follow, then watched."""
+    from ray.job_submission import JobSubmissionClient
+
+    deadline = time.monotonic() + 120
+    while True:  # the head answers before its job agent does ("No available agent", HTTP 500)
+        try:
+            JobSubmissionClient(ray_head).submit_job(entrypoint="true")
+            break
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                pytest.skip("the local Ray head's job agent did not come up")
+            time.sleep(1)
     pkg = tmp_path / "pkgs"
     pkg.mkdir()
     (pkg / "fake_verl.py").write_text(RAY_JOB)
