@@ -102,6 +102,8 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         rc = watch.launched(run_dir, is_strict(spec), recorded)
     else:
         rc = recorded()
+    if rc == 0 and spec.cluster.backend == "ray_job" and not ctx.follow:
+        print(f"topl: follow it to its end with: topl watch {run_dir}")
     ctx.rc = max(ctx.rc, rc)
 
 

@@ -88,6 +88,8 @@ class Watcher:
     steps: list[tuple[int, dict]] = field(default_factory=list)
     guards: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # shown with the next poll (Ray job states)
+    ray_state: str | None = None
     _seen: int = 0
 
     def __post_init__(self):
@@ -131,7 +133,8 @@ class Watcher:
                     new.append(("guard", rec))
             elif not from_file and (parsed := parse_console(line)):
                 new.append(("step", parsed))
-        fresh: list[tuple[str, object]] = []
+        fresh: list[tuple[str, object]] = [("note", n) for n in self.notes]
+        self.notes.clear()
         for kind, item in new:
             if kind == "step":
                 if self.steps and item[0] <= self.steps[-1][0]:
@@ -273,6 +276,9 @@ def ended(w: Watcher) -> bool:
         w.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
         info = w.ray.info()
         status = getattr(info.status, "value", str(info.status))
+        if status != w.ray_state:  # PENDING can last long (no free resources): say where it is
+            w.ray_state = status
+            w.notes.append(f"ray job {w.ray.job_id}: {status}")
         if status not in RAY_ENDS:
             return False
         code = info.driver_exit_code
@@ -340,7 +346,7 @@ def is_strict_run(run_dir: Path) -> bool:
 
 def follow(
     w: Watcher,
-    out=sys.stdout,
+    out=None,
     interval: float = 1.0,
     on_stop: Callable[[str], None] | None = None,
     done: Callable[[], bool] | None = None,
@@ -348,13 +354,17 @@ def follow(
 ) -> Watcher:
     """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`)."""
     done = done or (lambda: ended(w))
+    out = out or sys.stdout  # bound now: the stdout of this moment (redacting, captured...)
     if not quiet:
         print(HEADER, file=out, flush=True)
     while True:
         finished = done()  # read before the last poll: nothing written before the end is missed
         for kind, item in w.poll():
             if not quiet:
-                print(row(*item) if kind == "step" else guard_line(item), file=out, flush=True)
+                text = (
+                    row(*item) if kind == "step" else item if kind == "note" else guard_line(item)
+                )
+                print(text, file=out, flush=True)
         if w.reason:
             if not quiet:
                 print(f"topl watch: STOP {w.reason}", file=out, flush=True)

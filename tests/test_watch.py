@@ -241,9 +241,10 @@ def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(tmp_path
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "submitted"  # handed to Ray: not "succeeded" before it ran
     assert not (run_dir / "verl.log").exists()
-    capsys.readouterr()
+    assert f"topl watch {run_dir}" in capsys.readouterr().out  # launch says how to follow it
     assert _watch(run_dir) == 0
     out = capsys.readouterr().out
+    assert out.index("ray job raysubmit_fake1: RUNNING") < out.index("SUCCEEDED")  # states shown
     rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
     # every step, each once, the one cut across two reads included, read while the job ran
     assert [(r[0], r[3]) for r in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
@@ -255,6 +256,14 @@ def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(tmp_path
         0,
     )
     assert status["recorded_by"] == "topl watch" and status["backend"] == "ray_job"
+
+
+def test_launch_watch_on_a_ray_job_follows_it(tmp_path, fake_ray, capfd):
+    run_dir = _launch_ray(tmp_path, "alignment=off", "--watch")
+    out = capfd.readouterr().out  # the watcher thread writes to the process's stdout
+    rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "3"]  # --watch implied --follow: the log was read
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
 
 
 def test_a_failed_ray_job_is_reported_and_recorded_failed(tmp_path, fake_ray, capsys, monkeypatch):
