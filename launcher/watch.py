@@ -193,26 +193,27 @@ class RayJob:
     the whole log so far, get_job_info a JobDetails with status, message, driver_exit_code)."""
 
     def __init__(self, address: str, job_id: str, timeout: float):
+        self.address, self.job_id, self.timeout, self._client = address, job_id, timeout, None
+
+    def _call(self, method: str, what: str):
+        """client.method(job_id), connecting first (a finished run needs no head)."""
         from ray.job_submission import JobSubmissionClient
 
-        self.address, self.job_id, self.timeout = address, job_id, timeout
-        self.client = self._call(lambda: JobSubmissionClient(address), "connect")
-
-    def _call(self, fn, what: str):
         from topl.launcher.backends.ray_job import _call
 
-        return _call(
-            fn, f"the Ray head at {self.address} ({what}, job {self.job_id})", self.timeout
-        )
+        where = f"the Ray head at {self.address} ({what}, job {self.job_id})"
+        if self._client is None:
+            self._client = _call(lambda: JobSubmissionClient(self.address), where, self.timeout)
+        return _call(lambda: getattr(self._client, method)(self.job_id), where, self.timeout)
 
     def logs(self) -> str:
-        return self._call(lambda: self.client.get_job_logs(self.job_id), "logs")
+        return self._call("get_job_logs", "logs")
 
     def info(self):
-        return self._call(lambda: self.client.get_job_info(self.job_id), "status")
+        return self._call("get_job_info", "status")
 
     def stop(self) -> None:
-        self._call(lambda: self.client.stop_job(self.job_id), "stop")
+        self._call("stop_job", "stop")
 
 
 def ray_job(run_dir: Path) -> RayJob | None:
@@ -257,11 +258,15 @@ def topl_gone(st: dict) -> bool:
 def ended(w: Watcher) -> bool:
     """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
     state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
+    from topl.launcher import redact
+
     st = read_status(w.run_dir)
+    gone = st.get("state") == "running" and topl_gone(st)
+    if gone:  # topl writes its end before it exits: read again, the end may be there now
+        st = read_status(w.run_dir)
+        gone = st.get("state") == "running"
     state = st.get("state")
-    if state == "running" and topl_gone(st):
-        if read_status(w.run_dir).get("state") != "running":
-            return True  # topl wrote its end just before it exited
+    if gone:
         if w.ray is None:
             _update(
                 w.run_dir,
@@ -287,17 +292,11 @@ def ended(w: Watcher) -> bool:
             RAY_ENDS[status],
             exit_code=code if code is not None else int(status != "SUCCEEDED"),
             ray_status=status,
-            ray_message=_redacted(info.message or "")[:2000],
+            ray_message=redact.text(info.message or "")[:2000],  # it quotes the job's last lines
             recorded_by="topl watch",
         )
         return True
     return state not in (None, "running", "submitted")
-
-
-def _redacted(text: str) -> str:
-    from topl.launcher import redact
-
-    return redact.text(text)  # Ray's message quotes the job's last log lines
 
 
 def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
