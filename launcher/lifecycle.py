@@ -3,7 +3,8 @@
 `run_recorded(run_dir, start)` marks the run `running`, calls `start()` (a backend) with SIGINT and
 SIGTERM turned into `Interrupted`, and then marks it `succeeded`, `failed` (exit code or signal) or
 `interrupted` (`submitted` when the backend only handed the job to Ray); the exit code it returns is
-non-zero for every failure (128 + N for signal N, as a shell reports it). `with_deadline` bounds a call that may never answer (a silent Ray head).
+non-zero for every failure (128 + N for signal N, as a shell reports it). `with_deadline` bounds a
+call that may never answer (a silent Ray head).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ PACKAGES = (
 )
 # status.json's states. dry_run: written, nothing started (command.sh has the command); submitted:
 # handed to a Ray head without --follow, Ray's job status is the truth (`topl watch` follows it and
-# records the end); running: topl follows the job (its pid and host are recorded); the rest are ends.
+# records the end); running: topl follows the job (its pid and host recorded); the rest are ends.
 STATES = ("dry_run", "submitted", "running", "succeeded", "failed", "interrupted")
 ENDS = ("dry_run", "succeeded", "failed", "interrupted")
 

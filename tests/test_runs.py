@@ -162,7 +162,7 @@ def test_sigkill_to_topl_takes_the_job_down_too(tmp_path, fake):
         time.sleep(0.05)
     assert gone(child) or open(f"/proc/{child}/stat").read().split()[2] == "Z"
     assert status(d)["state"] == "running" and gone(status(d)["pid"])
-    # topl watch sees that topl is gone without an end, says so and records it (nothing waits forever)
+    # topl watch sees topl gone without an end, says so and records it (nothing waits forever)
     w = run_topl("watch", str(d), "--json", timeout=60)
     assert w.returncode == 1, w.stderr
     assert json.loads(w.stdout)["state"] == "failed"

@@ -154,7 +154,7 @@ RAY_LOG = [
 
 
 class FakeJobs:
-    """Stands in for ray.job_submission.JobSubmissionClient (one job; tests set the class's script)."""
+    """Stands in for ray.job_submission.JobSubmissionClient (one job; tests set its script)."""
 
     CHUNKS, END, EXIT, MESSAGE = RAY_LOG, "SUCCEEDED", 0, None
     instances: list = []
@@ -236,7 +236,9 @@ def _watch(run_dir, *flags):
     return main(["watch", str(run_dir), "--interval", "0.01", *flags])
 
 
-def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(tmp_path, fake_ray, capsys):
+def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(
+    tmp_path, fake_ray, capsys, monkeypatch
+):
     run_dir = _launch_ray(tmp_path, "alignment=off")
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "submitted"  # handed to Ray: not "succeeded" before it ran
@@ -256,6 +258,12 @@ def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(tmp_path
         0,
     )
     assert status["recorded_by"] == "topl watch" and status["backend"] == "ray_job"
+
+    def head_gone(self, *a, **k):
+        raise ConnectionError("no head")
+
+    monkeypatch.setattr(FakeJobs, "__init__", head_gone)  # an ended run needs no head
+    assert _watch(run_dir, "--once") == 0 and "run succeeded" in capsys.readouterr().out
 
 
 def test_launch_watch_on_a_ray_job_follows_it(tmp_path, fake_ray, capfd):
@@ -306,7 +314,7 @@ for step in (1, 2, 3):
 
 
 def test_watch_follows_a_real_ray_job_to_its_end(tmp_path, ray_head):
-    """The same path against a real (loopback) Ray head: submitted without --follow, then watched."""
+    """The same path on a real (loopback) Ray head: submitted without --follow, then watched."""
     from ray.job_submission import JobSubmissionClient
 
     deadline = time.monotonic() + 120
