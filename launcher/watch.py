@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from topl.launcher.watch_ray import RAY_ENDS, RayJob, ray_job  # noqa: F401 - watch.ray_job
+
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
 # verl@0.9.1:verl/utils/debug/metrics.py:calculate_debug_metrics (not computed under bypass_mode)
 DIFF_MAX, DIFF_MEAN = "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean"
@@ -185,52 +187,6 @@ def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
-
-
-class RayJob:
-    """The run's Ray job through the Job Submission API, every call bounded by cluster.ray_timeout_s
-    (ray@2.60.0:python/ray/dashboard/modules/job/sdk.py:JobSubmissionClient: get_job_logs returns
-    the whole log so far, get_job_info a JobDetails with status, message, driver_exit_code)."""
-
-    def __init__(self, address: str, job_id: str, timeout: float):
-        self.address, self.job_id, self.timeout, self._client = address, job_id, timeout, None
-
-    def _call(self, method: str, what: str):
-        """client.method(job_id), connecting first (a finished run needs no head)."""
-        from ray.job_submission import JobSubmissionClient
-
-        from topl.launcher.backends.ray_job import _call
-
-        where = f"the Ray head at {self.address} ({what}, job {self.job_id})"
-        if self._client is None:
-            self._client = _call(lambda: JobSubmissionClient(self.address), where, self.timeout)
-        return _call(lambda: getattr(self._client, method)(self.job_id), where, self.timeout)
-
-    def logs(self) -> str:
-        return self._call("get_job_logs", "logs")
-
-    def info(self):
-        return self._call("get_job_info", "status")
-
-    def stop(self) -> None:
-        self._call("stop_job", "stop")
-
-
-def ray_job(run_dir: Path) -> RayJob | None:
-    """The run's Ray job (None when the run is not one)."""
-    job = run_dir / "ray_job_id"
-    if not job.is_file():
-        return None
-    address, timeout = (
-        _spec_get(run_dir, "cluster.ray_address"),
-        _spec_get(run_dir, "cluster.ray_timeout_s"),
-    )
-    return RayJob(address, job.read_text().strip(), float(timeout or 30))
-
-
-# Ray's terminal job states -> status.json's (ray@2.60.0:python/ray/dashboard/modules/job/common.py:
-# JobStatus.is_terminal); STOPPED is `ray job stop` (or topl's stop_job)
-RAY_ENDS = {"SUCCEEDED": "succeeded", "FAILED": "failed", "STOPPED": "failed"}
 
 
 def _update(run_dir: Path, state: str, **details) -> None:

@@ -354,3 +354,12 @@ def test_watch_follows_a_real_ray_job_to_its_end(tmp_path, ray_head):
         "SUCCEEDED",
         0,
     )
+
+
+def test_watching_a_ray_job_without_ray_is_one_message(tmp_path, fake_ray, capsys, monkeypatch):
+    run_dir = _launch_ray(tmp_path, "alignment=off")
+    monkeypatch.setitem(sys.modules, "ray.job_submission", None)  # `import` raises ImportError
+    capsys.readouterr()
+    assert _watch(run_dir) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray" in err and "raysubmit_fake1" in err and "Traceback" not in err
