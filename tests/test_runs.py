@@ -258,3 +258,27 @@ def test_silent_ray_endpoint_gives_one_clear_error_within_the_timeout(tmp_path):
         assert all(status(d)["state"] == "failed" for d in runs)
     finally:
         server.close()
+
+
+def test_sweep_points_that_cannot_start_are_marked_failed(tmp_path):
+    """Under -m Hydra makes each point's dir; a point refused before starting says so."""
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    address = f"http://127.0.0.1:{port.getsockname()[1]}"
+    port.close()  # nothing listens: connection refused
+    sweep = tmp_path / "sw"
+    r = run_topl(
+        "launch",
+        "-m",
+        "seed=1,2",
+        "cluster.backend=ray_job",
+        f"cluster.ray_address={address}",
+        "cluster.ray_timeout_s=5",
+        "--skip-doctor",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for point in ("0", "1"):
+        s = status(sweep / point)
+        assert (s["state"], s["started"]) == ("failed", False) and address in s["error"]
