@@ -64,8 +64,10 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         violations = check(composed)
     print_violations(violations)
     spec = composed.to_object()
-    if errors(violations):
+    if errors(violations):  # a sweep point (a single run is checked before its dir exists)
         ctx.rc = 2
+        ids = sorted({v.rule for v in errors(violations)})
+        rundir.set_status(run_dir, "failed", error=f"rejected by {', '.join(ids)}", started=False)
         print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
         return
     inv = render(spec)
@@ -74,17 +76,23 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             preflight(spec)
         except ToplError as e:
             ctx.rc = 2
+            rundir.set_status(run_dir, "failed", error=e.message, started=False)
             print(e.render(), file=sys.stderr)
             return
     rundir.write(run_dir, composed, inv, violations)
     print(f"topl: run directory {run_dir}")
     if ctx.dry_run:
+        # nothing started, and status.json says so: a run dir without one is a launch that died
+        rundir.set_status(run_dir, "dry_run", started=False, backend=spec.cluster.backend)
         print(inv.command(spec.cluster.python))
         return
 
     def recorded() -> int:
         return lifecycle.run_recorded(
-            run_dir, lambda: start(ctx, spec, inv, run_dir), backend=spec.cluster.backend
+            run_dir,
+            lambda: start(ctx, spec, inv, run_dir),
+            detached=spec.cluster.backend == "ray_job" and not ctx.follow,
+            backend=spec.cluster.backend,
         )
 
     if ctx.watch:
@@ -94,6 +102,8 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         rc = watch.launched(run_dir, is_strict(spec), recorded)
     else:
         rc = recorded()
+    if rc == 0 and spec.cluster.backend == "ray_job" and not ctx.follow:
+        print(f"topl: follow it to its end with: topl watch {run_dir}")
     ctx.rc = max(ctx.rc, rc)
 
 

@@ -2,8 +2,9 @@
 
 `run_recorded(run_dir, start)` marks the run `running`, calls `start()` (a backend) with SIGINT and
 SIGTERM turned into `Interrupted`, and then marks it `succeeded`, `failed` (exit code or signal) or
-`interrupted`; the exit code it returns is non-zero for every failure (128 + N for signal N, as a
-shell reports it). `with_deadline` bounds a call that may never answer (a silent Ray head).
+`interrupted` (`submitted` when the backend only handed the job to Ray); the exit code it returns is
+non-zero for every failure (128 + N for signal N, as a shell reports it). `with_deadline` bounds a
+call that may never answer (a silent Ray head).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -62,22 +64,24 @@ def status_of(returncode: int) -> dict:
     return {"state": "failed", "exit_code": returncode}
 
 
-def run_recorded(run_dir: Path, start: Callable[[], int], **details) -> int:
+def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False, **details) -> int:
     """Run a backend under signal handling; status.json is right on every way out.
 
     `start` returns the job's return code (negative: killed by that signal); it stops its job
-    itself when Interrupted passes through it."""
+    itself when Interrupted passes through it. `detached`: a 0 only means the job was handed over
+    (a Ray job without --follow): the run is `submitted`, not `succeeded`."""
     # imported here: `topl rules` imports this module and must not pay for omegaconf
     from topl.launcher import rundir
 
     state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
     try:
         with signals_interrupt():
+            # a dead pid on this host with the state still running: topl was killed (`topl watch`)
             rundir.set_status(
-                run_dir, "running", pid=os.getpid(), **details
-            )  # a dead pid: topl was killed
+                run_dir, "running", pid=os.getpid(), host=socket.gethostname(), **details
+            )
             rc = start()
-        state = {**status_of(rc), **details}
+        state = {**({"state": "submitted"} if detached and rc == 0 else status_of(rc)), **details}
         return exit_code(rc)
     except (Interrupted, KeyboardInterrupt) as e:
         signum = getattr(e, "signum", signal.SIGINT)

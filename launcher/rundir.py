@@ -30,7 +30,11 @@ PACKAGES = (
     "transformers",
     "triton",
 )
-STATES = ("running", "succeeded", "failed", "interrupted")
+# status.json's states. dry_run: written, nothing started (command.sh has the command); submitted:
+# handed to a Ray head without --follow, Ray's job status is the truth (`topl watch` follows it and
+# records the end); running: topl follows the job (its pid and host recorded); the rest are ends.
+STATES = ("dry_run", "submitted", "running", "succeeded", "failed", "interrupted")
+ENDS = ("dry_run", "succeeded", "failed", "interrupted")
 
 
 def redact(env: dict[str, str]) -> dict[str, str]:
@@ -60,7 +64,7 @@ def create(run_dir: Path) -> Path:
 
 
 def set_status(run_dir: Path, state: str, **details) -> None:
-    """status.json: running | succeeded | failed (exit_code or signal) | interrupted, replaced atomically."""
+    """status.json: one of STATES (failed: exit_code or signal or error), replaced atomically."""
     assert state in STATES, state
     body = json.dumps(
         {"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1

@@ -6,7 +6,9 @@ local backend writes it and as verl's file logger does (verl@0.9.1:verl/utils/tr
 path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here); `guard/*.json` (one per
 verl process, launcher/guard.py); else the job's console lines `step:N - key:value - ...`
 (verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str) in `verl.log` or, for a Ray
-job, from the Ray Job API, and `TOPL-GUARD {...}` lines there.
+job nobody streams (`submitted`, or its topl is gone), from the Ray Job API, and `TOPL-GUARD {...}`
+lines there. The run's end comes from status.json, or from Ray for a Ray job nobody follows; watch
+records an end topl could not (a Ray job's, or a topl killed with SIGKILL) in status.json.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
+
+from topl.launcher.watch_ray import RAY_ENDS, RayJob, ray_job  # noqa: F401 - watch.ray_job
 
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
 # verl@0.9.1:verl/utils/debug/metrics.py:calculate_debug_metrics (not computed under bypass_mode)
@@ -80,10 +85,13 @@ class Watcher:
 
     run_dir: Path
     strict: bool
-    logs: Callable[[], str] | None = None  # a Ray job's whole log so far (Ray Job API)
+    ray: RayJob | None = None  # the run's Ray job (None: not one)
+    ray_logs: bool = False  # read the job's log from Ray (nobody streams it into verl.log)
     steps: list[tuple[int, dict]] = field(default_factory=list)
     guards: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # shown with the next poll (Ray job states)
+    ray_state: str | None = None
     _seen: int = 0
 
     def __post_init__(self):
@@ -92,10 +100,12 @@ class Watcher:
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()
-        if self.logs is not None:
-            text = self.logs()
-            yield from text[self._seen :].splitlines()
-            self._seen = len(text)
+        if self.ray is not None and self.ray_logs:
+            text = self.ray.logs()  # the whole log so far: take the new complete lines
+            end = text.rfind("\n", self._seen) + 1
+            if end > self._seen:
+                yield from text[self._seen : end].splitlines()
+                self._seen = end
 
     def poll(self) -> list[tuple[str, object]]:
         new: list[tuple[str, object]] = []
@@ -108,22 +118,34 @@ class Watcher:
                 new.append(("guard", rec))
         from_file = self.metrics.path.is_file()
         for line in self.metrics.lines():
-            with_step = json.loads(line) if line.strip() else None
-            if with_step:
-                new.append(("step", (int(with_step["step"]), with_step["data"])))
+            try:
+                rec = json.loads(line)
+                new.append(("step", (int(rec["step"]), dict(rec["data"]))))
+            except (ValueError, KeyError, TypeError):
+                continue  # a blank or foreign line: the steps around it still count
         for line in self._lines():
             if line.startswith(PREFIX + " "):
-                rec = json.loads(line[len(PREFIX) + 1 :])
-                self.guards[f"{rec['host']}-{rec['pid']}"] = rec
-                new.append(("guard", rec))
+                try:
+                    rec = json.loads(line[len(PREFIX) + 1 :])
+                    key = f"{rec['host']}-{rec['pid']}"
+                except (ValueError, KeyError, TypeError):
+                    continue  # a mangled line in a log is not a reason to stop watching
+                if key not in self.guards:
+                    self.guards[key] = rec
+                    new.append(("guard", rec))
             elif not from_file and (parsed := parse_console(line)):
                 new.append(("step", parsed))
+        fresh: list[tuple[str, object]] = [("note", n) for n in self.notes]
+        self.notes.clear()
         for kind, item in new:
             if kind == "step":
+                if self.steps and item[0] <= self.steps[-1][0]:
+                    continue  # seen already (verl.log, then the same job's log from Ray)
                 self.steps.append(item)
                 if self.strict and self.reason is None and (why := verdict(item[1])):
                     self.reason = f"step {item[0]}: {why}"
-        return new
+            fresh.append((kind, item))
+        return fresh
 
 
 def row(step: int, data: dict) -> str:
@@ -167,22 +189,78 @@ def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
     return path
 
 
-def stop_job(run_dir: Path, status: dict) -> str:
-    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
-    job = run_dir / "ray_job_id"
-    if job.is_file():
-        from ray.job_submission import JobSubmissionClient
+def _update(run_dir: Path, state: str, **details) -> None:
+    from topl.launcher import rundir
 
-        from topl.launcher.lifecycle import with_deadline
+    st = read_status(run_dir)
+    st.pop("state", None), st.pop("updated", None)
+    rundir.set_status(run_dir, state, **{**st, **details})
 
-        address, job_id = _spec_get(run_dir, "cluster.ray_address"), job.read_text().strip()
-        with_deadline(
-            lambda: JobSubmissionClient(address).stop_job(job_id),
-            60,
-            "Ray stop_job",
-            fix=f"ray job stop {job_id} --address {address}",
+
+def topl_gone(st: dict) -> bool:
+    """A `running` status whose topl process (on this host) no longer exists."""
+    pid, host = st.get("pid"), st.get("host")
+    if not pid or host != socket.gethostname():
+        return False  # another machine's topl (or an old status without host): cannot tell
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def ended(w: Watcher) -> bool:
+    """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
+    state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
+    from topl.launcher import redact
+
+    st = read_status(w.run_dir)
+    gone = st.get("state") == "running" and topl_gone(st)
+    if gone:  # topl writes its end before it exits: read again, the end may be there now
+        st = read_status(w.run_dir)
+        gone = st.get("state") == "running"
+    state = st.get("state")
+    if gone:
+        if w.ray is None:
+            _update(
+                w.run_dir,
+                "failed",
+                error=f"topl (pid {st['pid']}) ended without recording the run's end "
+                "(killed by SIGKILL or the OOM killer?); the job went with it",
+                recorded_by="topl watch",
+            )
+            return True
+        state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
+    if state == "submitted" and w.ray is not None:
+        w.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
+        info = w.ray.info()
+        status = getattr(info.status, "value", str(info.status))
+        if status != w.ray_state:  # PENDING can last long (no free resources): say where it is
+            w.ray_state = status
+            w.notes.append(f"ray job {w.ray.job_id}: {status}")
+        if status not in RAY_ENDS:
+            return False
+        code = info.driver_exit_code
+        _update(
+            w.run_dir,
+            RAY_ENDS[status],
+            exit_code=code if code is not None else int(status != "SUCCEEDED"),
+            ray_status=status,
+            ray_message=redact.text(info.message or "")[:2000],  # it quotes the job's last lines
+            recorded_by="topl watch",
         )
-        return f"ray job {job_id} stopped"
+        return True
+    return state not in (None, "running", "submitted")
+
+
+def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
+    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
+    ray = ray or ray_job(run_dir)
+    if ray is not None:
+        ray.stop()
+        return f"ray job {ray.job_id} stopped"
     pid = status.get("pid")
     if not pid:
         return "no pid in status.json: nothing stopped"
@@ -195,16 +273,10 @@ def stop_job(run_dir: Path, status: dict) -> str:
 
 def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     """Let topl record the stop first, then say why in status.json (the run failed)."""
-    from topl.launcher import rundir
-
     deadline = time.monotonic() + wait_s
     while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    st = read_status(run_dir)
-    st.pop("state", None), st.pop("updated", None)
-    rundir.set_status(
-        run_dir, "failed", **{**st, "stopped_by": "topl watch", "reason": reason, "stop": how}
-    )
+    _update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
 
 
 def read_status(run_dir: Path) -> dict:
@@ -229,21 +301,25 @@ def is_strict_run(run_dir: Path) -> bool:
 
 def follow(
     w: Watcher,
-    out=sys.stdout,
+    out=None,
     interval: float = 1.0,
     on_stop: Callable[[str], None] | None = None,
     done: Callable[[], bool] | None = None,
     quiet: bool = False,
 ) -> Watcher:
-    """Poll until the run ends (status not running) or a strict violation (then `on_stop(reason)`)."""
-    done = done or (lambda: read_status(w.run_dir).get("state") not in (None, "running"))
+    """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`)."""
+    done = done or (lambda: ended(w))
+    out = out or sys.stdout  # bound now: the stdout of this moment (redacting, captured...)
     if not quiet:
         print(HEADER, file=out, flush=True)
     while True:
         finished = done()  # read before the last poll: nothing written before the end is missed
         for kind, item in w.poll():
             if not quiet:
-                print(row(*item) if kind == "step" else guard_line(item), file=out, flush=True)
+                text = (
+                    row(*item) if kind == "step" else item if kind == "note" else guard_line(item)
+                )
+                print(text, file=out, flush=True)
         if w.reason:
             if not quiet:
                 print(f"topl watch: STOP {w.reason}", file=out, flush=True)

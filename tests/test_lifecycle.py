@@ -78,3 +78,13 @@ def test_with_deadline_gives_one_clear_error_for_a_silent_endpoint():
     assert lifecycle.with_deadline(lambda: 7, 1.0, "x", fix="") == 7
     with pytest.raises(KeyError):
         lifecycle.with_deadline(lambda: {}["k"], 1.0, "x", fix="")
+
+
+def test_a_handed_over_job_is_submitted_not_succeeded(tmp_path):
+    """A Ray job without --follow: 0 means Ray took it, not that it ran; a failure still fails."""
+    seen = []
+    assert lifecycle.run_recorded(tmp_path, lambda: seen.append(status(tmp_path)) or 0, True) == 0
+    assert seen[0]["host"] == socket.gethostname() and seen[0]["pid"] == os.getpid()
+    assert status(tmp_path)["state"] == "submitted"
+    assert lifecycle.run_recorded(tmp_path, lambda: 1, detached=True) == 1
+    assert status(tmp_path)["state"] == "failed"

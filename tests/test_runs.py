@@ -162,6 +162,11 @@ def test_sigkill_to_topl_takes_the_job_down_too(tmp_path, fake):
         time.sleep(0.05)
     assert gone(child) or open(f"/proc/{child}/stat").read().split()[2] == "Z"
     assert status(d)["state"] == "running" and gone(status(d)["pid"])
+    # topl watch sees topl gone without an end, says so and records it (nothing waits forever)
+    w = run_topl("watch", str(d), "--json", timeout=60)
+    assert w.returncode == 1, w.stderr
+    assert json.loads(w.stdout)["state"] == "failed"
+    assert status(d)["state"] == "failed" and "SIGKILL" in status(d)["error"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -173,6 +178,18 @@ def test_local_backend_interrupt_is_marked_without_traceback(tmp_path, sig):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 128 + sig and "Traceback" not in err, err
     assert status(d)["state"] == "interrupted"
+
+
+def test_a_dry_run_says_so_in_status_and_watch(tmp_path):
+    d = tmp_path / "dry"
+    assert run_topl("launch", "--dry-run", f"hydra.run.dir={d}", cwd=tmp_path).returncode == 0
+    s = status(d)
+    assert (s["state"], s["started"], s["backend"]) == ("dry_run", False, "local")
+    assert oct(d.joinpath("status.json").stat().st_mode & 0o777) == oct(0o600)
+    w = run_topl("watch", str(d), timeout=60)
+    assert w.returncode == 3 and "dry run" in w.stderr and "command.sh" in w.stderr, w.stderr
+    w = run_topl("watch", str(d), "--json", timeout=60)
+    assert w.returncode == 3 and json.loads(w.stdout)["state"] == "dry_run"
 
 
 def test_run_dir_is_created_exclusively(tmp_path):
@@ -211,6 +228,10 @@ def test_two_sweeps_into_one_dir_the_second_is_refused(tmp_path):
     r = run_topl("launch", "-m", *sweep, cwd=tmp_path)
     assert r.returncode == 2 and "refusing to overwrite" in r.stderr
     assert sorted(p.name for p in (tmp_path / "sw").iterdir() if p.is_dir()) == ["0", "1"]
+    assert [status(tmp_path / "sw" / n)["state"] for n in ("0", "1")] == ["dry_run", "dry_run"]
+    w = run_topl("watch", str(tmp_path / "sw"), timeout=60)  # a sweep dir: watch names its runs
+    assert w.returncode == 2 and "not a topl run directory" in w.stderr
+    assert str(tmp_path / "sw" / "0") in w.stderr and "Traceback" not in w.stderr
 
 
 def test_silent_ray_endpoint_gives_one_clear_error_within_the_timeout(tmp_path):
@@ -237,3 +258,27 @@ def test_silent_ray_endpoint_gives_one_clear_error_within_the_timeout(tmp_path):
         assert all(status(d)["state"] == "failed" for d in runs)
     finally:
         server.close()
+
+
+def test_sweep_points_that_cannot_start_are_marked_failed(tmp_path):
+    """Under -m Hydra makes each point's dir; a point refused before starting says so."""
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    address = f"http://127.0.0.1:{port.getsockname()[1]}"
+    port.close()  # nothing listens: connection refused
+    sweep = tmp_path / "sw"
+    r = run_topl(
+        "launch",
+        "-m",
+        "seed=1,2",
+        "cluster.backend=ray_job",
+        f"cluster.ray_address={address}",
+        "cluster.ray_timeout_s=5",
+        "--skip-doctor",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for point in ("0", "1"):
+        s = status(sweep / point)
+        assert (s["state"], s["started"]) == ("failed", False) and address in s["error"]

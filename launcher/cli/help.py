@@ -92,9 +92,12 @@ HELP = {
     ),
     "watch": (
         "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S]",
-        "Follow a running job: logdiff, reward and ratio per step and the guard's record of every "
-        "verl process; in strict mode stop the job on the first step whose max logdiff is not "
-        "exactly 0 (or is missing) and write why into the run's status.json.",
+        "Follow a job to its end: logdiff, reward and ratio per step and the guard's record of "
+        "every verl process; in strict mode stop the job on the first step whose max logdiff is "
+        "not exactly 0 (or is missing) and write why into the run's status.json. A Ray job "
+        "launched without --follow is followed through the Ray Job API and its end recorded. "
+        "Exit: 0 succeeded (--once: not ended, nothing wrong yet), 1 stopped, failed or "
+        "interrupted, 2 bad input, 3 a dry run (nothing started).",
         "  --no-stop        only show, never stop the job\n"
         "  --strict         stop on logdiff != 0 even if the spec is not strict\n"
         "  --once           read what is there and exit\n"

@@ -103,7 +103,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     hydra_overrides, root = prepared
     ctx = LaunchContext(
         flags.dry_run,
-        flags.follow,
+        flags.follow or flags.watch,  # --watch on a Ray job reads the logs --follow streams
         flags.skip_doctor,
         user_overrides=overrides,
         root=root,

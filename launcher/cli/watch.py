@@ -1,8 +1,12 @@
-"""`topl watch RUN_DIR`: follow a running job's logdiff, reward and guard records; under
+"""`topl watch RUN_DIR`: follow a job's logdiff, reward and guard records to its end; under
 alignment=strict stop it on the first step whose max logdiff is not exactly 0 and say why in
 status.json. Flags: --no-stop (only show), --strict (stop even if the spec is not strict),
 --once (read what is there and exit), --json (a summary object instead of the table),
---interval S."""
+--interval S.
+
+Exit codes: 0 the run succeeded (--once: or has not ended, with nothing wrong so far); 1 watch
+stopped it (strict), or it failed or was interrupted; 2 bad input (not a run directory, a Ray head
+that does not answer); 3 a dry run (`topl launch --dry-run`): nothing was started."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from pathlib import Path
 from topl.launcher.cli.argv import parse
 from topl.launcher.errors import ToplError
 
+DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
+
 
 def main(args: list[str]) -> int:
     from topl.launcher import watch
@@ -21,29 +27,27 @@ def main(args: list[str]) -> int:
     flags, rest = parse(
         args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}
     )
-    if len(rest) != 1 or not Path(rest[0]).is_dir():
-        raise ToplError(
-            f"topl watch needs one run directory, got {rest!r}",
-            where="command line",
-            fix="topl watch outputs/DATE/TIME (the directory `topl launch` printed)",
-        )
-    run_dir = Path(rest[0])
+    run_dir = _run_dir(rest)
+    status = watch.read_status(run_dir)
+    if status.get("state") == "dry_run":
+        return _dry_run(run_dir, flags.json)
     strict = (flags.strict or watch.is_strict_run(run_dir)) and not flags.no_stop
-    logs = _ray_logs(run_dir)
-    w = watch.Watcher(run_dir, strict, logs=logs)
+    w = watch.Watcher(run_dir, strict, ray=watch.ray_job(run_dir))
     stopped = {}
 
     def on_stop(reason: str) -> None:
-        stopped["how"] = how = watch.stop_job(run_dir, watch.read_status(run_dir))
+        stopped["how"] = how = watch.stop_job(run_dir, watch.read_status(run_dir), w.ray)
         watch.mark(run_dir, reason, how)
         print(f"topl watch: {how}; status.json marked failed", file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout
-    done = (lambda: True) if flags.once else None
+    done = (lambda: watch.ended(w) or True) if flags.once else None
     watch.follow(
         w, out=out, interval=float(flags.interval), on_stop=on_stop, done=done, quiet=flags.json
     )
     png = watch.plot(w.steps, run_dir / "watch.png") if w.steps else None
+    end = watch.read_status(run_dir)
+    state = end.get("state")
     if flags.json:
         print(
             json.dumps(
@@ -57,23 +61,55 @@ def main(args: list[str]) -> int:
                     "last": w.steps[-1][1] if w.steps else None,
                     "guards": list(w.guards.values()),
                     "plot": str(png) if png else None,
+                    "state": state,
+                    "status": end,
                 }
             )
         )
-    elif png:
-        print(f"plot: {png}")
-    return 1 if w.reason else 0
+    else:
+        if png:
+            print(f"plot: {png}")
+        print(f"topl watch: run {_describe(end)} (run dir {run_dir})")
+    return 1 if w.reason or state in ("failed", "interrupted") else 0
 
 
-def _ray_logs(run_dir: Path):
-    """A Ray job's log text through the Job API (None when the run is not a Ray job)."""
-    job = run_dir / "ray_job_id"
-    if not job.is_file() or (run_dir / "verl.log").is_file():
-        return None  # --follow already streams the log into verl.log
-    from ray.job_submission import JobSubmissionClient
+def _run_dir(rest: list[str]) -> Path:
+    fix = "topl watch outputs/DATE/TIME (the directory `topl launch` printed)"
+    if len(rest) != 1 or not Path(rest[0]).is_dir():
+        raise ToplError(
+            f"topl watch needs one run directory, got {rest!r}", where="command line", fix=fix
+        )
+    run_dir = Path(rest[0])
+    if not (run_dir / "topl.json").is_file() and not (run_dir / "status.json").is_file():
+        points = sorted(p.name for p in run_dir.iterdir() if (p / "topl.json").is_file())
+        raise ToplError(
+            f"{run_dir} is not a topl run directory (no topl.json, no status.json)",
+            where="command line",
+            fix=f"watch one of its runs: {', '.join(str(run_dir / p) for p in points[:4])}"
+            if points
+            else fix,
+        )
+    return run_dir
 
-    from topl.launcher.watch import _spec_get
 
-    client = JobSubmissionClient(_spec_get(run_dir, "cluster.ray_address"))
-    job_id = job.read_text().strip()
-    return lambda: client.get_job_logs(job_id)
+def _dry_run(run_dir: Path, as_json: bool) -> int:
+    why = "a dry run (topl launch --dry-run): nothing was started, there is nothing to follow"
+    if as_json:
+        print(json.dumps({"run_dir": str(run_dir), "state": "dry_run", "steps": 0, "why": why}))
+    else:
+        print(
+            f"topl watch: {run_dir} is {why}; its command is in {run_dir / 'command.sh'} "
+            "(launch without --dry-run to start it)",
+            file=sys.stderr,
+        )
+    return DRY_RUN
+
+
+def _describe(st: dict) -> str:
+    """`succeeded`, `failed: exit code 3 (...)`, `still running` as a person reads it."""
+    state = st.get("state")
+    if state in (None, "running", "submitted"):
+        return f"not ended yet ({state or 'no status.json yet'})"
+    extra = [f"{k} {st[k]}" for k in ("exit_code", "signal", "ray_status") if st.get(k) is not None]
+    why = st.get("reason") or st.get("error") or st.get("ray_message")
+    return state + (f": {', '.join(extra)}" if extra else "") + (f" ({why})" if why else "")
