@@ -21,13 +21,24 @@ def test_help_on_every_command(cmd):
     r = run_topl(cmd, "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"usage: topl {cmd}") and "examples:" in r.stdout, r.stdout
-    if cmd not in ("rules", "recipes", "diagnose"):
-        assert "override_grammar" in r.stdout and "key=value" in r.stdout
+    takes_overrides = cmd not in ("rules", "recipes", "diagnose", "watch")
+    assert ("override_grammar" in r.stdout and "key=value" in r.stdout) == takes_overrides
     if cmd == "launch":  # topl's own flags, then Hydra's help (the config groups)
         for flag in ("--dry-run", "--follow", "--skip-doctor", "-m, --multirun"):
             assert flag in r.stdout
         assert "Configuration groups" in r.stdout
     assert "Traceback" not in r.stderr and "token recognition" not in r.stderr
+
+
+def test_help_into_a_closed_pipe_is_quiet():
+    """`topl watch --help | true`: the reader is gone before topl writes (python starts in far
+    longer than `true` exits); no BrokenPipeError traceback, exit 0."""
+    import shlex
+
+    cmd = f"{shlex.quote(sys.executable)} -m topl.launcher.cli watch --help | true"
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True)
+    assert r.returncode == 0, r
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
 
 
 def test_version_names_the_checkout():

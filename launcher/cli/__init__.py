@@ -96,6 +96,14 @@ COMMANDS = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `topl ... | head`: the reader left; not an error, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's exit flush too
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     redact.install()  # everything printed from here on has secrets removed
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -136,8 +144,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(local_extra_error(f"topl {cmd}", e.name).render(), file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
     except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)

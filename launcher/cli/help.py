@@ -113,7 +113,7 @@ def text(cmd: str) -> str:
 
     usage, what, flags, examples = HELP[cmd]
     out = f"usage: {usage}\n\n{textwrap.fill(what, 96)}\n\nflags:\n{flags}\n  -h, --help       this help\n"
-    if cmd not in ("rules", "recipes", "diagnose"):
+    if cmd not in ("rules", "recipes", "diagnose", "watch"):  # these take no Hydra overrides
         out += f"\n{OVERRIDES}\n"
     return out + f"\nexamples:\n{examples}\n"
 
