@@ -65,12 +65,13 @@ _SHAPES = [
 # NAME=value / "NAME": "value" / NAME: value for an upper-case (environment-style) NAME.
 _ASSIGN = re.compile(
     r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
-    r"(?P<value>\$\{[A-Za-z_]\w*(?::?[-?+=][^}\"]*)?\}|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
+    r"(?P<value>\$\{[^}\"]*\}|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
 )
 
 
-# `$NAME`, `${NAME}`, `${NAME:?message}`: a reference to a variable, as command.sh writes a secret
-_REFERENCE = re.compile(r"^\$(?:[A-Za-z_]\w*|\{[A-Za-z_]\w*(?::?[-?+=][^}\"]*)?\})$")
+# `${NAME}`, `${NAME:?message}` (how command.sh writes a secret), `${oc.env:NAME}` (how a user
+# hands one to topl): references to a variable, not values; `${oc.env:NAME,default}` is not one
+_REFERENCE = re.compile(r"^\$\{(?:oc\.env:)?[A-Za-z_]\w*(?::?[-?+=][^}\"]*)?\}$")
 
 
 def secret_name(name: str) -> bool:
