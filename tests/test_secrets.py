@@ -238,5 +238,6 @@ def test_ray_job_workers_get_the_secrets_through_the_job_runtime_env(tmp_path, r
         f"cluster.ray_address={ray_head}",
         "--follow",
         "+cluster.env.FAKE_RAY=1",
+        "--skip-doctor",  # the per-node doctor runs the Ray workers' topl, not this checkout's
     )
     _assert_nothing_leaked(tmp_path, r, seen)
