@@ -241,3 +241,15 @@ def test_ray_job_workers_get_the_secrets_through_the_job_runtime_env(tmp_path, r
         "--skip-doctor",  # the per-node doctor runs the Ray workers' topl, not this checkout's
     )
     _assert_nothing_leaked(tmp_path, r, seen)
+
+
+def test_subprocess_warns_when_verl_would_join_a_cluster_that_lacks_the_secret(capsys):
+    from topl.launcher.backends.subprocess import warn_unreachable_secrets
+    from topl.launcher.render import Invocation
+
+    inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1", "N": "1"})
+    warn_unreachable_secrets(inv, {"RAY_ADDRESS": "10.0.0.1:6379"})
+    assert "MY_API_KEY" in capsys.readouterr().err
+    warn_unreachable_secrets(inv, {})  # verl starts its own Ray: the workers inherit it
+    warn_unreachable_secrets(Invocation("x", "c", [], {"N": "1"}), {"RAY_ADDRESS": "h:1"})
+    assert capsys.readouterr().err == ""
