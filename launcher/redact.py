@@ -65,8 +65,13 @@ _SHAPES = [
 # NAME=value / "NAME": "value" / NAME: value for an upper-case (environment-style) NAME.
 _ASSIGN = re.compile(
     r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
-    r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
+    r"(?P<value>\$\{[^}\"]*\}|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
 )
+
+
+# `${NAME}`, `${NAME:?message}` (how command.sh writes a secret), `${oc.env:NAME}` (how a user
+# hands one to topl): references to a variable, not values; `${oc.env:NAME,default}` is not one
+_REFERENCE = re.compile(r"^\$\{(?:oc\.env:)?[A-Za-z_]\w*(?::?[-?+=][^}\"]*)?\}$")
 
 
 def secret_name(name: str) -> bool:
@@ -78,6 +83,19 @@ def secret_name(name: str) -> bool:
         if word in _WORDS or word.endswith(_ENDINGS) or word.startswith(_STARTS):
             return True
     return False
+
+
+def secret_entry(name: str, value) -> bool:
+    """An environment entry that must stay out of argv and files: a secret-looking name, or a
+    value with a credential shape (a URL with a password, a hub token), whatever its name."""
+    v = str(value)
+    return secret_name(name) or _shapes(v) != v
+
+
+def _shapes(s: str) -> str:
+    for pattern, repl in _SHAPES:
+        s = pattern.sub(repl, s)
+    return s
 
 
 class Redactor:
@@ -102,9 +120,7 @@ class Redactor:
         for v in sorted(self.values, key=len, reverse=True):
             if v in s:
                 s = s.replace(v, REDACTED)
-        for pattern, repl in _SHAPES:
-            s = pattern.sub(repl, s)
-        return _ASSIGN.sub(_assign, s)
+        return _ASSIGN.sub(_assign, _shapes(s))
 
     def env(self, env: dict) -> dict:
         """An environment with every secret-named value (and secret value) redacted."""
@@ -129,7 +145,8 @@ class Redactor:
 
 def _assign(m: re.Match) -> str:
     value = m["value"]
-    if not secret_name(m["name"]) or value.strip("\"'") in ("", REDACTED):
+    bare = value.strip("\"'")
+    if not secret_name(m["name"]) or bare in ("", REDACTED) or _REFERENCE.match(bare):
         return m[0]
     quote = value[0] if value[0] in "\"'" else ""  # keep JSON / shell quoting valid
     return f"{m['name']}{m['sep']}{quote}{REDACTED}{quote}"

@@ -2,23 +2,46 @@
 
 `VERL_KEYS` is the one table from spec fields to verl keys; keys under `FREE_FORM` containers
 do not exist in verl's config and get Hydra's `+` (append) prefix. tests/test_verl_compose.py
-composes every rendering against verl's real config to prove both.
+composes every rendering against verl's real config to prove both. The environment lives in
+render_env.py, the stack-dependent keys in render_stack.py; every name is importable from here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from topl.launcher import facts
 from topl.launcher.errors import ToplError
-from topl.launcher.spec import is_strict, on_npu
+from topl.launcher.redact import REDACTED
+from topl.launcher.render_env import (  # noqa: F401  (re-exported: render's public names)
+    ENV_OWNERS,
+    GUARD_MODULE,
+    GUARDED_ENV,
+    argv_env,
+    derived_env,
+    env_value,
+    env_vars,
+    guard_env,
+    ray_worker_env,
+    secret_names,
+    without_guard,
+)
+from topl.launcher.render_stack import (  # noqa: F401  (re-exported: render's public names)
+    ARR,
+    CUDAGRAPH_MODE,
+    GATED_ON_NPU,
+    VLLM,
+    graph_overrides,
+    logprobs_mode,
+    rendered_value,
+    renders,
+    sampling_seed,
+    stack_overrides,
+)
+from topl.launcher.spec import is_strict
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
-
-ARR = "actor_rollout_ref"
 
 # Containers that are empty dicts in verl 0.9.1: new keys below them need `+`.
 FREE_FORM = (
@@ -137,29 +160,47 @@ FSDP_KEYS = {
 
 @dataclass
 class Invocation:
-    """What to run: `python -m entrypoint --config-name=... overrides`, with env on every process."""
+    """What to run: `python -m entrypoint --config-name=... overrides`, with env on every process.
+
+    `env` holds real values, secrets included (the backends pass them on); `command()` and
+    `to_dict()` show a secret by name only, and no override carries one."""
 
     entrypoint: str
     config_name: str
     overrides: list[str]
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def argv(self) -> list[str]:
         return ["-m", self.entrypoint, f"--config-name={self.config_name}", *self.overrides]
 
+    @property
+    def secrets(self) -> list[str]:
+        """Names of the env entries passed by environment only (never argv, files or output)."""
+        return secret_names(self.env)
+
     def command(self, python: str = "python3") -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        """A runnable command line; a secret is read from the running shell (`NAME=${NAME:?..}`:
+        bash does not split an assignment, and stops with the message when NAME is unset)."""
+        hidden = set(self.secrets)
+        env = " ".join(
+            f"{k}=${{{k}:?is a secret: export it first}}"
+            if k in hidden
+            else f"{k}={shlex.quote(v)}"
+            for k, v in self.env.items()
+        )
         head = " ".join(shlex.quote(a) for a in [python, *self.argv[:3]])
         args = " \\\n    ".join([head, *(shlex.quote(a) for a in self.overrides)])
         return f"{env} \\\n  {args}" if env else args
 
     def to_dict(self, python: str = "python3") -> dict[str, Any]:
+        hidden = set(self.secrets)
         return {
             "entrypoint": self.entrypoint,
             "config_name": self.config_name,
             "overrides": self.overrides,
-            "env": self.env,
+            "env": {k: REDACTED if k in hidden else v for k, v in self.env.items()},
+            "secrets": sorted(hidden),
             "command": self.command(python),
         }
 
@@ -192,180 +233,6 @@ def plus(key: str) -> str:
     if key in PATCHED_KEYS:
         return f"++{key}"
     return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
-
-
-# spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
-GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
-# rollout.graph_mode -> vLLM cudagraph_mode, rendered explicitly: verl's default otherwise is
-# FULL_AND_PIECEWISE (facts: verl_default_full_and_piecewise), kept by vllm-ascend >= 0.21.0rc1
-CUDAGRAPH_MODE = {
-    "piecewise": "PIECEWISE",
-    "full": "FULL",
-    "full_decode_only": "FULL_DECODE_ONLY",
-    "full_and_piecewise": "FULL_AND_PIECEWISE",
-}
-VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
-
-
-def renders(s, field_: str) -> bool:
-    """Whether a table row is rendered on this stack."""
-    fact = GATED_ON_NPU.get(field_)
-    return not (fact and on_npu(s) and not facts.supports(fact, s.cluster.versions))
-
-
-def logprobs_mode(s) -> str:
-    """`auto`: raw_logprobs at temperature 1, else processed_logprobs (raw ones are taken before
-    the temperature, facts: raw_logprobs_before_temperature; the trainer divides by it)."""
-    r = s.rollout
-    if r.logprobs_mode != "auto":
-        return r.logprobs_mode
-    return "raw_logprobs" if r.temperature == 1.0 else "processed_logprobs"
-
-
-def rendered_value(s, field_: str):
-    return logprobs_mode(s) if field_ == "rollout.logprobs_mode" else get_path(s, field_)
-
-
-def graph_overrides(s) -> list[tuple[str, Any]]:
-    """Eager, or the graph mode the spec names, stated to vLLM (never verl's default)."""
-    mode = s.rollout.graph_mode
-    if mode == "eager":
-        return [(f"{ARR}.rollout.enforce_eager", True)]
-    return [
-        (f"{ARR}.rollout.enforce_eager", False),
-        (f"{VLLM}.compilation_config", json.dumps({"cudagraph_mode": CUDAGRAPH_MODE[mode]})),
-    ]
-
-
-def sampling_seed(s) -> str:
-    """How rollout sampling is seeded: per_request (the stack's per-request seed) or none.
-    verl's rollout.full_determinism is never rendered: it gives all n samples of a prompt on one
-    replica the same seed (facts: full_determinism_fixes_replica_seed)."""
-    want = s.rollout.per_request_seed
-    if want is None:
-        want = is_strict(s) and facts.supports("per_request_seed", s.cluster.versions)
-    return "per_request" if want else "none"
-
-
-def stack_overrides(s) -> list[tuple[str, Any]]:
-    """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
-    v, npu, strict = s.cluster.versions, on_npu(s), is_strict(s)
-    out: list[tuple[str, Any]] = []
-    if strict and npu and facts.supports("rl_config", v):  # FA3 + batch invariance from rl_config
-        rl = f"{VLLM}.additional_config.rl_config"
-        out += [
-            (f"{rl}.enabled", True),
-            (f"{rl}.enable_training_consistency", True),
-            (f"{rl}.enable_batch_invariant", True),
-        ]
-    if npu and facts.supports(
-        "nz_config", v
-    ):  # NZ off as the config reads it (sleep mode needs it)
-        out.append((f"{VLLM}.additional_config.weight_nz_mode", 0))
-    if sampling_seed(s) == "per_request":
-        out.append((f"{ARR}.rollout.per_request_seed", True))
-    return out
-
-
-# Variables the determinism settings decide, and the spec fields that decide them: set them through
-# those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
-ENV_OWNERS: dict[str, tuple[str, ...]] = {
-    "HCCL_DETERMINISTIC": ("collective.hccl_deterministic",),
-    "LCCL_DETERMINISTIC": ("collective.lccl_deterministic",),
-    "HCCL_OP_EXPANSION_MODE": ("collective.op_expansion_mode",),
-    "HCCL_ALGO": ("collective.hccl_algo",),
-    "VLLM_BATCH_INVARIANT": ("alignment.mode",),
-    "VLLM_ASCEND_ENABLE_NZ": ("alignment.mode", "cluster.device"),
-    "CLOSE_MATMUL_K_SHIFT": ("alignment.mode", "cluster.device"),
-    "ATB_MATMUL_SHUFFLE_K_ENABLE": ("alignment.mode", "cluster.device"),
-    "ATB_LLM_LCOC_ENABLE": ("alignment.mode", "cluster.device"),
-    "VERL_USE_EXTERNAL_MODULES": ("cluster.external_modules",),
-}
-
-
-def env_vars(s) -> dict[str, str]:
-    """Environment every process (driver and each Ray worker) must see: derived, then cluster.env,
-    then topl's guard (strict runs)."""
-    env = {**derived_env(s), **{k: str(v) for k, v in s.cluster.env.items()}}
-    return {**env, **guard_env(s, env)}
-
-
-def derived_env(s) -> dict[str, str]:
-    """The environment the spec's own fields decide (without cluster.env)."""
-    c, strict, npu = s.collective, is_strict(s), on_npu(s)
-    env: dict[str, str] = {}
-    if npu:
-        env.update(
-            TASK_QUEUE_ENABLE="2",
-            CPU_AFFINITY_CONF="1",
-            HCCL_CONNECT_TIMEOUT=str(c.connect_timeout_s),
-            HCCL_EXEC_TIMEOUT=str(c.exec_timeout_s),
-        )
-    if c.op_expansion_mode:
-        env["HCCL_OP_EXPANSION_MODE"] = c.op_expansion_mode
-    if c.hccl_deterministic != "false":
-        env["HCCL_DETERMINISTIC"] = c.hccl_deterministic
-    if c.lccl_deterministic:
-        env["LCCL_DETERMINISTIC"] = "1"
-    if c.hccl_algo:
-        env["HCCL_ALGO"] = c.hccl_algo
-    if strict:
-        env["VLLM_BATCH_INVARIANT"] = "1"
-        if npu:
-            env.update(
-                CLOSE_MATMUL_K_SHIFT="1", ATB_MATMUL_SHUFFLE_K_ENABLE="0", ATB_LLM_LCOC_ENABLE="0"
-            )
-            if facts.supports("nz_env", s.cluster.versions):  # gone from vllm-ascend 0.27.1rc1
-                env["VLLM_ASCEND_ENABLE_NZ"] = "0"
-    if s.cluster.external_modules:
-        env["VERL_USE_EXTERNAL_MODULES"] = s.cluster.external_modules
-    return env
-
-
-# env var -> the contract rule that requires it (what topl's guard checks in every process)
-GUARDED_ENV = {
-    "VLLM_BATCH_INVARIANT": "TOP-ALN-001",
-    "VLLM_ASCEND_ENABLE_NZ": "TOP-ALN-001",
-    "CLOSE_MATMUL_K_SHIFT": "TOP-ALN-001",
-    "ATB_MATMUL_SHUFFLE_K_ENABLE": "TOP-ALN-001",
-    "ATB_LLM_LCOC_ENABLE": "TOP-ALN-001",
-    "HCCL_DETERMINISTIC": "TOP-COLL-001",
-    "LCCL_DETERMINISTIC": "TOP-COLL-002",
-    "HCCL_ALGO": "TOP-COLL-003",
-}
-GUARD_MODULE = "topl.launcher.guard"  # = guard.MODULE (not imported: render stays import-light)
-
-
-def guard_env(s, env: dict[str, str]) -> dict[str, str]:
-    """Strict runs: topl's guard after the patch module in VERL_USE_EXTERNAL_MODULES (verl imports
-    them in order in every process, verl@0.9.1:verl/__init__.py) and its manifest (TOPL_GUARD):
-    the env vars and modules every process must have, each with the rule that requires it."""
-    if not is_strict(s):
-        return {}
-    patch = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
-    modules = {m: ["loaded", "TOP-STACK-005"] for m in patch}
-    if on_npu(s):
-        modules["batch_invariant_ops"] = ["importable", "TOP-STACK-004"]
-    manifest = {
-        "strict": True,
-        "modules": modules,
-        "env": {k: [v, GUARDED_ENV[k]] for k, v in env.items() if k in GUARDED_ENV},
-    }
-    return {
-        "VERL_USE_EXTERNAL_MODULES": ",".join([*patch, GUARD_MODULE]),
-        "TOPL_GUARD": json.dumps(manifest, separators=(",", ":"), sort_keys=True),
-    }
-
-
-def without_guard(env: dict[str, str]) -> dict[str, str]:
-    """The env as a launch script writes it: what guard_env adds taken back out (round trips)."""
-    out = {k: v for k, v in env.items() if k != "TOPL_GUARD"}
-    mods = [m for m in out.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m != GUARD_MODULE]
-    if "VERL_USE_EXTERNAL_MODULES" in out:
-        out["VERL_USE_EXTERNAL_MODULES"] = ",".join(m for m in mods if m)
-        if not out["VERL_USE_EXTERNAL_MODULES"]:
-            del out["VERL_USE_EXTERNAL_MODULES"]
-    return out
 
 
 def overrides(s) -> list[tuple[str, Any]]:
@@ -402,20 +269,19 @@ def overrides(s) -> list[tuple[str, Any]]:
         ]
     out += stack_overrides(s)
     out += algorithm_overrides(s)
-    if is_strict(s):
-        if megatron:
-            otc = f"{ARR}.actor.megatron.override_transformer_config"
-            out += [
-                (f"{otc}.attention_backend", "flash"),
-                (f"{otc}.use_flash_attn_npu_batch_invariant", True),
-                (f"{otc}.batch_invariant_mode", True),
-                (f"{otc}.use_batch_invariant_ops", True),
-            ]
-        else:
-            out += [
-                (f"{ARR}.actor.fsdp_config.full_determinism", True),
-                (f"{ARR}.ref.fsdp_config.full_determinism", True),
-            ]
+    # FSDP gets no fsdp_config.full_determinism: it makes FSDPEngine call enable_full_determinism
+    # (verl@0.9.1:verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine.__init__), which sets
+    # os.environ["HCCL_DETERMINISTIC"] = "true" in the actor/ref process on NPU
+    # (verl@0.9.1:verl/workers/engine/utils.py:enable_full_determinism), replacing the `strict`
+    # TOP-COLL-001 requires behind the contract's and the guard's back.
+    if is_strict(s) and megatron:
+        otc = f"{ARR}.actor.megatron.override_transformer_config"
+        out += [
+            (f"{otc}.attention_backend", "flash"),
+            (f"{otc}.use_flash_attn_npu_batch_invariant", True),
+            (f"{otc}.batch_invariant_mode", True),
+            (f"{otc}.use_batch_invariant_ops", True),
+        ]
     rc = s.alignment.rollout_correction
     if s.alignment.mode == "mitigated":
         out += [
@@ -492,19 +358,15 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     return out
 
 
-def ray_worker_env(s) -> dict[str, str]:
-    """What the rendered job forwards to every Ray worker (`ray_kwargs...runtime_env.env_vars`)."""
-    return env_vars(s)
-
-
 def render(s) -> Invocation:
-    """JobSpec -> Invocation; env vars are also forwarded to every Ray worker via runtime_env."""
-    env = env_vars(s)
-    forwarded = ray_worker_env(s).items()
+    """JobSpec -> Invocation. Env vars reach every Ray worker: the non-secret ones through
+    `ray_kwargs.ray_init.runtime_env.env_vars` on the command line (verl merges it into ray.init,
+    verl@0.9.1:verl/trainer/main_ppo.py:run_ppo), secrets only through the backend, because verl
+    prints that runtime_env and its whole resolved config (same file, run_ppo and TaskRunner.run)."""
     pairs = overrides(s) + [
-        (f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in forwarded
+        (f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in argv_env(s).items()
     ]
     config_name = s.algorithm.config_name or "ppo_trainer"
     return Invocation(
-        s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env
+        s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env_vars(s)
     )

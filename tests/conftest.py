@@ -48,6 +48,10 @@ def ray_head(tmp_path_factory):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # a token in ~/.ray/auth_token turns token auth on when RAY_AUTH_MODE is unset
+        # (ray@2.60.0:python/ray/_private/authentication/authentication_token_setup.py), and the
+        # loopback test clients carry none: the head then never answers them
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
     )
     address = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120

@@ -130,3 +130,88 @@ def test_render_cli_json():
     assert set(out) >= {"entrypoint", "overrides", "env", "command"}
     assert out["entrypoint"] == "verl.trainer.main_ppo"
     assert "HCCL_DETERMINISTIC=strict" in out["command"]
+
+
+def test_env_values_are_spelt_as_the_shell_and_yaml_write_them(compose):
+    """`+cluster.env.X=false` once reached the workers as Python's `False`."""
+    from topl.launcher.render import env_vars
+
+    spec = compose(["+cluster.env.X=false", "+cluster.env.Y=true", "+cluster.env.N=8"]).to_object()
+    inv = render(spec)
+    for k, v in {"X": "false", "Y": "true", "N": "8"}.items():
+        assert inv.env[k] == env_vars(spec)[k] == v  # doctor's TOP-DOC-ENV-001 reads env_vars
+        assert f'+ray_kwargs.ray_init.runtime_env.env_vars.{k}="{v}"' in inv.overrides
+        assert f" {k}={v} " in inv.command()
+
+
+def test_the_contract_compares_the_value_workers_get(compose):
+    """HCCL_DETERMINISTIC=true typed as a YAML bool is what collective=lccl_aiv renders: no error."""
+    from topl.launcher.contract import check
+
+    ok = compose(["collective=lccl_aiv", "+cluster.env.HCCL_DETERMINISTIC=true"])
+    bad = compose(["collective=hccl_strict", "+cluster.env.HCCL_DETERMINISTIC=true"])
+    assert "TOP-ENV-001" not in {v.rule for v in check(ok)}
+    (v,) = [v for v in check(bad) if v.rule == "TOP-ENV-001"]
+    assert "cluster.env.HCCL_DETERMINISTIC='true'" in v.message
+
+
+SECRET = "s3cret-api-key-1"
+URL_PW = "db-pass-42"
+
+
+def test_no_secret_on_the_command_line_and_the_env_still_carries_it(compose, tmp_path):
+    """Secret-named or credential-shaped env entries are on no argv: verl prints its runtime_env
+    and whole config (verl@0.9.1:verl/trainer/main_ppo.py:run_ppo, TaskRunner.run), and `ps`
+    shows argv. The backends pass them in the environment (tests/test_secrets.py)."""
+    import subprocess
+    import sys
+
+    spec = compose(
+        [
+            "collective=hccl_strict",
+            f"+cluster.env.MY_API_KEY={SECRET}",
+            f"+cluster.env.DATABASE_URL=postgres://alice:{URL_PW}@db:5432/x",
+        ]
+    ).to_object()
+    inv = render(spec)
+    assert inv.env["MY_API_KEY"] == SECRET and URL_PW in inv.env["DATABASE_URL"]
+    assert sorted(inv.secrets) == ["DATABASE_URL", "MY_API_KEY"]
+    shown = " ".join(inv.argv) + inv.command() + json.dumps(inv.to_dict())
+    assert SECRET not in shown and URL_PW not in shown  # no redactor involved here
+    assert not [o for o in inv.overrides if "MY_API_KEY" in o or "DATABASE_URL" in o]
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.HCCL_DETERMINISTIC=strict" in inv.overrides
+    assert inv.to_dict()["env"]["MY_API_KEY"] == "<redacted>"
+    # the command stays runnable: bash reads the secret from the running shell, or stops
+    (tmp_path / "show_env.py").write_text("import os; print(os.environ['MY_API_KEY'])\n")
+    from topl.launcher.render import Invocation
+
+    probe = Invocation("show_env", "x", [], inv.env).command(sys.executable)
+    run = dict(cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    unset = subprocess.run(["bash", "-c", probe], **run)
+    assert unset.returncode != 0 and ": is a secret: export it first" in unset.stderr
+    run["env"].update(MY_API_KEY="from-the-shell", DATABASE_URL="x")
+    assert subprocess.run(["bash", "-c", probe], **run).stdout == "from-the-shell\n"
+
+
+def test_fsdp_strict_renders_no_full_determinism(compose):
+    """fsdp_config.full_determinism would rewrite HCCL_DETERMINISTIC=true in the FSDP workers."""
+    inv = render(compose(["train=fsdp", "collective=hccl_strict", "cluster=atlas_a2"]).to_object())
+    assert not [o for o in inv.overrides if "full_determinism" in o]
+    assert inv.env["HCCL_DETERMINISTIC"] == "strict"
+
+
+@needs_verl
+def test_verl_fsdp_full_determinism_rewrites_hccl_deterministic():
+    """The reason FSDP strict drops it, read from the installed verl 0.9.1 (skips on others)."""
+    import re
+    from importlib import metadata
+
+    if metadata.version("verl") != "0.9.1":
+        pytest.skip("the fact is about verl 0.9.1")
+    workers = verl_config_dir().parent.parent / "workers" / "engine"
+    init = (workers / "fsdp" / "transformer_impl.py").read_text()
+    assert re.search(r"if self\.engine_config\.full_determinism:\s+enable_full_determinism\(", init)
+    util = (workers / "utils.py").read_text()
+    body = util[util.index("def enable_full_determinism(") :]
+    body = body[: body.index("\ndef ")]
+    assert 'os.environ["HCCL_DETERMINISTIC"] = "true"' in body

@@ -2,6 +2,7 @@
 
 import json
 import stat
+import sys
 
 import pytest
 from helpers import run_topl
@@ -129,3 +130,126 @@ def test_secrets_still_reach_the_job(tmp_path):
 
     inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1"})
     assert child_env(inv, tmp_path)["MY_API_KEY"] == "s3cret-api-key-1"
+
+
+# A stand-in for verl's entrypoint: records its argv and environment in a file of its own (the
+# proof must not pass through topl's redaction); with FAKE_RAY it starts Ray as verl does
+# (verl@0.9.1:verl/trainer/main_ppo.py:run_ppo: ray.init with the command's
+# ray_kwargs.ray_init.runtime_env) and asks a Ray worker what it sees.
+FAKE_VERL = """
+import json, os, sys
+names = os.environ["FAKE_NAMES"].split(":")
+out = {"argv": sys.argv, "driver": {n: os.environ.get(n) for n in names}}
+if os.environ.get("FAKE_RAY"):
+    import ray
+    P = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    env_vars = {}
+    for a in sys.argv[1:]:
+        if a.startswith(P):
+            k, v = a[len(P):].split("=", 1)
+            env_vars[k] = v[1:-1] if v[:1] == '"' else v
+    joined = bool(os.environ.get("RAY_ADDRESS"))  # a Ray job's driver joins the job's cluster
+    extra = {} if joined else {"address": "local", "num_cpus": 1, "include_dashboard": False}
+    ray.init(runtime_env={"env_vars": env_vars}, **extra)
+
+    @ray.remote(num_cpus=0)
+    def probe():
+        return {n: os.environ.get(n) for n in names}
+
+    out["worker"] = ray.get(probe.remote())
+    ray.shutdown()
+with open(os.environ["FAKE_OUT"], "w") as f:
+    json.dump(out, f)
+"""
+TYPED = "typed-token-99"
+
+
+def _launch_with_secrets(tmp_path, *extra, env=None):
+    pkg = tmp_path / "pkgs"
+    pkg.mkdir()
+    (pkg / "fake_verl.py").write_text(FAKE_VERL)
+    out = tmp_path / "fake_out.json"
+    r = run_topl(
+        "launch",
+        "algorithm.entrypoint=fake_verl",
+        f"cluster.python={sys.executable}",
+        "collective=hccl_strict",
+        f"+cluster.env.PYTHONPATH={pkg}",
+        f"+cluster.env.FAKE_OUT={out}",
+        "+cluster.env.FAKE_NAMES=MY_API_KEY:EXTRA_TOKEN:DATABASE_URL:HCCL_DETERMINISTIC",
+        "+cluster.env.MY_API_KEY=${oc.env:MY_API_KEY}",
+        f"+cluster.env.EXTRA_TOKEN={TYPED}",
+        f"+cluster.env.DATABASE_URL={DB_URL}",
+        *extra,
+        cwd=tmp_path,
+        env={**SECRETS, **(env or {})},
+        timeout=400,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, json.loads(out.read_text())
+
+
+def _assert_nothing_leaked(tmp_path, r, seen):
+    secrets = [*SECRETS.values(), "db-pass-42", TYPED]
+    want = {
+        "MY_API_KEY": SECRETS["MY_API_KEY"],
+        "EXTRA_TOKEN": TYPED,
+        "DATABASE_URL": DB_URL,
+        "HCCL_DETERMINISTIC": "strict",
+    }
+    argv = " ".join(seen["argv"])  # what `ps` shows of the child
+    assert not [s for s in secrets if s in argv], argv
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.HCCL_DETERMINISTIC=strict" in argv
+    assert not [n for n in ("MY_API_KEY", "EXTRA_TOKEN", "DATABASE_URL") if f".{n}=" in argv]
+    assert seen["driver"] == want  # ... and the job still has every value
+    if "worker" in seen:
+        assert seen["worker"] == want
+    assert not [s for s in secrets if s in r.stdout + r.stderr]
+    (run_dir,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    names = set()
+    for p in run_dir.rglob("*"):
+        if p.is_file():
+            names.add(p.relative_to(run_dir).as_posix())
+            assert not [s for s in secrets if s in p.read_text(errors="replace")], p
+    assert {"command.sh", "status.json", ".hydra/overrides.yaml", "verl.log"} <= names
+    assert "MY_API_KEY=${MY_API_KEY:?" in (run_dir / "command.sh").read_text()  # by name
+
+
+def test_subprocess_child_gets_secrets_by_environment_not_argv(tmp_path):
+    r, seen = _launch_with_secrets(tmp_path, "cluster.backend=subprocess")
+    _assert_nothing_leaked(tmp_path, r, seen)
+
+
+def test_subprocess_ray_workers_inherit_the_secrets(tmp_path):
+    """The Ray that verl's ray.init() starts from the child gives its workers the child's env."""
+    pytest.importorskip("ray")
+    r, seen = _launch_with_secrets(
+        tmp_path, "cluster.backend=subprocess", env={"FAKE_RAY": "1", "RAY_ADDRESS": ""}
+    )
+    _assert_nothing_leaked(tmp_path, r, seen)
+
+
+def test_ray_job_workers_get_the_secrets_through_the_job_runtime_env(tmp_path, ray_head):
+    """Also the driver's ray.init(runtime_env=...) repeating the job's env vars is accepted
+    (RAY_OVERRIDE_JOB_RUNTIME_ENV); without it Ray refuses the merge and the job fails."""
+    r, seen = _launch_with_secrets(
+        tmp_path,
+        "cluster.backend=ray_job",
+        f"cluster.ray_address={ray_head}",
+        "--follow",
+        "+cluster.env.FAKE_RAY=1",
+        "--skip-doctor",  # the per-node doctor runs the Ray workers' topl, not this checkout's
+    )
+    _assert_nothing_leaked(tmp_path, r, seen)
+
+
+def test_subprocess_warns_when_verl_would_join_a_cluster_that_lacks_the_secret(capsys):
+    from topl.launcher.backends.subprocess import warn_unreachable_secrets
+    from topl.launcher.render import Invocation
+
+    inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1", "N": "1"})
+    warn_unreachable_secrets(inv, {"RAY_ADDRESS": "10.0.0.1:6379"})
+    assert "MY_API_KEY" in capsys.readouterr().err
+    warn_unreachable_secrets(inv, {})  # verl starts its own Ray: the workers inherit it
+    warn_unreachable_secrets(Invocation("x", "c", [], {"N": "1"}), {"RAY_ADDRESS": "h:1"})
+    assert capsys.readouterr().err == ""

@@ -55,6 +55,17 @@ def check_reachable(address: str | None, timeout: float) -> None:
     _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
 
 
+def job_env(invocation) -> dict[str, str]:
+    """The job's runtime_env env_vars: the whole rendered env, secrets included (they are on no
+    command line; Ray hands them to the driver and every worker of the job).
+
+    RAY_OVERRIDE_JOB_RUNTIME_ENV=1: verl's ray.init(runtime_env=...) repeats the non-secret vars
+    (the command's ray_kwargs), and Ray refuses a driver runtime_env that names a job env var
+    again unless this is set (ray@2.60.0:python/ray/_private/worker.py:init ->
+    python/ray/runtime_env/runtime_env.py:_merge_runtime_env returns None on a shared key)."""
+    return {**invocation.env, "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+
+
 def run_ray_job(
     invocation,
     run_dir: Path,
@@ -79,7 +90,7 @@ def run_ray_job(
     def call(fn, what):
         return _call(fn, f"the Ray head at {address} ({what})", timeout)
 
-    runtime_env = {"env_vars": dict(invocation.env)}
+    runtime_env = {"env_vars": job_env(invocation)}
     if working_dir:
         runtime_env["working_dir"] = working_dir
     client = call(lambda: JobSubmissionClient(address), "connect")

@@ -1,4 +1,9 @@
-"""The subprocess backend: run the rendered verl command on this machine."""
+"""The subprocess backend: run the rendered verl command on this machine.
+
+Secrets in the rendered env (`Invocation.secrets`) are on no command line: the child gets them in
+its environment, and the Ray workers inherit them from the Ray cluster that verl's `ray.init()`
+starts from that process (ray@2.60.0:python/ray/_private/services.py:start_ray_process starts
+raylet with a copy of os.environ; raylet starts the workers)."""
 
 from __future__ import annotations
 
@@ -20,12 +25,27 @@ def child_env(invocation, run_dir: Path) -> dict[str, str]:
     return env
 
 
+def warn_unreachable_secrets(invocation, env: dict[str, str]) -> None:
+    """With RAY_ADDRESS set, verl joins that cluster, whose workers never see this environment."""
+    address = env.get("RAY_ADDRESS", "")
+    if invocation.secrets and address not in ("", "local"):
+        print(
+            f"topl: WARNING: RAY_ADDRESS={address}: verl joins an existing Ray cluster, whose "
+            f"workers do not inherit {', '.join(invocation.secrets)} from this process (secrets "
+            "never go on the command line); use cluster.backend=ray_job (the job's runtime_env "
+            "carries them) or unset RAY_ADDRESS",
+            file=sys.stderr,
+        )
+
+
 def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
     """Run the verl entrypoint; stream output (redacted) to the console and run_dir/verl.log.
 
     Returns its return code (negative N: killed by signal N). The child gets its own process group:
     when topl is interrupted (SIGINT / SIGTERM) the whole group (Ray, vLLM) is stopped."""
     cmd = [python, *invocation.argv]
+    env = child_env(invocation, run_dir)
+    warn_unreachable_secrets(invocation, env)
     fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as log:
         # SIGINT/SIGTERM wait (blocked) until `proc` is known, so an interrupt always finds the child
@@ -35,7 +55,7 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
         try:
             proc = subprocess.Popen(
                 cmd,
-                env=child_env(invocation, run_dir),
+                env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,

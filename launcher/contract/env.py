@@ -4,7 +4,7 @@ import re
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.view import unwrap
-from topl.launcher.render import ENV_OWNERS, derived_env
+from topl.launcher.render import ENV_OWNERS, derived_env, env_value
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -14,12 +14,12 @@ def _overrides(s) -> list[tuple[str, str, str | None]]:
     derived = derived_env(unwrap(s))  # computed, not read: only the owners below count as reads
     out = []
     for name, value in s.cluster.env.items():
-        if name in ENV_OWNERS and str(value) != derived.get(name):
+        if name in ENV_OWNERS and env_value(value) != derived.get(name):
             for field in ENV_OWNERS[name]:  # read the owning fields: their sources get reported
                 part = s
                 for p in field.split("."):
                     part = getattr(part, p)
-            out.append((name, str(value), derived.get(name)))
+            out.append((name, env_value(value), derived.get(name)))
     return out
 
 
