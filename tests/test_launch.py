@@ -139,3 +139,29 @@ def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
     )  # the env var reached the job through runtime_env
     d = only_run_dir(tmp_path)
     assert (d / "ray_job_id").read_text().strip()
+
+
+def test_ray_submit_waits_for_a_starting_job_agent():
+    """A head started seconds ago answers 'No available agent' (HTTP 500) until its job agent is
+    up: the submit is retried within cluster.ray_timeout_s; any other error is raised at once."""
+    from topl.launcher.backends.ray_job import _submit
+
+    class Client:
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), 0
+
+        def submit_job(self, **job):
+            self.calls += 1
+            if self.errors:
+                raise RuntimeError(self.errors.pop(0))
+            return "raysubmit_1"
+
+    busy = "Request failed with status code 500: No available agent to submit job, please try again later.."
+    c = Client([busy, busy])
+    assert _submit(c, 10.0, entrypoint="x") == "raysubmit_1" and c.calls == 3
+    c = Client(["Request failed with status code 400: bad runtime_env."])
+    with pytest.raises(RuntimeError, match="400"):
+        _submit(c, 10.0, entrypoint="x")
+    assert c.calls == 1
+    with pytest.raises(RuntimeError, match="No available agent"):
+        _submit(Client([busy] * 100), 0.0, entrypoint="x")

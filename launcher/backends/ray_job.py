@@ -66,6 +66,21 @@ def job_env(invocation) -> dict[str, str]:
     return {**invocation.env, "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 
 
+def _submit(client, timeout: float, **job) -> str:
+    """submit_job, retried while a just-started head has no job agent yet: Ray answers HTTP 500
+    "No available agent to submit job" for the first seconds after `ray start --head`
+    (ray@2.60.0:python/ray/dashboard/modules/job/job_head.py:JobHead.submit_job, raised by
+    python/ray/dashboard/modules/dashboard_sdk.py:SubmissionClient._raise_error as RuntimeError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def run_ray_job(
     invocation,
     run_dir: Path,
@@ -96,8 +111,12 @@ def run_ray_job(
     client = call(lambda: JobSubmissionClient(address), "connect")
     entry = " ".join(shlex.quote(a) for a in [python, *invocation.argv])
     job_id = call(
-        lambda: client.submit_job(
-            entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
+        lambda: _submit(
+            client,
+            timeout,
+            entrypoint=entry,
+            runtime_env=runtime_env,
+            metadata={"run_dir": str(run_dir)},
         ),
         "submit",
     )
