@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"  # where the matrix is written
+SEEDS = RECIPES  # where the seed recipes are read from
 
 MODELS = {"qwen3_4b": "Qwen3-4B", "qwen3_30b_a3b": "Qwen3-30B-A3B"}
 ALGORITHMS = {"grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO"}
@@ -48,7 +49,7 @@ def recipe(model: str, algo: str, cluster: str, mode: str) -> str:
     what, run, alignment = MODES[mode]
     n = nodes[model]
     seed_name = f"seed_{model}_{algo}_{run}"
-    seed = yaml.safe_load((RECIPES / f"{seed_name}.yaml").read_text())
+    seed = yaml.safe_load((SEEDS / f"{seed_name}.yaml").read_text())
     lines = [
         "# @package _global_",
         f"# {MODELS[model]} {ALGORITHMS[algo]}, {what}; {cluster_name}: {n} node(s) x {per_node} "
