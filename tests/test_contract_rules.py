@@ -142,7 +142,10 @@ def test_violation_names_keys_values_and_sources(compose):
     v = vs["TOP-TP-001"]
     assert v.severity == "error"
     assert v.keys["rollout.tp"] == {"value": 2, "source": "command line `rollout.tp=2`"}
-    assert v.keys["train.tp"] == {"value": 1, "source": "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"}
+    assert v.keys["train.tp"] == {
+        "value": 1,
+        "source": "recipes/seed_qwen3_30b_a3b_grpo_on.yaml",  # the matrix recipe includes it
+    }
     assert "same tp" in v.fix
 
 
