@@ -29,6 +29,7 @@ NO_OFFLOAD = [
     "train.grad_offload=false",
 ]
 
+
 def test_expansion_is_hydras():
     sweep = SWEEP + ["train.cp=range(1,3)", "model=glob(qwen3_30*)"]
     ours = expand(sweep)
