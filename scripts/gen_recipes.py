@@ -3,7 +3,10 @@
     python scripts/gen_recipes.py            # rewrite recipes/<model>_<algo>_<cluster>_<mode>.yaml
     python scripts/gen_recipes.py --check    # exit 1 when a shipped file differs from its output
 
-Hand-written recipes (any other file in recipes/) are free-form and untouched.
+Each matrix recipe includes the seed recipe of its model and algorithm (recipes/seed_*.yaml, the
+seed's script key by key) and changes only what its point of the matrix needs: the cluster, the
+alignment mode where the seed has no such run (mitigated), the run name (docs/seed.md: the matrix
+vs the seed). Hand-written recipes (any other file in recipes/) are free-form and untouched.
 """
 
 from __future__ import annotations
@@ -11,63 +14,59 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+import yaml
 
-# model -> (title, layout comment, {cluster: nodes}, train layout, rollout layout)
-MODELS = {
-    "qwen3_4b": (
-        "Qwen3-4B",
-        "actor TP=1 PP=1; rollout TP=1 (data parallel over every device).",
-        {"a2": 1, "a3": 1},
-        {"tp": 1, "pp": 1},
-        {"tp": 1},
-    ),
-    "qwen3_30b_a3b": (
-        "Qwen3-30B-A3B",
-        "actor TP=1 PP=8 EP=1 ETP=1; rollout TP=1 with vLLM PP=2 (the seed: TP+EP is hard to align).",
-        {"a2": 2, "a3": 1},
-        {"tp": 1, "pp": 8, "ep": 1, "etp": 1},
-        {"tp": 1, "pp": 2},
-    ),
-}
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"  # where the matrix is written
+SEEDS = RECIPES  # where the seed recipes are read from
+
+MODELS = {"qwen3_4b": "Qwen3-4B", "qwen3_30b_a3b": "Qwen3-30B-A3B"}
 ALGORITHMS = {"grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO"}
-CLUSTERS = {"a2": ("Atlas A2", 8), "a3": ("Atlas A3", 16)}  # name, NPUs per node
-MODES = {
-    "strict": ("true on-policy (logdiff 0)", "hccl_strict"),
-    "mitigated": ("baseline: verl TIS/MIS rollout correction", "default"),
-    "off": ("baseline: no alignment, off-policy", "default"),
+# cluster -> (name, NPUs per node, {model: nodes}). The seed ran every script on one A3 node
+# (16 NPUs); on A2 (8 NPUs per node) the 4B takes one node (DP 8 instead of 16, same global
+# batch) and the 30B two (the seed's 16 devices: PP=8 x DP=2, as its layout needs).
+CLUSTERS = {
+    "a2": ("Atlas A2", 8, {"qwen3_4b": 1, "qwen3_30b_a3b": 2}),
+    "a3": ("Atlas A3", 16, {"qwen3_4b": 1, "qwen3_30b_a3b": 1}),
 }
+# mode -> (what, the seed run it starts from, alignment group to select on top, or None)
+MODES = {
+    "strict": ("true on-policy (logdiff 0)", "on", None),
+    "mitigated": ("baseline: verl TIS/MIS rollout correction", "off", "mitigated"),
+    "off": ("baseline: no alignment, off-policy", "off", None),
+}
+SEED_CLUSTER = "a3"  # the cluster the seed's scripts ran on (its recipes select atlas_a3)
+
+
+def layout(seed: dict) -> str:
+    """The parallel layout the seed recipe sets, for the header comment."""
+    t, r = seed["train"], seed["rollout"]
+    ep = f" EP={t['ep']} ETP={t['etp']}" if "ep" in t else ""
+    return f"actor TP={t['tp']} PP={t['pp']}{ep}; rollout TP={r['tp']} PP={r['pp']}"
 
 
 def recipe(model: str, algo: str, cluster: str, mode: str) -> str:
-    title, layout, nodes, train, rollout = MODELS[model]
-    cluster_name, per_node = CLUSTERS[cluster]
-    what, collective = MODES[mode]
-    n = nodes[cluster]
-    alignment = '"off"' if mode == "off" else mode  # YAML would read a bare off as false
+    cluster_name, per_node, nodes = CLUSTERS[cluster]
+    what, run, alignment = MODES[mode]
+    n = nodes[model]
+    seed_name = f"seed_{model}_{algo}_{run}"
+    seed = yaml.safe_load((SEEDS / f"{seed_name}.yaml").read_text())
     lines = [
         "# @package _global_",
-        f"# {title} {ALGORITHMS[algo]}, {what}; {cluster_name}: {n} node(s) x {per_node} NPUs, "
-        "Megatron + vLLM-Ascend.",
-        f"# Layout: {layout}",
+        f"# {MODELS[model]} {ALGORITHMS[algo]}, {what}; {cluster_name}: {n} node(s) x {per_node} "
+        "NPUs, Megatron + vLLM-Ascend.",
+        f"# Layout: {layout(seed)}.",
+        f"# The seed's settings: {seed_name} (its ENABLE_TRUE_ON_POLICY={int(run == 'on')} run);",
+        "# docs/seed.md lists what this file changes.",
         "defaults:",
-        f"  - override /model: {model}",
-        f"  - override /algorithm: {algo}",
-        "  - override /train: megatron",
-        "  - override /rollout: vllm_ascend",
-        f"  - override /alignment: {alignment}",
-        f"  - override /collective: {collective}",
-        f"  - override /cluster: atlas_{cluster}",
-        "  - override /stack: seed  # the seed's stack: the one with a measured logdiff of 0",
+        f"  - {seed_name}",
+        *([f"  - override /alignment: {alignment}"] if alignment else []),
+        *([f"  - override /cluster: atlas_{cluster}"] if cluster != SEED_CLUSTER else []),
         "  - _self_",
         "",
-        "cluster:",
-        f"  nodes: {n}",
-        "train:",
-        *[f"  {k}: {v}" for k, v in train.items()],
-        "rollout:",
-        *[f"  {k}: {v}" for k, v in rollout.items()],
+        f"experiment: {model}_{algo}_{cluster}_{mode}  # the seed names on and off runs alike",
     ]
+    if cluster != SEED_CLUSTER:
+        lines += ["cluster:", f"  nodes: {n}", f"  devices_per_node: {per_node}"]
     return "\n".join(lines) + "\n"
 
 

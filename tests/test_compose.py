@@ -9,9 +9,10 @@ from topl.launcher.errors import ToplError
 def test_sources_follow_composition_order(compose):
     c = compose(STRICT_A3 + ["rollout.tp=4"])
     assert c.source("rollout.tp") == "command line `rollout.tp=4`"
-    assert c.source("train.pp") == "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"
+    assert c.source("train.pp") == "recipes/seed_qwen3_30b_a3b_grpo_on.yaml"  # the included one
+    assert c.source("experiment") == "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"
     assert c.source("model.num_experts") == "conf/model/qwen3_30b_a3b.yaml"
-    assert c.source("cluster.devices_per_node") == "conf/cluster/atlas_a3.yaml"
+    assert c.source("cluster.device_memory_gb") == "conf/cluster/atlas_a3.yaml"
     assert c.source("train.cp") == "topl schema default"  # conf/ restates no default
     assert c.source("train.dtype") == "topl schema default"
     assert c.choices["cluster"] == "atlas_a3"

@@ -85,7 +85,10 @@ CASES = {
     "TOP-SPEC-001": (B + ["train.tp=0"], B + ["train.tp=2", "rollout.tp=2"]),
     "TOP-ENG-001": (["train.tp=2", "rollout.tp=2"], ["train.fsdp_size=1"]),
     "TOP-ENG-002": (B + ["train.cp=2"], B + ["train.cp=2", "alignment=mitigated"]),
-    "TOP-ENG-003": (B + ["rollout.n=1"], B + ["rollout.n=1", "algorithm=ppo"]),
+    "TOP-ENG-003": (
+        B + ["rollout.n=1"],
+        B + ["rollout.n=1", "algorithm=ppo", "algorithm.adv_estimator=gae"],  # the seed sets grpo
+    ),
     "TOP-ENG-004": (
         B + ["train.max_response_length=40000"],
         B + ["train.max_response_length=4096"],
@@ -107,11 +110,11 @@ CASES = {
     "TOP-ENV-003": (B + ["+cluster.env={A.B: x}"], B + ["+cluster.env={A_B: x}"]),
     "TOP-VERL-001": (
         B + ["+algorithm.extra_overrides.trainer.totl_epochs=3"],
-        B + ["+algorithm.extra_overrides.trainer.val_before_train=false"],
+        B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
     "TOP-VERL-002": (
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
-        B + ["+algorithm.extra_overrides.trainer.val_before_train=false"],
+        B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
 }
 
@@ -142,7 +145,10 @@ def test_violation_names_keys_values_and_sources(compose):
     v = vs["TOP-TP-001"]
     assert v.severity == "error"
     assert v.keys["rollout.tp"] == {"value": 2, "source": "command line `rollout.tp=2`"}
-    assert v.keys["train.tp"] == {"value": 1, "source": "recipes/qwen3_30b_a3b_grpo_a3_strict.yaml"}
+    assert v.keys["train.tp"] == {
+        "value": 1,
+        "source": "recipes/seed_qwen3_30b_a3b_grpo_on.yaml",  # the matrix recipe includes it
+    }
     assert "same tp" in v.fix
 
 

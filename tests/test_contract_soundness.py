@@ -183,7 +183,7 @@ def test_verl_key_list_is_what_verl_composes():
 @pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 def test_extra_overrides_the_rule_accepts_compose_in_verl(compose):
     """What TOP-VERL-001 lets through, verl's own config accepts; what it rejects, verl rejects."""
-    from helpers import compose_verl
+    from helpers import compose_verl, on_verl_091
     from hydra.errors import HydraException
 
     from topl.launcher.render import render
@@ -191,16 +191,16 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose):
     ok = compose(
         STRICT_A3
         + [
-            "+algorithm.extra_overrides.trainer.val_before_train=false",
+            "+algorithm.extra_overrides.trainer.log_val_generations=0",
             "+algorithm.extra_overrides.actor_rollout_ref.rollout.engine_kwargs.vllm.x=1",
         ]
     )
     assert not {v.rule for v in check(ok)} & {"TOP-VERL-001", "TOP-VERL-002"}
-    compose_verl(render(ok.to_object()))
-    bad = compose(STRICT_A3 + ["+algorithm.extra_overrides.trainer.val_befor_train=false"])
+    compose_verl(on_verl_091(render(ok.to_object())))  # the recipe's stack is the seed's
+    bad = compose(STRICT_A3 + ["+algorithm.extra_overrides.trainer.log_val_generation=0"])
     assert "TOP-VERL-001" in {v.rule for v in check(bad)}
     with pytest.raises(HydraException):
-        compose_verl(render(bad.to_object()))
+        compose_verl(on_verl_091(render(bad.to_object())))
 
 
 @pytest.mark.parametrize(

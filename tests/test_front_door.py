@@ -77,7 +77,7 @@ def test_remote_launch_without_address_refuses_and_check_warns(tmp_path):
     r = run_topl("check", *A3_NO_ADDRESS, "--json")
     assert r.returncode == 0  # validating a shared recipe still passes
     got = {v["rule"]: v["severity"] for v in json.loads(r.stdout)["violations"]}
-    assert got == {"TOP-CLUS-001": "warning"}
+    assert got["TOP-CLUS-001"] == "warning" and set(got.values()) == {"warning"}
     r = run_topl("launch", *A3_NO_ADDRESS, cwd=tmp_path)
     assert r.returncode == 2 and "cluster.ray_address" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []  # no run directory left behind
@@ -244,7 +244,7 @@ def test_tables_wrap_and_never_cut_ids(width):
     out = ANSI.sub(
         "", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout
     )
-    assert "…" not in out and out.count("TOP-MEM-001") == 4 and out.count("TOP-TP-001") == 3
+    assert "…" not in out and out.count("TOP-MEM-001") == 2 and out.count("TOP-TP-001") == 3
     assert max(map(len, out.splitlines())) <= int(width)
     r = run_topl("doctor", *STRICT_A3, env=as_terminal)
     out = ANSI.sub("", r.stdout)

@@ -33,7 +33,7 @@ def test_generator_check_mode_flags_a_hand_edit(tmp_path, monkeypatch):
     monkeypatch.setattr(gen, "RECIPES", tmp_path)
     assert gen.main(["--check"]) == 0
     edited = tmp_path / "qwen3_4b_grpo_a2_strict.yaml"
-    edited.write_text(edited.read_text().replace("tp: 1", "tp: 2"))
+    edited.write_text(edited.read_text().replace("nodes: 1", "nodes: 2"))
     assert gen.main(["--check"]) == 1
 
 

@@ -22,6 +22,13 @@ SWEEP = [
     "rollout.pp=1,2",
 ]
 
+# without the seed's offload, train PP=4 does not fit (TOP-MEM-001): a sweep with an invalid point
+NO_OFFLOAD = [
+    "train.param_offload=false",
+    "train.optimizer_offload=false",
+    "train.grad_offload=false",
+]
+
 
 def test_expansion_is_hydras():
     sweep = SWEEP + ["train.cp=range(1,3)", "model=glob(qwen3_30*)"]
@@ -81,6 +88,7 @@ def test_sweeper_launches_only_valid_points(tmp_path):
         "-m",
         "--dry-run",
         "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        *NO_OFFLOAD,
         "train.pp=4,8",
         "rollout.tp=1,2",
         cwd=tmp_path,
@@ -105,6 +113,7 @@ def test_sweeper_on_invalid_fail_starts_nothing(tmp_path):
         "-m",
         "--dry-run",
         "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        *NO_OFFLOAD,
         "train.pp=4,8",
         "hydra.sweeper.on_invalid=fail",
         cwd=tmp_path,

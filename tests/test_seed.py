@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import compose_verl, hf_config_dir, verl_config_dir
+from helpers import hf_config_dir, validate_on_verl_091, verl_config_dir
 
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check, errors
@@ -15,14 +15,6 @@ from topl.launcher.script_import import same
 DATA = Path(__file__).parent / "data" / "seed"
 CONFIGS = sorted(p.stem for p in DATA.glob("*.yaml") if p.stem != "differences")
 DIFF = yaml.safe_load((DATA / "differences.yaml").read_text())
-# Keys the seed's stack has and stock verl 0.9.1 lacks. The recipes target the seed's stack; to
-# run verl 0.9.1's validation, grad_offload (McoreEngineConfig has no such field in 0.9.1, it has
-# in verl@0.8.0:workers/config/engine.py) is dropped and the others are appended with `+`.
-DROPPED_ON_091 = ("actor_rollout_ref.actor.megatron.grad_offload",)
-SEED_STACK_ONLY = (
-    "actor_rollout_ref.rollout.per_request_seed",  # the seed's verl_per_request_seed_v0.8.0.patch
-    "reward.reward_kwargs.",  # the DAPO recipe config (dapo_megatron_trainer), not ppo_trainer
-)
 
 
 def listed(table: dict, config: str) -> dict:
@@ -87,22 +79,10 @@ def test_seed_recipe_passes_the_contract_and_verl_validate_config(config, tmp_pa
     assert not errors(check(c)), [v.render() for v in check(c)]
     if verl_config_dir() is None:
         pytest.skip("verl 0.9.1 not installed")
-    from verl.utils.config import validate_config
-
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = c.to_object()
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)
-    inv = render(spec)
-    inv.config_name = "ppo_trainer"  # DAPO's config extends ppo_trainer (see test_recipes)
-    inv.overrides = [
-        f"+{o}" if o.startswith(SEED_STACK_ONLY) else o
-        for o in inv.overrides
-        if not o.startswith(DROPPED_ON_091)
-    ]
-    cfg = compose_verl(inv)
-    validate_config(
-        cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic
-    )
+    validate_on_verl_091(spec, render(spec))
 
 
 def test_every_listed_difference_occurs():
@@ -116,3 +96,36 @@ def test_every_listed_difference_occurs():
         }
     listed_keys = {k for scope in DIFF["added"].values() for k in scope}
     assert listed_keys <= seen, sorted(listed_keys - seen)
+
+
+MATRIX = [
+    (model, algo, cluster, mode)
+    for model in ("qwen3_4b", "qwen3_30b_a3b")
+    for algo in ("grpo", "dapo", "gspo")
+    for cluster in ("a2", "a3")
+    for mode in ("strict", "mitigated", "off")
+]
+
+
+def command(recipe: str) -> dict:
+    """The rendered verl command of a recipe: overrides (modulo `+`) and env vars."""
+    inv = render(compose_job([f"recipe={recipe}"]).to_object())
+    got = {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
+    return got | {f"ENV {k}": v for k, v in inv.env.items()}
+
+
+@pytest.mark.parametrize("point", MATRIX, ids="_".join)
+def test_matrix_recipe_renders_the_seed_but_its_listed_differences(point):
+    name, run = "_".join(point), "on" if point[3] == "strict" else "off"
+    seed, mine = command(f"seed_{point[0]}_{point[1]}_{run}"), command(name)
+    differ = {k for k in seed.keys() | mine.keys() if seed.get(k) != mine.get(k)}
+    listed = {
+        key
+        for scope, keys in DIFF["matrix"].items()
+        if scope == "all" or set(scope.split()) <= set(point)
+        for key in keys
+    }
+    assert differ == listed, (
+        f"{name} vs seed_{point[0]}_{point[1]}_{run}: unlisted {sorted(differ - listed)}, "
+        f"listed but equal {sorted(listed - differ)}"
+    )

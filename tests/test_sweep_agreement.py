@@ -48,7 +48,7 @@ def test_multi_recipe_sweep(compose):
 def test_shuffle_keeps_each_value_with_its_text():
     """shuffle() reorders every iterator afresh; a point's text and value must stay one pair."""
     for v in plan(STRICT_A3 + ["train.tp=shuffle(1,2,4,8)", "rollout.tp=1"]):
-        tp = int(v.overrides[1].split("=")[1])
+        tp = int(next(o for o in v.overrides if o.startswith("train.tp=")).split("=")[1])
         assert ("TOP-TP-001" in v.rules) is (tp != 1), v.overrides
 
 
