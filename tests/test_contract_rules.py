@@ -87,7 +87,17 @@ CASES = {
     "TOP-ENG-002": (B + ["train.cp=2"], B + ["train.cp=2", "alignment=mitigated"]),
     "TOP-ENG-003": (
         B + ["rollout.n=1"],
-        B + ["rollout.n=1", "algorithm=ppo", "algorithm.adv_estimator=gae"],  # the seed sets grpo
+        B
+        + [
+            "rollout.n=1",
+            "algorithm=ppo",
+            "algorithm.adv_estimator=gae",
+            "algorithm.use_critic=true",
+        ],
+    ),
+    "TOP-ALG-003": (
+        B + ["algorithm=ppo"],  # the seed recipe's own adv_estimator=grpo stays
+        B + ["algorithm=ppo", "algorithm.adv_estimator=gae", "algorithm.use_critic=true"],
     ),
     "TOP-ENG-004": (
         B + ["train.max_response_length=40000"],

@@ -22,8 +22,8 @@ LAYOUTS = [
     STRICT_A3 + ["train.pp=4", "rollout.pp=2", "cluster.nodes=2", "train.train_batch_size=64"],
     STRICT_A3 + ["alignment=mitigated"],
     STRICT_A3 + ["alignment=off", "collective=default", "rollout.tp=4", "train.tp=4", "train.pp=2"],
-    STRICT_A3 + ["algorithm=gspo"],
-    STRICT_A3 + ["algorithm=ppo"],
+    STRICT_A3 + ["algorithm=gspo", "algorithm.policy_loss=gspo"],  # TOP-ALG-003
+    STRICT_A3 + ["algorithm=ppo", "algorithm.adv_estimator=gae", "algorithm.use_critic=true"],
     [
         "model=qwen3_4b",
         "cluster=atlas_a2",

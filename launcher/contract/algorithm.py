@@ -42,3 +42,33 @@ def overlong_fits(s):
     f = s.algorithm.overlong_buffer_fraction
     if f and not (0 < f < 1 and round(f * s.train.max_response_length) >= 1):
         return f"overlong_buffer_fraction={f} of max_response_length={s.train.max_response_length}"
+
+
+# What each algorithm choice is defined by. A recipe's own `algorithm:` values are composed after
+# the group, so `recipe=..._grpo_... algorithm=ppo` keeps the recipe's estimator and loss unless the
+# user names them too: without this rule the run would be PPO in name and GRPO in fact.
+DEFINING = {
+    # GAE reads the critic's values (verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_gae_advantage_return);
+    # verl trains a critic for gae only (verl@0.9.1:verl/trainer/ppo/utils.py:need_critic)
+    "ppo": {"adv_estimator": "gae", "use_critic": True},
+    # GSPO is the sequence-level loss (verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_policy_loss_gspo)
+    "gspo": {"policy_loss": "gspo"},
+}
+
+
+@rule(
+    "TOP-ALG-003",
+    ERROR,
+    "the chosen algorithm's defining settings are set",
+    ("algorithm.name", "algorithm.adv_estimator", "algorithm.use_critic", "algorithm.policy_loss"),
+    "name them with the choice, e.g. algorithm=ppo algorithm.adv_estimator=gae "
+    "algorithm.use_critic=true, or algorithm=gspo algorithm.policy_loss=gspo (a recipe's own "
+    "algorithm values replace the group's)",
+)
+def algorithm_defined(s):
+    """algorithm=ppo|gspo composed under a recipe that sets the estimator or the loss itself."""
+    a = s.algorithm
+    want = DEFINING.get(a.name, {})
+    bad = [f"algorithm.{k}={getattr(a, k)!r}" for k, v in want.items() if getattr(a, k) != v]
+    if bad:
+        return f"algorithm.name={a.name!r} but " + ", ".join(bad)
