@@ -101,15 +101,20 @@ def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> l
             v.verl,
             f"pip install verl=={v.verl}",
         )
-        if verl_v:  # the guard has its own check (TOP-DOC-GUARD-001): not blamed on verl here
-            err = _import_error("verl", env=_without_guard(os.environ))
+        # the subprocess backend starts verl with cluster.python: import it there, not here
+        job_python = (
+            spec.cluster.python if spec.cluster.backend == "subprocess" and not node else None
+        )
+        if verl_v or job_python:  # the guard has its own check (TOP-DOC-GUARD-001)
+            err = _import_error("verl", job_python, env=_without_guard(os.environ))
             add(
                 "TOP-DOC-VERL-004",
                 err is None,
-                "verl imports",
+                f"verl imports with {job_python}" if job_python else "verl imports",
                 err or "yes",
                 "yes",
-                "install verl's dependencies (pip install verl==VERSION without --no-deps)",
+                f"install verl=={v.verl} with its dependencies into "
+                f"{job_python or 'this Python'} (not --no-deps)",
             )
         if verl_v and _v(verl_v) != _v(v.verl):
             add(

@@ -341,3 +341,18 @@ def test_ray_node_without_topl_is_reported_by_the_doctor_job(ray_head, tmp_path)
     ((node,),) = [[f for n in json.loads(line[len(MARK) :]) for f in n["findings"]]]
     assert node["id"] == "TOP-DOC-NODE-001" and node["severity"] == "error"
     assert "No module named 'topl'" in node["found"] and "install topl on this node" in node["fix"]
+
+
+def test_verl_import_is_checked_with_the_python_the_subprocess_backend_runs(tmp_path):
+    """cluster.python starts verl on the subprocess backend: a verl that imports here proves
+    nothing about it."""
+
+    def verl_finding(python):
+        r = run_topl("doctor", "cluster.backend=subprocess", f"cluster.python={python}", "--json")
+        found = [f for n in json.loads(r.stdout)["nodes"] for f in n["findings"]]
+        return next(f for f in found if f["id"] == "TOP-DOC-VERL-004")
+
+    f = verl_finding(no_site_python(tmp_path))
+    assert f["severity"] == "error" and "No module named 'verl'" in f["found"], f
+    assert "python-without-topl" in f["fix"] and "python-without-topl" in f["what"]
+    assert verl_finding(sys.executable)["severity"] == "ok"
