@@ -165,3 +165,45 @@ def test_ray_submit_waits_for_a_starting_job_agent():
     assert c.calls == 1
     with pytest.raises(RuntimeError, match="No available agent"):
         _submit(Client([busy] * 100), 0.0, entrypoint="x")
+
+
+def test_ray_follow_streams_the_log_and_redacts_whole_lines(tmp_path, capsys, monkeypatch):
+    """--follow reads Ray's websocket tail (never the whole log each second); a secret cut across
+    two chunks is still redacted; when the tail breaks, the rest comes from get_job_logs once."""
+    from topl.launcher import redact
+    from topl.launcher.backends.ray_job import LineWriter, LogStream
+
+    monkeypatch.setattr(redact, "_current", redact.Redactor(["s3cr3t-value"]))
+    log = "step:1 ok\nkey is s3cr3t-value here\nstep:2 ok\n"
+    chunks = ["step:1 ok\nkey is s3cr", "3t-value here\nst", "ep:2 ok\n"]
+
+    class Client:
+        def __init__(self, fail_after=None):
+            self.fail_after, self.whole_reads = fail_after, 0
+
+        async def tail_job_logs(self, job_id):
+            for i, c in enumerate(chunks):
+                if i == self.fail_after:
+                    raise RuntimeError("WebSocket connection closed unexpectedly")
+                yield c
+
+        def get_job_logs(self, job_id):
+            self.whole_reads += 1
+            return log
+
+    for fail_after, reads in ((None, 0), (1, 1)):
+        client = Client(fail_after)
+        stream = LogStream(client, "raysubmit_1")
+        assert stream.done.wait(10)
+        with open(tmp_path / f"verl{fail_after}.log", "w") as f:
+            out = LineWriter(f)
+            for piece in (
+                stream.take(lambda c=client: c.get_job_logs("x")),
+                "tail without newline",
+            ):
+                out.write(piece)
+            out.close()
+        text = (tmp_path / f"verl{fail_after}.log").read_text()
+        assert text == log.replace("s3cr3t-value", redact.REDACTED) + "tail without newline"
+        assert client.whole_reads == reads
+    assert "s3cr3t-value" not in capsys.readouterr().out

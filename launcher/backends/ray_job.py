@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +84,65 @@ def _submit(client, timeout: float, **job) -> str:
             time.sleep(1.0)
 
 
+class LogStream:
+    """A job's log as the driver writes it: Ray's websocket tail (from the log's start;
+    ray@2.60.0:python/ray/dashboard/modules/job/sdk.py:JobSubmissionClient.tail_job_logs,
+    dashboard/modules/job/utils.py:file_tail_iterator) in a thread, so a days-long run's log is
+    not fetched whole every second. If the tail fails, `take` falls back to get_job_logs and
+    returns what it has not yet returned."""
+
+    def __init__(self, client, job_id: str):
+        self.chunks: queue.Queue[str] = queue.Queue()
+        self.done, self.error, self.given = threading.Event(), None, 0
+        threading.Thread(target=self._run, args=(client, job_id), daemon=True).start()
+
+    def _run(self, client, job_id: str) -> None:
+        async def tail():
+            async for chunk in client.tail_job_logs(job_id):
+                self.chunks.put(chunk)
+
+        try:
+            asyncio.run(tail())
+        except Exception as e:  # noqa: BLE001 - any failure: fall back to whole-log reads
+            self.error = e
+        finally:
+            self.done.set()
+
+    def take(self, whole_log, final: bool = False) -> str:
+        """What arrived since the last call; `final` (the job ended): the whole log's rest if the
+        tail has not closed by now."""
+        parts = []
+        while not self.chunks.empty():
+            parts.append(self.chunks.get_nowait())
+        text = "".join(parts)
+        if (self.error is not None and self.done.is_set()) or (final and not self.done.is_set()):
+            text = whole_log()[self.given :]  # the tail broke: read what it did not deliver
+        self.given += len(text)
+        return text
+
+
+class LineWriter:
+    """Redact whole lines only: a secret split across two chunks must not slip through."""
+
+    def __init__(self, log):
+        self.log, self.pending = log, ""
+
+    def _emit(self, text: str) -> None:
+        text = redact.text(text)
+        sys.stdout.write(text)
+        self.log.write(text)
+
+    def write(self, text: str) -> None:
+        lines, sep, self.pending = (self.pending + text).rpartition("\n")
+        if sep:
+            self._emit(lines + sep)
+
+    def close(self) -> None:
+        if self.pending:
+            self._emit(self.pending)
+        self.pending = ""
+
+
 def run_ray_job(
     invocation,
     run_dir: Path,
@@ -125,20 +187,21 @@ def run_ray_job(
     if not follow:
         return 0
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    seen = 0
+    stream = LogStream(client, job_id)
     fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as log:
+        out = LineWriter(log)
         try:
             while True:
                 status = call(lambda: client.get_job_status(job_id), "status")
-                logs = call(lambda: client.get_job_logs(job_id), "logs")
-                text = redact.text(logs[seen:])
-                sys.stdout.write(text)
-                log.write(text)
-                seen = len(logs)
+                if status in terminal:
+                    stream.done.wait(10.0)  # Ray closes the tail once the job has ended
+                whole = lambda: call(lambda: client.get_job_logs(job_id), "logs")  # noqa: E731
+                out.write(stream.take(whole, final=status in terminal))
                 if status in terminal:
                     break
                 time.sleep(1.0)
+            out.close()
         except BaseException:  # interrupted (or the head stopped answering): stop the job
             with contextlib.suppress(Exception):
                 call(lambda: client.stop_job(job_id), "stop")
