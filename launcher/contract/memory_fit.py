@@ -5,12 +5,8 @@ from topl.launcher.contract.core import ERROR, WARNING, rule
 from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
 
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
-# What memory_estimate.rollout_fit reads (TOP-MEM-002 and -003 declare it).
-ROLLOUT_FIT_KEYS = (
-    "rollout.tp",
-    "rollout.pp",
-    "rollout.gpu_memory_utilization",
-    "cluster.device_memory_gb",
+# The model widths memory_estimate sizes weights and KV from (both estimates read them).
+MODEL_SIZE_KEYS = (
     "model.head_dim",
     "model.hidden_size",
     "model.intermediate_size",
@@ -21,6 +17,14 @@ ROLLOUT_FIT_KEYS = (
     "model.num_layers",
     "model.tie_word_embeddings",
     "model.vocab_size",
+)
+# What memory_estimate.rollout_fit reads (TOP-MEM-002 and -003 declare it).
+ROLLOUT_FIT_KEYS = (
+    "rollout.tp",
+    "rollout.pp",
+    "rollout.gpu_memory_utilization",
+    "cluster.device_memory_gb",
+    *MODEL_SIZE_KEYS,
     "rollout.ep",
     "train.max_prompt_length",
     "train.max_response_length",
@@ -43,16 +47,7 @@ ROLLOUT_FIT_KEYS = (
         "cluster.device_memory_gb",
         "cluster.devices_per_node",
         "cluster.nodes",
-        "model.head_dim",
-        "model.hidden_size",
-        "model.intermediate_size",
-        "model.moe_intermediate_size",
-        "model.num_experts",
-        "model.num_heads",
-        "model.num_kv_heads",
-        "model.num_layers",
-        "model.tie_word_embeddings",
-        "model.vocab_size",
+        *MODEL_SIZE_KEYS,
         "train.cp",
     ),
     "raise tp/pp/ep, turn on train.param_offload / train.optimizer_offload, or add nodes",
