@@ -19,6 +19,7 @@ from topl.launcher.facts.stack_facts import SEED_SCRIPT, STACK_FACTS
 from topl.launcher.facts.vllm_facts import (
     BI_DOC,
     FA3_DOC,
+    FA3_EAGER,
     FA3_PATCH,
     FA3_PIECEWISE,
     RAW_BEFORE_T,
@@ -31,6 +32,7 @@ __all__ = [
     "BI_DOC",
     "COMMITS",
     "FA3_DOC",
+    "FA3_EAGER",
     "FA3_PATCH",
     "FA3_PIECEWISE",
     "FACTS",
