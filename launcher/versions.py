@@ -2,8 +2,10 @@
 
 Each declared or installed version becomes a PEP 440 `Version`, ordered as its vendor orders it:
 
-- PyPI packages (verl, vllm, vllm_ascend, torch, torch_npu, ...): PEP 440 itself (PyPI enforces
-  it): `0.30.0rc2 < 0.30.0`, `2.8.0.post4 > 2.8.0`, `2.9.0+cpu` keeps its local label.
+- PyPI packages (verl, vllm, vllm_ascend, torch, torch_npu, ...): PEP 440 itself, in the
+  normalized spelling the registry lists (`0.30.0rc2 < 0.30.0`, `2.8.0.post4 > 2.8.0`, `2.9.0+cpu`
+  keeps its local label); a loose spelling PEP 440 would reinterpret (`2.9.0.B120`, a torch_npu
+  PTA build, as beta 120) is refused.
 - CANN: `8.5.RC1` -> 8.5rc1; `9.0.0-beta.1` / `9.0.0.beta1` / `9.0.0.beta.1` -> 9.0.0b1 (the
   vendor's tags: cann/asc-devkit CHANGELOG.md, v9.0.0-beta.1 2026/02/25 before v9.0.0-beta.2
   2026/03/31, both before 9.0.0); `-alpha.N` -> aN. A `.Bnnn` build (`9.0.0.B160`, the seed's
@@ -34,6 +36,7 @@ _CANN = re.compile(
     r"(?:[.-]?(?P<pre>[Rr][Cc]|alpha|beta|a|b)[.-]?(?P<n>\d+))?"
     r"(?:\.B(?P<build>\d+))?"
 )
+_BUILD = re.compile(r"\.B\d+$")
 _PRE = {"rc": "rc", "alpha": "a", "a": "a", "beta": "b", "b": "b"}
 _MINDSPEED = re.compile(r"(?:v?\d+(?:\.\d+)*_)?core_r(?P<core>\d+(?:\.\d+)*)")
 
@@ -75,9 +78,15 @@ def _read(package: str, text: str) -> Version:
         m = _MINDSPEED.fullmatch(text)
         text = m["core"] if m else text
     try:
-        return Version(text)
+        v = Version(text)
     except InvalidVersion:
         raise _refuse(package, text) from None
+    # PEP 440 also reads loose spellings (`2.9.0.B120` as beta 120, `1.0-1` as a post release):
+    # a registry lists its releases normalized, so anything else is a vendor build name
+    if v.public != text.split("+")[0].lower().removeprefix("v"):  # a local label is free-form
+        hint = " (a build number: declare the release it belongs to)" if _BUILD.search(text) else ""
+        raise _refuse(package, text, hint)
+    return v
 
 
 def read(package: str, text) -> Version:

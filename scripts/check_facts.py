@@ -112,7 +112,10 @@ def write_excerpts() -> int:
     texts, skipped = read_all(evs)
     if skipped:
         print("cannot read GitHub: " + "; ".join(skipped.values()), file=sys.stderr)
-        print("set TOPL_FACTS_GIT_MIRROR=DIR (owner+name/repo) or TOPL_FACTS_GITHUB=1", file=sys.stderr)
+        print(
+            "set TOPL_FACTS_GIT_MIRROR=DIR (owner+name/repo) or TOPL_FACTS_GITHUB=1",
+            file=sys.stderr,
+        )
         return 2
     groups: dict[str, list] = {}
     for e in evs:

@@ -23,6 +23,8 @@ from topl.launcher.facts.table import FACTS, Evidence, Fact
 from topl.launcher.versions import VersionError, parse, problem
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
+# the cluster.versions keys that hold a version (the others: profile name, patch lists, flags)
+VERSION_KEYS = ("verl", "vllm", "vllm_ascend", "cann", "torch", "torch_npu", "mindspeed")
 
 
 def version(package: str, text: Any) -> Version | None:
@@ -81,9 +83,8 @@ def holds(fid: str, versions: Any) -> bool:
 def unreadable(versions: Any) -> dict[str, str]:
     """{cluster.versions key: why} for each declared version a fact reads that cannot be read:
     such a fact does not hold, and TOP-STACK-008 says why instead of a silent `no`."""
-    keys = sorted({f.package for f in FACTS if f.when and f.package != "profile"} | {"torch"})
     out = {}
-    for k in keys:
+    for k in VERSION_KEYS:
         text = _declared(versions, k)
         if text not in (None, "") and (why := problem(k, text)):
             out[k] = why
@@ -132,6 +133,7 @@ __all__ = [
     "FACTS",
     "Evidence",
     "Fact",
+    "VERSION_KEYS",
     "VersionError",
     "cites",
     "fact",

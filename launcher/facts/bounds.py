@@ -12,8 +12,8 @@ No I/O here: `scripts/check_facts.py` passes the release lists it fetched.
 
 from __future__ import annotations
 
-from topl.launcher.facts.evidence import COMMITS, Evidence, Fact
 from topl.launcher.facts import in_range
+from topl.launcher.facts.evidence import COMMITS, Evidence, Fact
 from topl.launcher.versions import parse
 
 # cluster.versions key -> where its releases are listed and read
@@ -22,7 +22,7 @@ BRANCHES = {"mindspeed": "github:Ascend/MindSpeed"}  # releases are branches (CO
 
 
 def source(f: Fact) -> str:
-    """Where the fact's package is read (`vllm-ascend`, `github:Ascend/MindSpeed`); '' if nowhere."""
+    """Where the fact's package is read (`vllm-ascend`, `github:Ascend/MindSpeed`), or ''."""
     return REGISTRY.get(f.package) or BRANCHES.get(f.package, "")
 
 

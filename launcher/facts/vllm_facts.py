@@ -13,7 +13,9 @@ RAW_BEFORE_T = (
 )
 FA3_DOC = "docs/source/user_guide/feature_guide/flash_attention.md"
 FA3_PIECEWISE = 'Please use `compilation_config={"cudagraph_mode": "PIECEWISE"}` when enabling FA3.'
-FA3_EAGER = "Please use `enforce_eager=True` when enabling FA3."  # the same docs, 0.20.2rc1-0.21.0rc1
+FA3_EAGER = (
+    "Please use `enforce_eager=True` when enabling FA3."  # the same docs, 0.20.2rc1-0.21.0rc1
+)
 BI_DOC = "docs/source/user_guide/feature_guide/batch_invariance.md"
 
 VLLM_FACTS: tuple[Fact, ...] = (
