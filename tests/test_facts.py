@@ -420,3 +420,29 @@ def test_shipped_excerpts_match_the_repositories():
     shipped = excerpts.load()
     for e in ev:
         assert excerpts.matches(shipped[excerpts.key(e)], texts[(e.package, e.version, e.path)])
+
+
+def test_fa3_graph_capture_follows_the_release_docs(compose):
+    """0.21.0rc1's FA3 docs ask for enforce_eager=True: piecewise there is an error (was silent)."""
+    old = ("stack=release", "cluster.versions.vllm_ascend=0.21.0rc1")
+    assert severities(compose, *old, "rollout.graph_mode=piecewise").get("TOP-GRAPH-002") == "error"
+    assert "TOP-GRAPH-002" not in severities(compose, *old, "rollout.graph_mode=eager")
+    assert "TOP-GRAPH-002" not in severities(
+        compose, "stack=release", "rollout.graph_mode=piecewise"
+    )
+
+
+@pytest.mark.parametrize(
+    "cann,warns", [("9.0.0-beta.1", True), ("9.0.0.B160", True), ("9.0.0-beta.2", False)]
+)
+def test_hccl_strict_on_a3_warns_before_9_0_0_beta_2(compose, cann, warns):
+    got = severities(compose, f"cluster.versions.cann={cann}")
+    assert ("TOP-STACK-006" in got) == warns, got
+
+
+def test_an_unreadable_version_is_an_error_not_a_silent_no(compose):
+    c = compose([*STRICT, "cluster.versions.cann=CANN900B160"])
+    v = {v.rule: v for v in check(c)}["TOP-VER-001"]
+    assert v.severity == "error" and "cann version 'CANN900B160'" in v.message
+    assert "9.0.0.B160" in v.fix
+    assert "TOP-VER-001" not in severities(compose, "stack=prerelease")
