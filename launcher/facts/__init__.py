@@ -48,7 +48,9 @@ def ranges(when: str) -> tuple[SpecifierSet, ...]:
     return tuple(SpecifierSet(part.strip()) for part in when.split("||"))
 
 
+@lru_cache(maxsize=4096)
 def in_range(when: str, v: Version) -> bool:
+    """Whether `v` is in `when` (cached: packaging re-parses the specifier's version per test)."""
     return any(r.contains(v, prereleases=True) for r in ranges(when))
 
 
