@@ -5,7 +5,8 @@ each probe (path, needle) must be present inside and absent outside.
 The release list is the registry's own (the PyPI simple index, as `pip index versions --pre`
 lists it; yanked releases left out), ordered by `topl.launcher.versions`; MindSpeed's releases
 are its `core_r*` branches (pinned in `evidence.COMMITS`). Facts whose range cannot be checked
-this way say why (`range_note`, or `unbounded` below).
+this way say why (`range_note`, or `unbounded` below). A fact in no release (`when` None, a
+patch adds it) is read in the newest release instead: it must still lack what the patch adds.
 
 No I/O here: `scripts/check_facts.py` passes the release lists it fetched.
 """
@@ -36,13 +37,13 @@ def unbounded(f: Fact) -> str:
         return f.range_note
     if f.package == "profile":
         return "a profile's own evidence, not a version range"
-    if f.when is None:
+    if f.when is None and not (source(f) and _absent(f)):
         return f"no {f.package} release has it (a patch adds it): no edge to read"
     if f.when == "":
         return f"holds in every {f.package} release: no edge to read"
     if not source(f):
         return f"{f.package} releases are not in a registry the checker reads"
-    if not probes(f):
+    if f.when is not None and not probes(f):
         return "no present-needle evidence in the fact's own package to read at the edges"
     return ""
 
@@ -57,6 +58,13 @@ def probes(f: Fact) -> list[tuple[str, str]]:
         if e.present and e.package == src and (e.path, e.needle) not in out:
             out.append((e.path, e.needle))
     return out
+
+
+def _absent(f: Fact) -> list[tuple[str, str]]:
+    src = source(f)
+    return list(
+        dict.fromkeys((e.path, e.needle) for e in f.evidence if not e.present and e.package == src)
+    )
 
 
 def edges(when: str, releases: list[str], package: str) -> list[tuple[str, str]]:
@@ -77,6 +85,10 @@ def edge_evidence(f: Fact, releases: list[str]) -> list[Evidence]:
     if unbounded(f):
         return []
     src, out = source(f), []
+    if f.when is None:  # in no release: the newest one still lacks what the patch adds
+        known = [(v, r) for r in releases if (v := parse(r, f.package)) is not None]
+        newest = max(known)[1] if known else None
+        return [Evidence(src, newest, p, n, False) for p, n in _absent(f)] if newest else []
     for inside, outside in edges(f.when, releases, f.package):
         for path, needle in probes(f):
             out.append(Evidence(src, inside, path, needle, True))
