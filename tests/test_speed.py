@@ -66,3 +66,93 @@ def test_fsdp_rule_never_imports_deepspeed(compose, monkeypatch):
     spec = compose(["train=fsdp"]).to_object()
     monkeypatch.setattr(builtins, "__import__", guard)
     list(evaluate(spec))
+
+
+ENV_RECIPE = """\
+# @package _global_
+defaults:
+  - override /alignment: strict
+  - _self_
+cluster:
+  env: {HCCL_DETERMINISTIC: "true", VLLM_BATCH_INVARIANT: "1"}
+algorithm:
+  extra_overrides:
+    actor_rollout_ref.rollout.tensor_model_parallel_size: 2
+"""
+# an extra override of a key topl renders only when rollout.per_request_seed is on: TOP-VERL-002
+# depends on a key it does not declare (it renders the whole command)
+SEED_RECIPE = """\
+# @package _global_
+defaults:
+  - override /alignment: "off"
+  - _self_
+algorithm:
+  extra_overrides:
+    actor_rollout_ref.rollout.per_request_seed: true
+"""
+MEMO_SWEEPS = [
+    # recipe x engine group x layout x lengths (TOP-MEM-*, TOP-ENG-*, TOP-RES-*, interpolations)
+    [
+        "recipe=qwen3_30b_a3b_grpo_a3_strict,qwen3_4b_grpo_a2_mitigated",
+        "train=fsdp,megatron",
+        "train.tp=1,2,8",
+        "rollout.tp=1,4",
+        "train.max_response_length=1024,65536",
+    ],
+    # out-of-range values (TOP-SPEC-001 alone), alignment groups, block size / kv_tile interpolation
+    ["alignment=strict,off", "rollout.block_size=16,128", "train.tp=0,2", "rollout.top_p=0.5,2.0"],
+    # the rules that read the whole spec (env, verl keys) against a base that sets both
+    ["recipe={env_recipe}", "alignment.mode=strict,mitigated,off", "rollout.tp=1,2"],
+    ["recipe={env_recipe}", "collective.hccl_algo=null,level0:ring", "alignment.mode=strict,off"],
+    ["recipe={seed_recipe}", "rollout.per_request_seed=false,true", "rollout.tp=1,2"],
+]
+
+
+@pytest.mark.parametrize("sweep", MEMO_SWEEPS, ids=range(len(MEMO_SWEEPS)))
+def test_memoised_verdicts_equal_the_whole_contract(sweep, tmp_path):
+    """Every point, errors and warnings and estimates: the per-sweep reuse changes nothing."""
+    from topl.launcher.plan import Planner, expand_items
+
+    recipes = {"env_recipe": ENV_RECIPE, "seed_recipe": SEED_RECIPE}
+    for name, text in recipes.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    fast, full = Planner(), Planner(memo=False)
+    points = expand_items([o.format(**{n: tmp_path / f"{n}.yaml" for n in recipes}) for o in sweep])
+    got = [fast.verdict(p).to_dict() for p in points]
+    want = [full.verdict(p).to_dict() for p in points]
+    assert got == want
+    assert len({(*v["rules"], "/", *v["warnings"]) for v in want}) > 1  # verdicts really move
+
+
+def test_rules_run_once_per_distinct_input():
+    """A rule that reads none of the swept keys runs once for the whole sweep."""
+    from topl.launcher import sweep_memo
+    from topl.launcher.plan import Planner, expand_items
+
+    planner = Planner()
+    for p in expand_items(
+        ["rollout.max_num_seqs=range(1,41)", "train.ppo_micro_batch_size_per_gpu=1,2"]
+    ):
+        planner.verdict(p)
+    (memo,) = planner._memos.values()
+    runs = {}
+    for rule_id, *_ in memo.results:
+        runs[rule_id] = runs.get(rule_id, 0) + 1
+    assert runs["TOP-ATTN-004"] == 1  # reads neither key
+    assert runs["TOP-MEM-003"] == 40  # reads max_num_seqs only
+    assert runs["TOP-LOGP-003"] == 2  # reads the micro batch only
+    assert all(runs[r] == 80 for r in sweep_memo._OPAQUE if r in runs)
+
+
+def test_points_share_what_they_do_not_change():
+    """No deep copy per point: untouched sections are the base's, and the base stays as it was."""
+    from topl.launcher.plan import Planner, expand_items
+
+    planner = Planner()
+    a, b = expand_items(["rollout.tp=1,2"])
+    sa, sb = planner.spec(a)[0], planner.spec(b)[0]
+    assert (sa.rollout.tp, sb.rollout.tp) == (1, 2)
+    assert sa.model is sb.model and sa.train is sb.train
+    assert sa.rollout is not sb.rollout
+    ((_, base, _),) = planner._bases.values()
+    assert base.rollout.tp not in (None,) and base.rollout is not sa.rollout

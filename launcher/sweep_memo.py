@@ -1,0 +1,139 @@
+"""Per-sweep reuse for `topl plan` and the sweeper: a point's spec shares every section it does
+not change with its base, and each rule runs once per distinct value of the keys it reads.
+
+Within one base (one set of group choices) only the swept keys and the base's interpolated keys
+can differ between points. A rule whose declared keys (the catalog's, which
+tests/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
+whole base; one that reads some of them has one answer per distinct value of those. A rule that
+reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
+is keyed on every varying key. tests/test_speed.py compares every verdict with a full `evaluate`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from topl.launcher.constraints import fields as constrained_fields
+from topl.launcher.constraints import problems, violated
+from topl.launcher.contract import ERROR, RULES
+from topl.launcher.contract.fields import FIELD_RULE
+from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
+from topl.launcher.spec import JobSpec
+
+_ALL = None  # "every varying key": the rule reads outside the view
+# what memory_estimate.estimate reads: TOP-MEM-001's inputs (train_bytes) and rollout_fit's
+_ESTIMATE_KEYS = (
+    *next(r.keys for r in RULES if r.id == "TOP-MEM-001"),
+    *ROLLOUT_FIT_KEYS,
+    *MODEL_SIZE_KEYS,
+)
+_CONSTRAINTS = {k: f.metadata for k, f in constrained_fields(JobSpec)}
+
+
+def _opaque(rule) -> bool:
+    try:
+        return "unwrap(" in inspect.getsource(rule.check)
+    except (OSError, TypeError):
+        return True  # no source to read: assume the worst
+
+
+_OPAQUE = {r.id for r in RULES if _opaque(r)}
+
+
+def _touches(declared, varying: str) -> bool:
+    return any(
+        varying == d or varying.startswith(d + ".") or d.startswith(varying + ".") for d in declared
+    )
+
+
+def _relevant(declared, varying: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for v in varying if _touches(declared, v))
+
+
+def _hashable(v: Any):
+    """A memo key part: the type as well (1, 1.0 and True are equal as dict keys)."""
+    return (type(v), v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
+
+
+class BaseMemo:
+    """The reusable answers for one base spec and one set of varying keys."""
+
+    def __init__(self, base, varying: tuple[str, ...]):
+        self.varying = varying
+        vset = set(varying)
+        # field constraints: the fixed fields are checked once, the varying ones per point
+        fixed_bad = [p for p in problems(base) if p.key not in vset]
+        self.fields_bad = bool(fixed_bad)
+        self.constrained = [(k, _CONSTRAINTS[k]) for k in varying if k in _CONSTRAINTS]
+        self.rules = [
+            (r, varying if r.id in _OPAQUE else _relevant(r.keys, varying))
+            for r in RULES
+            if r is not FIELD_RULE
+        ]
+        self.results: dict[tuple, Any] = {}  # (rule id, key values) -> r.run result
+        self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
+        self.estimates: dict[tuple, Any] = {}
+
+    def verdict(self, spec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """(error rule ids, warning rule ids) in `evaluate`'s order."""
+        if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
+            return [FIELD_RULE.id], []
+        errs, warns = [], []
+        for r, keys in self.rules:
+            memo = (r.id, *(_hashable(values[k]) for k in keys))
+            if memo in self.results:
+                got = self.results[memo]
+            else:
+                got = self.results[memo] = r.run(spec)
+            if got:
+                bucket = errs if got[0] == ERROR else warns
+                if r.id not in bucket:
+                    bucket.append(r.id)
+        return errs, warns
+
+    def estimate(self, spec, values: dict[str, Any]):
+        from topl.launcher.memory_estimate import estimate
+
+        memo = tuple(_hashable(values[k]) for k in self.estimate_keys)
+        if memo not in self.estimates:
+            try:
+                e = estimate(spec)
+                self.estimates[memo] = (round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2))
+            except (ValueError, ZeroDivisionError):
+                self.estimates[memo] = (None, None)
+        return self.estimates[memo]
+
+
+def copy_on_write(root, sets: list[tuple[str, Any]]) -> Any:
+    """A copy of `root` with each (dotted key, typed value) set: the sections on those paths are
+    copied, everything else is shared with `root` (which stays as it was)."""
+    copies: dict[str, Any] = {}
+
+    def writable(path: str, obj):
+        if path not in copies:
+            if isinstance(obj, dict):
+                copies[path] = dict(obj)
+            else:
+                copies[path] = new = object.__new__(type(obj))
+                new.__dict__.update(obj.__dict__)
+        return copies[path]
+
+    new_root = writable("", root)
+    for dotted, value in sets:
+        *parents, leaf = dotted.split(".")
+        obj, path = new_root, ""
+        for part in parents:
+            path = f"{path}.{part}"
+            old = obj[part] if isinstance(obj, dict) else obj.__dict__[part]
+            child = writable(path, old)
+            if isinstance(obj, dict):
+                obj[part] = child
+            else:
+                obj.__dict__[part] = child
+            obj = child
+        if isinstance(obj, dict):
+            obj[leaf] = value
+        else:
+            obj.__dict__[leaf] = value
+    return new_root
