@@ -12,11 +12,12 @@ is keyed on every varying key. tests/test_speed.py compares every verdict with a
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 from topl.launcher.constraints import fields as constrained_fields
 from topl.launcher.constraints import problems, violated
-from topl.launcher.contract import ERROR, RULES
+from topl.launcher.contract import ERROR, RULES, view
 from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.spec import JobSpec
@@ -31,14 +32,52 @@ _ESTIMATE_KEYS = (
 _CONSTRAINTS = {k: f.metadata for k, f in constrained_fields(JobSpec)}
 
 
-def _opaque(rule) -> bool:
+def _reads_whole_spec(rule, spec) -> bool:
+    """True when the rule reads the spec outside the recording view (`view.unwrap`, directly or
+    through a helper such as the command map) on `spec`, or when its source says it may: its
+    answer then depends on keys it does not declare. Unknown (it raised) counts as true."""
     try:
-        return "unwrap(" in inspect.getsource(rule.check)
+        if "unwrap(" in inspect.getsource(inspect.getmodule(rule.check)):
+            return True
     except (OSError, TypeError):
-        return True  # no source to read: assume the worst
+        return True
+    escaped = []
+
+    class Probe(view.View):
+        __slots__ = ()
+
+        @property
+        def _obj(self):
+            if sys._getframe(1).f_code not in _VIEW_CODE:
+                escaped.append(True)  # read by something other than the view itself
+            return _SLOT.__get__(self)
+
+        @_obj.setter
+        def _obj(self, value):
+            _SLOT.__set__(self, value)
+
+    real = view.View
+    view.View = Probe  # sections the view hands out (view.wrap) are probes too
+    try:
+        rule.check(Probe(spec, view.Reads()))
+    except Exception:  # noqa: BLE001 - a rule that fails on the base is not memoised
+        return True
+    finally:
+        view.View = real
+    return bool(escaped)
 
 
-_OPAQUE = {r.id for r in RULES if _opaque(r)}
+_SLOT = view.View.__dict__["_obj"]
+_VIEW_CODE = {f.__code__ for f in vars(view.View).values() if inspect.isfunction(f)}
+
+
+_OPAQUE: dict[str, bool] = {}  # rule id -> reads the whole spec (probed once per process)
+
+
+def opaque(rule, spec) -> bool:
+    if rule.id not in _OPAQUE:
+        _OPAQUE[rule.id] = _reads_whole_spec(rule, spec)
+    return _OPAQUE[rule.id]
 
 
 def _touches(declared, varying: str) -> bool:
@@ -66,12 +105,12 @@ class BaseMemo:
         fixed_bad = [p for p in problems(base) if p.key not in vset]
         self.fields_bad = bool(fixed_bad)
         self.constrained = [(k, _CONSTRAINTS[k]) for k in varying if k in _CONSTRAINTS]
-        self.rules = [
-            (r, varying if r.id in _OPAQUE else _relevant(r.keys, varying))
-            for r in RULES
-            if r is not FIELD_RULE
-        ]
-        self.results: dict[tuple, Any] = {}  # (rule id, key values) -> r.run result
+        # rules grouped by the varying keys they read: one lookup per group and point
+        groups: dict[tuple[str, ...], list[tuple[int, Any]]] = {}
+        for i, r in enumerate(r for r in RULES if r is not FIELD_RULE):
+            keys = varying if opaque(r, base) else _relevant(r.keys, varying)
+            groups.setdefault(keys, []).append((i, r))
+        self.groups = [(keys, rules, {}) for keys, rules in groups.items()]
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple, Any] = {}
 
@@ -79,23 +118,25 @@ class BaseMemo:
         """(error rule ids, warning rule ids) in `evaluate`'s order."""
         if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
             return [FIELD_RULE.id], []
+        hv = {k: _hashable(v) for k, v in values.items()}
+        broken = []
+        for keys, rules, cache in self.groups:
+            memo = tuple(hv[k] for k in keys)
+            got = cache.get(memo)
+            if got is None:  # (rule index, rule id, severity) of the rules this input breaks
+                got = cache[memo] = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
+            broken += got
         errs, warns = [], []
-        for r, keys in self.rules:
-            memo = (r.id, *(_hashable(values[k]) for k in keys))
-            if memo in self.results:
-                got = self.results[memo]
-            else:
-                got = self.results[memo] = r.run(spec)
-            if got:
-                bucket = errs if got[0] == ERROR else warns
-                if r.id not in bucket:
-                    bucket.append(r.id)
+        for _, rid, severity in sorted(broken):
+            bucket = errs if severity == ERROR else warns
+            if rid not in bucket:
+                bucket.append(rid)
         return errs, warns
 
     def estimate(self, spec, values: dict[str, Any]):
         from topl.launcher.memory_estimate import estimate
 
-        memo = tuple(_hashable(values[k]) for k in self.estimate_keys)
+        memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
         if memo not in self.estimates:
             try:
                 e = estimate(spec)

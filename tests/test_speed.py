@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from topl.launcher.contract.view import unwrap as _plain  # another name: no source scan sees it
+
 # Heavy stacks the launcher must never load to validate or render: torch (seconds of import),
 # DeepSpeed (pulls torch), Ray, transformers. The closed forms in memory_estimate are the rules.
 HEAVY = ("torch", "deepspeed", "ray", "transformers", "triton", "vllm")
@@ -135,13 +137,11 @@ def test_rules_run_once_per_distinct_input():
     ):
         planner.verdict(p)
     (memo,) = planner._memos.values()
-    runs = {}
-    for rule_id, *_ in memo.results:
-        runs[rule_id] = runs.get(rule_id, 0) + 1
+    runs = {r.id: len(cache) for _, rules, cache in memo.groups for _, r in rules}
     assert runs["TOP-ATTN-004"] == 1  # reads neither key
     assert runs["TOP-MEM-003"] == 40  # reads max_num_seqs only
     assert runs["TOP-LOGP-003"] == 2  # reads the micro batch only
-    assert all(runs[r] == 80 for r in sweep_memo._OPAQUE if r in runs)
+    assert all(runs[r] == 80 for r, whole in sweep_memo._OPAQUE.items() if whole and r in runs)
 
 
 def test_points_share_what_they_do_not_change():
@@ -156,3 +156,16 @@ def test_points_share_what_they_do_not_change():
     assert sa.rollout is not sb.rollout
     ((_, base, _),) = planner._bases.values()
     assert base.rollout.tp not in (None,) and base.rollout is not sa.rollout
+
+
+def test_a_rule_reading_outside_the_view_is_found_by_probing(compose):
+    """Whole-spec rules are found by running them, not only by reading their source."""
+    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import Rule
+    from topl.launcher.sweep_memo import _reads_whole_spec
+
+    spec = compose([]).to_object()
+    hidden = Rule("X", "error", "", ("rollout.tp",), "", lambda s: str(_plain(s).train.tp))
+    plain = Rule("Y", "error", "", ("rollout.tp",), "", lambda s: str(s.rollout.tp))
+    assert _reads_whole_spec(hidden, spec) and not _reads_whole_spec(plain, spec)
+    assert all(r is not hidden for r in RULES)
