@@ -110,7 +110,9 @@ class BaseMemo:
         for i, r in enumerate(r for r in RULES if r is not FIELD_RULE):
             keys = varying if opaque(r, base) else _relevant(r.keys, varying)
             groups.setdefault(keys, []).append((i, r))
-        self.groups = [(keys, rules, {}) for keys, rules in groups.items()]
+        # a group keyed on every varying key answers each point once: nothing to keep (memory
+        # stays flat in the number of points)
+        self.groups = [(k, rules, {} if k != varying else None) for k, rules in groups.items()]
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple, Any] = {}
 
@@ -121,10 +123,12 @@ class BaseMemo:
         hv = {k: _hashable(v) for k, v in values.items()}
         broken = []
         for keys, rules, cache in self.groups:
-            memo = tuple(hv[k] for k in keys)
-            got = cache.get(memo)
+            memo = tuple(hv[k] for k in keys) if cache is not None else None
+            got = cache.get(memo) if cache is not None else None
             if got is None:  # (rule index, rule id, severity) of the rules this input breaks
-                got = cache[memo] = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
+                got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
+                if cache is not None:
+                    cache[memo] = got
             broken += got
         errs, warns = [], []
         for _, rid, severity in sorted(broken):
