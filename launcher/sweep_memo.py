@@ -22,7 +22,7 @@ from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.spec import JobSpec
 
-_ALL = None  # "every varying key": the rule reads outside the view
+CACHE_MAX = 8192  # distinct inputs kept per rule group: past it, rules run (memory stays bounded)
 # what memory_estimate.estimate reads: TOP-MEM-001's inputs (train_bytes) and rollout_fit's
 _ESTIMATE_KEYS = (
     *next(r.keys for r in RULES if r.id == "TOP-MEM-001"),
@@ -127,7 +127,7 @@ class BaseMemo:
             got = cache.get(memo) if cache is not None else None
             if got is None:  # (rule index, rule id, severity) of the rules this input breaks
                 got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
-                if cache is not None:
+                if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
         errs, warns = [], []
