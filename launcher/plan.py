@@ -41,8 +41,16 @@ class Verdict:
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
+        return {
+            "overrides": list(self.overrides),
+            "valid": self.valid,
+            "rules": list(self.rules),
+            "warnings": list(self.warnings),
+            "train_gb": self.train_gb,
+            "rollout_gb": self.rollout_gb,
+            "devices": self.devices,
+        }
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)

@@ -59,15 +59,20 @@ def _stream_json(verdicts) -> int:
     first = next(verdicts, None)  # an input error before any output gets the usual error JSON
     out.write('{\n "verdicts": [')
     points = valid = 0
+    lines: list[str] = []  # written a few hundred at a time (each write is redacted as a whole)
     try:
         v = first
         while v is not None:
-            out.write(("\n  " if not points else ",\n  ") + json.dumps(v.to_dict(), default=str))
+            lines.append(("\n  " if not points else ",\n  ") + json.dumps(v.to_dict(), default=str))
             points, valid = points + 1, valid + v.valid
+            if len(lines) >= 256:
+                out.write("".join(lines))
+                lines.clear()
             v = next(verdicts, None)
     except ToplError as e:
+        out.write("".join(lines))
         out.write(f'\n ],\n "points": {points},\n "valid": {valid},\n "ok": false,\n')
         out.write(f' "error": {json.dumps(e.to_dict(), default=str)}\n}}\n')
         return e.exit_code
-    out.write(f'\n ],\n "points": {points},\n "valid": {valid}\n}}\n')
+    out.write("".join(lines) + f'\n ],\n "points": {points},\n "valid": {valid}\n}}\n')
     return 0
