@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
         name = item.path.name
         if (
             name in SLOW_MODULES
-            or item.originalname in SLOW_TESTS.get(name, ())
+            or getattr(item, "originalname", item.name) in SLOW_TESTS.get(name, ())
             or "ray_head" in getattr(item, "fixturenames", ())
             or item.get_closest_marker("facts_sources")
         ):
