@@ -1,0 +1,133 @@
+"""Issue 31 (1): the aligned TP reduction is exact for every (train tp, rollout tp) pair, also where
+lcm(train tp, rollout tp) is not a power of two (strict 2/3, 3/2, 6/2 and 4/6 gave ~1e-3 before).
+
+Fast tier: one row-parallel layer over all 64 pairs up to 8, each side computed rank by rank
+through a collective (what a sharded engine runs), and the tiny model end to end on the pairs that
+failed. The whole grid of tiny models: `pytest -m matrix` (scripts/numerics_tables.py prints it).
+"""
+
+import itertools
+import math
+import types
+
+import pytest
+import torch
+
+from topl.kernels import primitives as P
+from topl.kernels.alignment import Alignment
+from topl.kernels.model import Model, sides
+from topl.kernels.probe import make_requests, probe
+
+PAIRS = list(itertools.product(range(1, 9), repeat=2))
+K = 840  # lcm(1..8): every pair's finest common split divides it
+
+
+class RankCollective:
+    """One rank's view of a tree all-reduce, simulated: the first pass records what each rank
+    sends, the second returns `_tree` of all ranks' contributions (a pairwise tree over ranks)."""
+
+    def __init__(self, rank: int, size: int, total=None):
+        self.rank, self.size, self.total, self.sent = rank, size, total, None
+
+    def __call__(self, t):
+        self.sent = t
+        return t if self.total is None else self.total
+
+
+def sharded(x, w, tp, n, monkeypatch):
+    """Rank 0's output of a TP=tp row-parallel layer that sums n K-chunks, run rank by rank."""
+    sent = []
+    for r in range(tp):
+        c = RankCollective(r, tp)
+        monkeypatch.setattr(P, "ALLREDUCE", c)
+        P.row_parallel(x, w, tp, "tree", True, n)
+        sent.append(c.sent)
+    monkeypatch.setattr(P, "ALLREDUCE", RankCollective(0, tp, P._tree(sent)))
+    out = P.row_parallel(x, w, tp, "tree", True, n)
+    monkeypatch.setattr(P, "ALLREDUCE", None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def xw():
+    g = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(5, K, generator=g).to(torch.bfloat16),
+        torch.randn(24, K, generator=g).to(torch.bfloat16),
+    )
+
+
+@pytest.mark.parametrize("train_tp, rollout_tp", PAIRS)
+def test_sharded_row_parallel_is_one_tree_for_every_pair(xw, train_tp, rollout_tp, monkeypatch):
+    """Both sides, each through its own ranks and collective, give the same bits."""
+    x, w = xw
+    n = math.lcm(train_tp, rollout_tp)
+    a = (
+        sharded(x, w, train_tp, n, monkeypatch)
+        if train_tp > 1
+        else P.row_parallel(x, w, 1, "tree", True, n)
+    )
+    b = (
+        sharded(x, w, rollout_tp, n, monkeypatch)
+        if rollout_tp > 1
+        else P.row_parallel(x, w, 1, "tree", True, n)
+    )
+    assert torch.equal(a, b)
+    assert torch.equal(a, P.row_parallel(x, w, train_tp, "tree", True, n))  # = the emulation
+
+
+def test_the_split_is_real(xw):
+    """Chunking K changes the bits (so the pairs above are not equal by accident)."""
+    x, w = xw
+    assert not torch.equal(P.row_parallel(x, w, 2, "tree", True, 6), P.linear(x, w, True))
+
+
+def tiny(t: int, r: int):
+    """The smallest dense model whose heads (and MLP width) split over both TP degrees."""
+    n = math.lcm(t, r)
+    arch = types.SimpleNamespace(
+        num_layers=1,
+        hidden_size=32,
+        intermediate_size=8 * n,
+        num_heads=n,
+        num_kv_heads=n,
+        head_dim=8,
+        vocab_size=64,
+        rms_norm_eps=1e-6,
+        rope_theta=1e4,
+        tie_word_embeddings=False,
+        num_experts=0,
+        experts_per_token=0,
+        moe_intermediate_size=0,
+    )
+    return Model.random(arch, seed=0)
+
+
+def logdiff(t: int, r: int, alignment=Alignment(kv_tile=8)) -> float:
+    reqs = make_requests(4, 64, seed=1, max_len=20, max_new=6)
+    out = probe(
+        tiny(t, r),
+        alignment,
+        requests=reqs,
+        train_tp=t,
+        rollout_tp=r,
+        block_size=8,
+        max_num_batched_tokens=32,
+    )
+    return out["max_abs_logprob_diff"]
+
+
+@pytest.mark.parametrize("train_tp, rollout_tp", [(2, 3), (3, 2), (6, 2), (4, 6)])
+def test_strict_tiny_model_exact_where_lcm_is_not_a_power_of_two(train_tp, rollout_tp):
+    assert sides(Alignment(), train_tp, rollout_tp)[0].leaves == math.lcm(train_tp, rollout_tp)
+    assert logdiff(train_tp, rollout_tp) == 0.0
+
+
+def test_unaligned_tiny_model_differs():
+    assert logdiff(2, 3, Alignment(kv_tile=8).without("tp_aligned_reduction")) > 0.0
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("train_tp, rollout_tp", PAIRS)
+def test_strict_tiny_model_exact_for_every_pair(train_tp, rollout_tp):
+    assert logdiff(train_tp, rollout_tp) == 0.0
