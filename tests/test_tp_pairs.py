@@ -103,7 +103,10 @@ def tiny(t: int, r: int):
     return Model.random(arch, seed=0)
 
 
-def logdiff(t: int, r: int, alignment=Alignment(kv_tile=8)) -> float:
+STRICT = Alignment(kv_tile=8)
+
+
+def logdiff(t: int, r: int, alignment=STRICT) -> float:
     reqs = make_requests(4, 64, seed=1, max_len=20, max_new=6)
     out = probe(
         tiny(t, r),
