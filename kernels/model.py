@@ -324,6 +324,9 @@ class Model:
 
 
 def token_logprobs(logits: torch.Tensor, temperature: float, fp32: bool) -> torch.Tensor:
-    """log p over the vocabulary after temperature, at the chosen precision."""
+    """log p over the vocabulary after temperature, at the chosen precision. A temperature <= 0 is
+    clamped to 1e-8 as verl's trainer does (verl@0.9.1:verl/workers/engine/megatron/
+    transformer_impl.py:MegatronEngineWithLMHead._lm_head_logits_processor); TOP-SAMP-001 refuses it."""
+    temperature = temperature if temperature > 0 else 1e-8
     z = logits.float() / temperature if fp32 else logits / temperature
     return P.log_softmax(z, fp32)
