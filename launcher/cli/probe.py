@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 from topl.launcher.cli.output import print_json, print_table
@@ -20,9 +21,8 @@ _CLUSTER = (
 _NOT_TRAINED = "about the training job; the probe only samples and recomputes log-probs"
 # Rule id (or id prefix) -> why the probe can run a spec that `topl check` rejects.
 RUNS_PAST = {
-    "TOP-TP-001": "the probe emulates the aligned TP reduction (alignment.tp_aligned_reduction: both "
-    "sides sum lcm(train tp, rollout tp) K-chunks in one tree), which the launched engines do not "
-    "implement: its verdict holds for the emulation, and check rejects the layout for a launch",
+    "TOP-TP-001": "it emulates the aligned TP reduction (one tree over lcm(train tp, rollout tp) "
+    "K-chunks), which the launched engines lack: this verdict is the emulation's",
     "TOP-COLL-": "HCCL settings; the probe emulates collective.order on this CPU",
     "TOP-ENG-001": "the probe emulates TP whatever train.engine",
     "TOP-ENG-003": _NOT_TRAINED,
@@ -75,7 +75,7 @@ def preflight(composed) -> tuple[object, list[str], dict]:
     spec = composed.to_object()
     past = [v for v in vs if v.severity == ERROR]
     notes = [
-        f"check rejects this for a launch: {v.rule}: {v.message}; probe runs it: "
+        f"{v.rule} (check rejects it for a launch): {v.message}; probe runs it: "
         f"{_runs_past(v.rule)}"
         for v in past
     ]
@@ -255,8 +255,11 @@ def main(args: list[str]) -> int:
     if as_json:
         print_json({**out, "contract": contract, "notes": notes})
     else:
-        for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+        for note in notes:  # wrapped: piped lines stay short
+            print(
+                textwrap.fill(note, 100, initial_indent="note: ", subsequent_indent="  "),
+                file=sys.stderr,
+            )
         title = (
             f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
             f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}"
