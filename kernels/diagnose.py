@@ -7,6 +7,10 @@ Verdicts
 - framework difference: weights or model config differ, boundaries do not map, or the first
   divergence is logic-level: an op applied at another point, a different epsilon or scale, a
   missing step.
+- dtype difference: the models' dtypes, or a boundary's stored dtype, differ (checked first: values
+  of different dtypes are not compared).
+- non-finite values: the first diverging boundary has NaN / inf on one side only (named with
+  counts and the first token and element); identical NaN / inf on both sides count as equal.
 - cannot tell: an input of the first diverging boundary was not dumped (the Megatron / vLLM hook
   maps have no q, k, v), so the divergence may have started upstream of it.
 
@@ -18,6 +22,7 @@ all the same way (a x1.01 scale is within 2 bf16 ULPs, but every |value| grows).
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -131,42 +136,60 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ia - ib).abs()
 
 
+def _nonfinite(t: torch.Tensor, keys: list) -> dict | None:
+    """NaN / inf counts of one side and where the first one is (token key, flat element index)."""
+    bad = ~torch.isfinite(t)
+    if not bad.any():
+        return None
+    first = int(bad.reshape(-1).nonzero()[0])
+    per = t[0].numel()
+    return {
+        "nan": int(torch.isnan(t).sum()),
+        "inf": int(torch.isinf(t).sum()),
+        "first": {"token": list(keys[first // per]), "element": first % per},
+    }
+
+
 def compare_boundary(ra: dict, rb: dict) -> dict | None:
+    """Per-boundary statistics: shape, then dtype, then values (NaN equal to NaN, non-finite
+    values counted per side, the value statistics over the elements finite on both sides)."""
     keys = sorted(set(ra) & set(rb))
     if not keys:
         return None
-    if any(ra[k].numel() != rb[k].numel() for k in keys[:1]):
-        return {
-            "tokens": len(keys),
-            "shape_mismatch": [list(ra[keys[0]].shape), list(rb[keys[0]].shape)],
-            "equal": False,
-        }
-    a = torch.stack(
-        [ra[k].reshape(-1) for k in keys]
-    )  # per token, flattened: [KVH, D] maps to [KVH*D]
+    # a token's row is compared flattened ([KVH, D] maps to [KVH*D]): its element count must agree
+    odd = next((k for k in keys if ra[k].numel() != rb[k].numel()), None)
+    if odd is not None:
+        shapes = [list(ra[odd].shape), list(rb[odd].shape)]
+        return {"tokens": len(keys), "shape_mismatch": shapes, "equal": False}
+    dta, dtb = ra[keys[0]].dtype, rb[keys[0]].dtype
+    if dta != dtb:
+        return {"tokens": len(keys), "dtype_mismatch": [str(dta), str(dtb)], "equal": False}
+    a = torch.stack([ra[k].reshape(-1) for k in keys])
     b = torch.stack([rb[k].reshape(-1) for k in keys])
-    if a.shape != b.shape:
-        return {
-            "tokens": len(keys),
-            "shape_mismatch": [list(a.shape), list(b.shape)],
-            "equal": False,
-        }
-    if a.dtype != b.dtype:
-        a, b = a.float(), b.float()
-    eq = a == b
-    ulp = ulp_distance(a, b)
-    diff = ulp[~eq].float()
-    out = {
-        "tokens": len(keys),
-        "equal": bool(eq.all()),
-        "fraction_equal": float(eq.float().mean()),
-        "max_abs": float((a.float() - b.float()).abs().max()),
-        "max_ulp": int(ulp.max()),
-        "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0,
-        "differing": int(diff.numel()),
-    }
-    if diff.numel() and a.is_floating_point():
-        fa, fb = a[~eq].float(), b[~eq].float()
+    floating = a.is_floating_point()
+    eq = (a == b) | (torch.isnan(a) & torch.isnan(b)) if floating else a == b
+    out = {"tokens": len(keys), "elements": a.numel(), "equal": bool(eq.all())}
+    if floating:
+        nf = {s: got for s, t in (("A", a), ("B", b)) if (got := _nonfinite(t, keys))}
+        if nf:
+            out["nonfinite"] = nf
+            out["nonfinite_mismatch"] = int((~eq & ~(torch.isfinite(a) & torch.isfinite(b))).sum())
+        both = torch.isfinite(a) & torch.isfinite(b)
+    else:
+        both = torch.ones_like(eq)
+    ulp = torch.where(both, ulp_distance(a, b), 0)
+    diff = ulp[~eq & both].float()
+    gap = torch.where(both, (a.float() - b.float()).abs(), 0.0)
+    out.update(
+        fraction_equal=float(eq.float().mean()),
+        max_abs=float(gap.max()),
+        max_ulp=int(ulp.max()),
+        median_ulp_of_diffs=float(diff.median()) if diff.numel() else 0.0,
+        differing=int((~eq).sum()),
+    )
+    if diff.numel() and floating:
+        sel = ~eq & both
+        fa, fb = a[sel].float(), b[sel].float()
         eps = torch.finfo(a.dtype).eps
         out.update(
             sign_bias=float((fa > fb).float().mean()),  # share of A > B: 0.5 for rounding
@@ -174,6 +197,17 @@ def compare_boundary(ra: dict, rb: dict) -> dict | None:
             median_rel_err_eps=float(((fa - fb).abs() / fb.abs().clamp_min(1e-30)).median() / eps),
         )
     return out
+
+
+def strict_json(obj):
+    """The report with non-finite floats as strings ("nan", "inf", "-inf"): strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
 
 
 class BoundaryMismatch(ValueError):
@@ -212,6 +246,7 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
         for k in set(ma["model"]) | set(mb["model"])
         if k not in ("name", "hf_path") and ma["model"].get(k) != mb["model"].get(k)
     }
+    report["dtype"] = [ma.get("dtype"), mb.get("dtype")]
     report["weights_differ"] = bad_w
     report["config_differ"] = {k: list(v) for k, v in cfg_diff.items()}
     for name in canonical_order(num_layers):
@@ -237,22 +272,43 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
     report["verdict"], report["reason"], report["remedy"], report["switches"] = _verdict(
         report, num_layers, moe, layouts
     )
-    return report
+    return strict_json(report)
 
 
 def systematic(r: dict) -> str | None:
     """Why the differing elements are not rounding noise, or None."""
+    n = r.get("differing", 0)
     if r["median_ulp_of_diffs"] > ROUNDING_ULPS:
-        return f"median {r['median_ulp_of_diffs']:.0f} ULPs over {1 - r['fraction_equal']:.0%} of elements"
-    if r.get("differing", 0) >= BIAS_MIN_ELEMENTS:
+        return (
+            f"median {r['median_ulp_of_diffs']:.0f} ULPs over the {n} of {r['elements']} "
+            "elements that differ"
+        )
+    if n >= BIAS_MIN_ELEMENTS:
         for key, what in (("sign_bias", "A > B"), ("magnitude_bias", "|A| > |B|")):
             share = r.get(key, 0.5)
             if max(share, 1 - share) >= BIAS_FRACTION:
                 return (
-                    f"{what} on {share:.0%} of {r['differing']} differing elements "
+                    f"{what} on {round(share * n)} of {n} differing elements "
                     f"(rounding goes both ways; relative error {r['median_rel_err_eps']:.1f} eps)"
                 )
     return None
+
+
+def _nonfinite_text(r: dict) -> str:
+    """'3 NaN, 0 inf in A (first at token [2, 5], element 17); B: none' for a boundary row."""
+    nf = r.get("nonfinite", {})
+    parts = []
+    for side in ("A", "B"):
+        got = nf.get(side)
+        if got:
+            f = got["first"]
+            parts.append(
+                f"{got['nan']} NaN, {got['inf']} inf of {r['elements']} elements in {side} "
+                f"(first at token {f['token']}, element {f['element']})"
+            )
+        else:
+            parts.append(f"{side}: all finite")
+    return "; ".join(parts)
 
 
 def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
@@ -276,6 +332,22 @@ def _verdict(report, num_layers, moe, layouts):
     """(verdict, reason, remedy, switches)."""
     rows = {r["boundary"]: r for r in report["boundaries"]}
     first = report["first_divergence"]
+    dt = report["dtype"]
+    stored = [r for r in report["boundaries"] if "dtype_mismatch" in r]
+    if (dt[0] and dt[1] and dt[0] != dt[1]) or stored:
+        what = f"A's model is {dt[0]}, B's {dt[1]}" if dt[0] != dt[1] else "same model dtype"
+        if stored:
+            x = stored[0]
+            what += (
+                f"; {len(stored)} boundaries stored in different dtypes, first {x['boundary']}: "
+                f"{x['dtype_mismatch'][0]} vs {x['dtype_mismatch'][1]}"
+            )
+        return (
+            "dtype difference",
+            f"{what}: values of different dtypes are not compared",
+            "run both engines in one dtype (train.dtype) and dump boundaries as computed",
+            [],
+        )
     if report["weights_differ"]:
         return (
             "framework difference",
@@ -300,8 +372,27 @@ def _verdict(report, num_layers, moe, layouts):
                 "check the name maps",
                 [],
             )
+        nf = [r for r in compared if r.get("nonfinite")]
+        if nf:
+            return (
+                "equal",
+                f"every mapped boundary is bitwise equal, non-finite values included (first at "
+                f"{nf[0]['boundary']}: {_nonfinite_text(nf[0])})",
+                "both engines produce the same NaN / inf: look upstream of "
+                f"{nf[0]['boundary']} on both",
+                [],
+            )
         return ("equal", "every mapped boundary is bitwise equal", "", [])
     r = rows[first]
+    if r.get("nonfinite_mismatch"):
+        return (
+            "non-finite values",
+            f"{first}: {r['nonfinite_mismatch']} of {r['elements']} elements are NaN / inf on "
+            f"one side only ({_nonfinite_text(r)})",
+            f"find what overflows or divides by zero at {first} on that side (fp16 range, a fully "
+            "masked softmax row, an epsilon)",
+            [],
+        )
     if "shape_mismatch" in r:
         return (
             "framework difference",
@@ -341,13 +432,33 @@ def _verdict(report, num_layers, moe, layouts):
     remedy = "; ".join(f"alignment.{s}=true: {WHAT[s]}" for s in found) or REMEDY.get(kind, "")
     if kind == "logprobs":
         remedy += "; rollout.logprobs_mode (TOP-LOGP-002)"
+    on = _all_on(first, moe, layouts)
+    if on:  # both dumps record every switch for this boundary on: none of them is the remedy
+        found, remedy = (
+            [],
+            (
+                f"the switches for {kind} ({', '.join(on)}) are already on in both dumps: compare "
+                "the two kernels of this step"
+            ),
+        )
     return (
         "operator path",
-        f"{first}: inputs equal, outputs differ at rounding level (median "
-        f"{r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no sign bias): kernel or reduction order",
+        f"{first}: inputs equal, {r['differing']} of {r['elements']} elements differ at "
+        f"rounding level (median {r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no "
+        "sign bias): kernel or reduction order",
         remedy,
         found,
     )
+
+
+def _all_on(first: str, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
+    """The boundary's candidate switches when both dumps record all of them on, else []."""
+    kind = first.rsplit(".", 1)[-1]
+    cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
+    als = [lay.get("alignment") or {} for lay in layouts]
+    if cands and all(al and all(al.get(c) is True for c in cands) for al in als):
+        return cands
+    return []
 
 
 def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
