@@ -8,15 +8,14 @@ failed. The whole grid of tiny models: `pytest -m matrix` (scripts/numerics_tabl
 
 import itertools
 import math
-import types
 
 import pytest
 import torch
 
 from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
-from topl.kernels.model import Model, sides
-from topl.kernels.probe import make_requests, probe
+from topl.kernels.model import sides
+from topl.kernels.probe import tp_pair_logdiff
 
 PAIRS = list(itertools.product(range(1, 9), repeat=2))
 K = 840  # lcm(1..8): every pair's finest common split divides it
@@ -82,42 +81,11 @@ def test_the_split_is_real(xw):
     assert not torch.equal(P.row_parallel(x, w, 2, "tree", True, 6), P.linear(x, w, True))
 
 
-def tiny(t: int, r: int):
-    """The smallest dense model whose heads (and MLP width) split over both TP degrees."""
-    n = math.lcm(t, r)
-    arch = types.SimpleNamespace(
-        num_layers=1,
-        hidden_size=32,
-        intermediate_size=8 * n,
-        num_heads=n,
-        num_kv_heads=n,
-        head_dim=8,
-        vocab_size=64,
-        rms_norm_eps=1e-6,
-        rope_theta=1e4,
-        tie_word_embeddings=False,
-        num_experts=0,
-        experts_per_token=0,
-        moe_intermediate_size=0,
-    )
-    return Model.random(arch, seed=0)
-
-
 STRICT = Alignment(kv_tile=8)
 
 
 def logdiff(t: int, r: int, alignment=STRICT) -> float:
-    reqs = make_requests(4, 64, seed=1, max_len=20, max_new=6)
-    out = probe(
-        tiny(t, r),
-        alignment,
-        requests=reqs,
-        train_tp=t,
-        rollout_tp=r,
-        block_size=8,
-        max_num_batched_tokens=32,
-    )
-    return out["max_abs_logprob_diff"]
+    return tp_pair_logdiff(t, r, alignment)
 
 
 @pytest.mark.parametrize("train_tp, rollout_tp", [(2, 3), (3, 2), (6, 2), (4, 6)])
