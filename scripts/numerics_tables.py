@@ -95,6 +95,9 @@ implement this reduction; `topl probe` says so when it runs such a layout.
 
 ### `tp_aligned_reduction` off (each side its own TP partials and a ring all-reduce)
 
+At 2 / 2 the ring adds one pair per element, which is the same in either order; every other
+pair with a tensor-parallel side differs.
+
 {tp_table(strict.without("tp_aligned_reduction"))}
 """
 
