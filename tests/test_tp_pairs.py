@@ -102,3 +102,43 @@ def test_unaligned_tiny_model_differs():
 @pytest.mark.parametrize("train_tp, rollout_tp", PAIRS)
 def test_strict_tiny_model_exact_for_every_pair(train_tp, rollout_tp):
     assert logdiff(train_tp, rollout_tp) == 0.0
+
+
+class GlooSum:
+    """torch.distributed's own all-reduce (gloo's ring order): the gather path needs no order."""
+
+    def __init__(self, rank: int, size: int):
+        self.rank, self.size = rank, size
+
+    def __call__(self, t):
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+        return t
+
+
+def _gloo_worker(rank, world, init, out, leaves):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, K, generator=g).to(torch.bfloat16)
+    w = torch.randn(24, K, generator=g).to(torch.bfloat16)
+    P.ALLREDUCE = GlooSum(rank, world)
+    got = P.row_parallel(x, w, world, "tree", True, leaves)
+    if rank == 0:
+        torch.save(got, out)
+    dist.destroy_process_group()
+
+
+def test_real_gloo_ranks_all_gather_where_their_block_is_not_a_subtree(xw):
+    """TP 2 against TP 3 (6 chunks, 3 per rank): two real processes exchange their chunk products
+    and sum the one tree; the bits equal the TP 3 side's."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    init, out = tempfile.mktemp(), tempfile.mktemp()
+    mp.spawn(_gloo_worker, args=(2, init, out, 6), nprocs=2, join=True)
+    x, w = xw
+    assert torch.equal(torch.load(out), P.row_parallel(x, w, 3, "tree", True, 6))
