@@ -57,6 +57,7 @@ CASES = {
         B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"],
     ),
     # raw log-probs are pre-temperature: wrong at T != 1 even without top-p (facts)
+    "TOP-SAMP-001": (B + ["rollout.temperature=0"], B + ["rollout.temperature=0.7"]),
     "TOP-LOGP-003": (B + ["rollout.log_prob_micro_batch_size_per_gpu=4"], B),
     "TOP-LOGP-004": (B + ["train.use_dynamic_bsz=true"], B),
     "TOP-STACK-001": (B + ["cluster.versions.verl_patches=[]"], B),
