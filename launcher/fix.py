@@ -12,7 +12,6 @@ checked again in full, so the verdict printed is `check`'s own.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import heapq
 import math
@@ -33,9 +32,12 @@ from topl.launcher.plan import (
     _raw,
     _replayable,
     _resolve,
-    _set,
     expand_items,
 )
+from topl.launcher.plan import (
+    _typed as _field_typed,
+)
+from topl.launcher.sweep_memo import copy_on_write
 from topl.launcher.tree import parent_of
 
 # Integer fields whose valid values are divisors or multiples of others: try the powers of two.
@@ -167,12 +169,13 @@ class Search:
         items = [(c.override, c.key, c.value) for c in changes]
         if any(k in GROUPS or not _replayable(t, k, v) for t, k, v in items):
             return self.planner.spec(self.base + items)[0]
-        spec = copy.deepcopy(self.spec0)
-        for _, k, v in items:
-            _set(spec, k, v)
-        for k, raw in self.interp:  # ${a.b} references follow the values just set
-            if k not in {c.key for c in changes}:
-                _set(spec, k, _resolve(raw, spec))
+        spec = copy_on_write(self.spec0, [(k, _field_typed(k, v)) for _, k, v in items])
+        changed = {c.key for c in changes}
+        again = [(k, raw) for k, raw in self.interp if k not in changed]
+        if again:  # ${a.b} references follow the values just set
+            spec = copy_on_write(
+                spec, [(k, _field_typed(k, _resolve(raw, spec))) for k, raw in again]
+            )
         return spec
 
     def targets(self, errs: frozenset, warns: frozenset) -> frozenset:

@@ -58,6 +58,7 @@ def test_an_accepted_spec_needs_no_fix():
     assert fix.found and fix.changes == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule_id", sorted(CASES))
 def test_every_rules_fixture_is_fixed_or_blocked_by_name(rule_id):
     """Each rule's own rejected fixture: the fix is accepted by `check` (full compose), or the
@@ -101,6 +102,7 @@ STRICT_RECIPES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", ["release", "prerelease"])
 @pytest.mark.parametrize("recipe", STRICT_RECIPES)
 def test_shipped_strict_recipes_on_the_stock_stacks_are_fixed_or_blocked(recipe, stack):
