@@ -377,3 +377,15 @@ def env(c):
         seen = c.env.get(k)
         fix = f"forward {k}={want} to every worker (runtime_env env_vars)"
         c.add(seen == want, seen or "unset", want, what=f"env {k} as the job's processes see it", fix=fix)
+
+
+@check(
+    "TOP-DOC-NODE-001",
+    "topl's checks run on this Ray node",
+    "--ray: on a node where topl cannot be imported (reported by the per-node doctor job, "
+    "launcher/cli/doctor.py:node_entry, instead of that node's checks)",
+    "install topl on that node into the Python its Ray workers run",
+    lambda c: False,
+)
+def node_reachable(c):  # never runs here: a node that runs this has topl
+    pass
