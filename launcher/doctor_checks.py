@@ -64,7 +64,9 @@ def acc(c):
     c.add(accelerator() == d or d == "cpu", accelerator(), d, fix=f"run on a host with {d} devices")
 
 
-@check("TOP-DOC-VERL-001", "verl installed", REMOTE, "install the verl the profile declares", _remote)
+@check(
+    "TOP-DOC-VERL-001", "verl installed", REMOTE, "install the verl the profile declares", _remote
+)
 def verl_installed(c):
     c.add(c.verl_v is not None, c.verl_v or "missing", c.v.verl, fix=install_hint(c.v))
 
@@ -89,7 +91,9 @@ def verl_imports(c):
     env = {k: v for k, v in without_guard(dict(os.environ)).items() if k != "TOPL_GUARD_DIR"}
     err = _import_error("verl", py, env=env)  # the guard has its own check (TOP-DOC-GUARD-001)
     what = f"verl imports with {py}" if py else "verl imports"
-    fix = f"install verl=={c.v.verl} with its dependencies into {py or 'this Python'} (not --no-deps)"
+    fix = (
+        f"install verl=={c.v.verl} with its dependencies into {py or 'this Python'} (not --no-deps)"
+    )
     c.add(err is None, err or "yes", "yes", what=what, fix=fix)
 
 
@@ -139,10 +143,12 @@ def verl_pp(c):
     "verl has the per-request sampling seed",
     f"{REMOTE}, alignment=strict, the stack supports it and the spec asks for it",
     "apply the seed's per-request seed patch to verl",
-    lambda c: c.remote
-    and c.strict
-    and c.spec.rollout.per_request_seed is not False
-    and facts.supports("per_request_seed", c.v),
+    lambda c: (
+        c.remote
+        and c.strict
+        and c.spec.rollout.per_request_seed is not False
+        and facts.supports("per_request_seed", c.v)
+    ),
 )
 def verl_seed(c):
     patch_check(c, "per_request_seed", "per_request_seed", c.verl_v, None, None)
@@ -376,7 +382,13 @@ def env(c):
     for k, want in env_vars(c.spec).items():
         seen = c.env.get(k)
         fix = f"forward {k}={want} to every worker (runtime_env env_vars)"
-        c.add(seen == want, seen or "unset", want, what=f"env {k} as the job's processes see it", fix=fix)
+        c.add(
+            seen == want,
+            seen or "unset",
+            want,
+            what=f"env {k} as the job's processes see it",
+            fix=fix,
+        )
 
 
 @check(

@@ -162,7 +162,10 @@ def row(step: int, data: dict) -> str:
 # *probability* difference (DIFF_MAX / DIFF_MEAN). Both are exactly 0 on-policy.
 LOGP_MAX = "topl/max_abs_logprob_diff"
 HEADER = " ".join(
-    (f"{'step':>5}", *(f"{c:>10}" for c in ("max|Δlogp|", "max|Δp|", "mean|Δp|", "reward", "ratio")))
+    (
+        f"{'step':>5}",
+        *(f"{c:>10}" for c in ("max|Δlogp|", "max|Δp|", "mean|Δp|", "reward", "ratio")),
+    )
 )
 
 

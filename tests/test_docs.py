@@ -74,7 +74,7 @@ def test_install_page_has_each_profiles_versions(profile):
     section = text.split(f"### `stack={profile}`")[1].split("\n### ")[0]
     if profile == "seed":
         assert f"release/v{v['verl']}" in section and "verl_ascend_recipe" in section
-        assert 'pip install ".[ascend]"' not in section.replace("NOT \".[ascend]\"", "")
+        assert 'pip install ".[ascend]"' not in section.replace('NOT ".[ascend]"', "")
     else:
         assert f"verl {v['verl']}" in section and 'pip install ".[ascend]"' in section
     for key in ("vllm", "vllm_ascend", "torch", "torch_npu"):

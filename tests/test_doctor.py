@@ -379,7 +379,9 @@ def test_doctor_checks_are_a_registry_listed_with_id_what_when_fix():
     assert all(c.what and c.when and c.fix for c in checks)
     # every doctor id the code can emit is a registered check
     root = CONF.parent / "launcher"
-    emitted = {m for p in root.rglob("*.py") for m in re.findall(r"TOP-DOC-[A-Z0-9]+-\d{3}", p.read_text())}
+    emitted = {
+        m for p in root.rglob("*.py") for m in re.findall(r"TOP-DOC-[A-Z0-9]+-\d{3}", p.read_text())
+    }
     assert emitted <= {c.id for c in checks}, emitted - {c.id for c in checks}
     for args in (["rules", "--doctor", "--json"], ["doctor", "--list", "--json"]):
         listed = json.loads(run_topl(*args).stdout)

@@ -278,7 +278,9 @@ def test_a_mistyped_flag_is_refused_with_the_nearest_and_writes_nothing(tmp_path
     assert "did you mean --dry-run?" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "runs").exists()  # it used to leave an empty run directory
     r = run_topl("plan", *STRICT_A3, "--jsn", "--json", cwd=tmp_path)
-    assert r.returncode == 2 and json.loads(r.stdout)["error"]["fix"].startswith("did you mean --json")
+    assert r.returncode == 2 and json.loads(r.stdout)["error"]["fix"].startswith(
+        "did you mean --json"
+    )
 
 
 def test_launch_ray_flag_is_refused_with_the_config_key(tmp_path):
@@ -326,7 +328,11 @@ def test_sweep_dry_run_is_one_line_per_point_and_a_table_numbered_as_run_dirs(tm
 
 
 def test_piped_lines_stay_within_200_characters(tmp_path):
-    for args in (["rules"], ["doctor", *STRICT_A3], ["check", "recipe=qwen3_30b_a3b_grpo_a3_strict"]):
+    for args in (
+        ["rules"],
+        ["doctor", *STRICT_A3],
+        ["check", "recipe=qwen3_30b_a3b_grpo_a3_strict"],
+    ):
         r = run_topl(*args, cwd=tmp_path, env={"COLUMNS": "80"})  # a pipe: not the terminal
         lines = (r.stdout + r.stderr).splitlines()
         assert lines and max(map(len, lines)) <= 200, (args, max(map(len, lines)))
@@ -334,7 +340,9 @@ def test_piped_lines_stay_within_200_characters(tmp_path):
 
 def test_plan_blocks_at_80_columns_name_every_swept_key():
     as_terminal = {"FORCE_COLOR": "1", "COLUMNS": "80"}
-    r = run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", "rollout.tp=1,2", env=as_terminal)
+    r = run_topl(
+        "plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", "rollout.tp=1,2", env=as_terminal
+    )
     out = ANSI.sub("", r.stdout)
     assert "train.pp: 4" in out and "train.tp: 2" in out and "rollout.tp: 1" in out
 

@@ -168,7 +168,9 @@ def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -
         return 2 if bad else 0
     console = make_console()
     count = {s: sum(f["severity"] == s for n in nodes for f in n["findings"]) for s in SEVERITIES}
-    where = f" (stack={spec.cluster.versions.profile}, backend={spec.cluster.backend})" if spec else ""
+    where = (
+        f" (stack={spec.cluster.versions.profile}, backend={spec.cluster.backend})" if spec else ""
+    )
     console.print(
         f"topl doctor: {'FAILED' if bad else 'OK'}: {count['error']} error(s), "
         f"{count['warning']} warning(s), {count['ok']} ok on {len(nodes)} node(s){where}",
