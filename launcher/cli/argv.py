@@ -30,7 +30,7 @@ def unknown_flag(flag: str, own, passthrough=()) -> ToplError:
     near = difflib.get_close_matches(head, sorted({*own, *passthrough}), n=1, cutoff=0.6)
     fix = INSTEAD.get(head) or (f"did you mean {near[0]}?" if near else "drop it")
     listed = " ".join(sorted(set(own))) or "none"
-    also = " and Hydra's, see --help" if passthrough else ""
+    also = " and the others --help lists" if passthrough else ""
     return ToplError(
         f"unknown flag {head}",
         where="command line",
