@@ -15,6 +15,10 @@ INSTEAD = {
 }
 
 
+# Passed on to composition in every command (launcher/untrusted.py reads it among the overrides).
+EVERYWHERE = ("--unsafe-hydra-overrides",)
+
+
 def _name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
@@ -70,7 +74,7 @@ def parse(
                 got[_name(a)] = ""
             else:
                 raise ToplError(f"{a} needs a value", where=" ".join(args))
-        elif is_flag(a) and a.split("=", 1)[0] not in passthrough:
+        elif is_flag(a) and a.split("=", 1)[0] not in (*passthrough, *EVERYWHERE):
             raise unknown_flag(a, (*flags, *options, *optional), passthrough)
         else:
             rest.append(a)
