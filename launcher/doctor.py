@@ -148,5 +148,22 @@ def verl_mismatch(spec) -> tuple[str, str] | None:
     return have, want
 
 
+def patch_check(c, fid, patch, installed, what, fix):
+    """The installed package has fact `fid`; where a declared source patch provides it and the
+    patch module is importable, the patch lands at `import verl` (the seed git-applies it then):
+    a warning that the tree is still unpatched, not an error."""
+    if installed is None:
+        c.add(False, "package missing", "installed", what=what, fix=fix)
+        return
+    if detected(fid):
+        c.add(True, "present", "present", what=what)
+        return
+    v, mod = c.v, c.spec.cluster.external_modules
+    declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
+    at_import = declared and bool(mod) and _importable(mod)
+    found = f"absent; {mod} applies patch {patch} at import" if at_import else "absent"
+    c.add(False, found, "present", what=what, fix=fix, sev=WARNING if at_import else ERROR)
+
+
 def errors(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity == ERROR]

@@ -19,6 +19,7 @@ from topl.launcher.doctor import (
     check,
     detected,
     install_hint,
+    patch_check,
     soc,
     torch_pin,
 )
@@ -108,23 +109,6 @@ def verl_version(c):
     ok = _v(c.verl_v) == _v(c.v.verl)
     found = c.verl_v if ok else f"{c.verl_v}: wrong version"
     c.add(ok, found, f"{c.v.verl} (stack={c.v.profile})", fix=install_hint(c.v))
-
-
-def patch_check(c, fid, patch, installed, what, fix):
-    """The installed package has fact `fid`; where a declared source patch provides it and the
-    patch module is importable, the patch lands at `import verl` (the seed git-applies it then):
-    a warning that the tree is still unpatched, not an error."""
-    if installed is None:
-        c.add(False, "package missing", "installed", what=what, fix=fix)
-        return
-    if detected(fid):
-        c.add(True, "present", "present", what=what)
-        return
-    v, mod = c.v, c.spec.cluster.external_modules
-    declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
-    at_import = declared and bool(mod) and _importable(mod)
-    found = f"absent; {mod} applies patch {patch} at import" if at_import else "absent"
-    c.add(False, found, "present", what=what, fix=fix, sev=WARNING if at_import else ERROR)
 
 
 @check(
