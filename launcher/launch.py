@@ -27,6 +27,7 @@ class LaunchContext:
     rc: int = 0  # the worst exit code of the jobs run so far
     preflown: bool = False  # single run: preflight already passed before Hydra started
     watch: bool = False  # follow logdiff/reward live; strict: stop on the first logdiff != 0
+    multirun: bool = False  # -m: one line per point here, the sweep's table after (cli/launch.py)
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
@@ -62,7 +63,8 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             ctx.user_overrides or task_overrides,
         )
         violations = check(composed)
-    print_violations(violations)
+    if not ctx.multirun:  # a sweep's warnings are in its table and sweep_report.json
+        print_violations(violations)
     spec = composed.to_object()
     if errors(violations):  # a sweep point (a single run is checked before its dir exists)
         ctx.rc = 2
@@ -80,6 +82,10 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             print(e.render(), file=sys.stderr)
             return
     rundir.write(run_dir, composed, inv, violations)
+    if ctx.multirun and ctx.dry_run:  # one line per point: the command is in its command.sh
+        rundir.set_status(run_dir, "dry_run", started=False, backend=spec.cluster.backend)
+        print(f"topl: point {hc.job.num}: {' '.join(hc.overrides.task)} -> {run_dir} (dry run)")
+        return
     print(f"topl: run directory {run_dir}")
     if ctx.dry_run:
         # nothing started, and status.json says so: a run dir without one is a launch that died

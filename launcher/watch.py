@@ -154,10 +154,19 @@ def row(step: int, data: dict) -> str:
         return f"{v:>10.3g}" if isinstance(v, (int, float)) else f"{'-':>10}"
 
     ratio = next((k for k in RATIO_KEYS if k in data), RATIO_KEYS[0])
-    return f"{step:>5} {f(DIFF_MAX)} {f(DIFF_MEAN)} {f(REWARD)} {f(ratio)}"
+    return f"{step:>5} {f(LOGP_MAX)} {f(DIFF_MAX)} {f(DIFF_MEAN)} {f(REWARD)} {f(ratio)}"
 
 
-HEADER = f"{'step':>5} {'logdiff max':>10} {'mean':>10} {'reward':>10} {'ratio':>10}"
+# Named for what they hold: max|Δlogp| is topl's log-prob difference (the local backend's, as in
+# launch's progress line; "-" where only verl's metrics exist), max|Δp| / mean|Δp| verl's
+# *probability* difference (DIFF_MAX / DIFF_MEAN). Both are exactly 0 on-policy.
+LOGP_MAX = "topl/max_abs_logprob_diff"
+HEADER = " ".join(
+    (
+        f"{'step':>5}",
+        *(f"{c:>10}" for c in ("max|Δlogp|", "max|Δp|", "mean|Δp|", "reward", "ratio")),
+    )
+)
 
 
 def guard_line(rec: dict) -> str:

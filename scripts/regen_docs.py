@@ -1,5 +1,6 @@
 """Regenerate every generated table and reference in the docs (the tests check each one):
-README rule catalog, field constraints, supported stacks; docs/fields.md; the recipe matrix.
+docs/reference.md (rule catalog, doctor checks, supported stacks, field constraints);
+docs/fields.md; the recipe matrix.
 
     python scripts/regen_docs.py
 """
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from topl.launcher.cli.rules import rules_markdown
 from topl.launcher.constraints import table as constraints_table
+from topl.launcher.doctor import checks_markdown
 from topl.launcher.facts.stacks import stacks_markdown
 from topl.launcher.fields import fields_markdown
 from topl.launcher.spec import JobSpec
@@ -23,14 +25,15 @@ def splice(text: str, marker: str, table: str) -> str:
     return f"{head}<!-- {marker}:begin -->\n{table.strip()}\n<!-- {marker}:end -->{tail}"
 
 
-readme = ROOT / "README.md"
-text = readme.read_text()
+reference = ROOT / "docs" / "reference.md"
+text = reference.read_text()
 for marker, table in (
     ("rules", rules_markdown()),
+    ("doctor", checks_markdown()),
     ("constraints", constraints_table(JobSpec)),
     ("stacks", stacks_markdown()),
 ):
     text = splice(text, marker, table)
-readme.write_text(text)
+reference.write_text(text)
 (ROOT / "docs" / "fields.md").write_text(fields_markdown())
 subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_recipes.py")], check=True)

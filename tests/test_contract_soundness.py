@@ -163,7 +163,7 @@ def test_readme_constraint_table_matches_the_code():
     from topl.launcher.constraints import table
     from topl.launcher.spec import JobSpec
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "reference.md").read_text()
     got = text.split("<!-- constraints:begin -->")[1].split("<!-- constraints:end -->")[0].strip()
     assert got == table(JobSpec).strip(), "regenerate: topl rules --constraints"
 

@@ -356,3 +356,53 @@ def test_verl_import_is_checked_with_the_python_the_subprocess_backend_runs(tmp_
     assert f["severity"] == "error" and "No module named 'verl'" in f["found"], f
     assert "python-without-topl" in f["fix"] and "python-without-topl" in f["what"]
     assert verl_finding(sys.executable)["severity"] == "ok"
+
+
+# --- the declared profile, the registry, the output -----------------------------------------------
+
+
+def test_a_verl_other_than_the_profiles_is_a_wrong_version_error(stack):
+    rc, out = stack("seed", change={"verl": layout("release")["verl"][:2]})  # 0.9.1 on stack=seed
+    f = next(f for n in out["nodes"] for f in n["findings"] if f["id"] == "TOP-DOC-VERL-002")
+    assert rc == 2 and f["severity"] == "error" and "wrong version" in f["found"]
+    assert "0.8.0" in f["needed"] and "stack=seed" in f["needed"]
+    assert "release/v0.8.0" in f["fix"] and "docs/install.md" in f["fix"]
+
+
+def test_doctor_checks_are_a_registry_listed_with_id_what_when_fix():
+    import re
+
+    from topl.launcher.doctor import catalog
+
+    checks = catalog()
+    assert len({c.id for c in checks}) == len(checks) >= 20
+    assert all(c.what and c.when and c.fix for c in checks)
+    # every doctor id the code can emit is a registered check
+    root = CONF.parent / "launcher"
+    emitted = {
+        m for p in root.rglob("*.py") for m in re.findall(r"TOP-DOC-[A-Z0-9]+-\d{3}", p.read_text())
+    }
+    assert emitted <= {c.id for c in checks}, emitted - {c.id for c in checks}
+    for args in (["rules", "--doctor", "--json"], ["doctor", "--list", "--json"]):
+        listed = json.loads(run_topl(*args).stdout)
+        assert [c["id"] for c in listed] == [c.id for c in checks]
+        assert set(listed[0]) == {"id", "what", "when", "fix"}
+
+
+def test_every_finding_comes_from_a_registered_check(compose):
+    from topl.launcher.doctor import catalog, run_checks
+
+    known = {c.id for c in catalog()}
+    for args in ([], STRICT_A3, [*STRICT_A3, "cluster.backend=subprocess"]):
+        assert {f.id for f in run_checks(compose(list(args)).to_object())} <= known
+
+
+def test_doctor_prints_a_summary_first_and_details_on_request(tmp_path):
+    r = run_topl("doctor", *STRICT_A3, cwd=tmp_path)  # piped: not a terminal
+    lines = r.stdout.splitlines()
+    assert r.returncode == 2 and lines[0].startswith("topl doctor: FAILED: ")
+    assert "error(s)" in lines[0] and "stack=seed" in lines[0]
+    assert len(lines) < 50 and max(map(len, lines)) <= 200  # it was 170 lines, up to 1,324 chars
+    assert "TOP-DOC-BIO-001" in r.stdout and "TOP-DOC-PY-001" not in r.stdout  # passed: hidden
+    verbose = run_topl("doctor", *STRICT_A3, "--verbose", cwd=tmp_path).stdout
+    assert "TOP-DOC-PY-001" in verbose and max(map(len, verbose.splitlines())) <= 200

@@ -376,7 +376,7 @@ def test_seed_patch_module_on_another_vllm_ascend_rejected(compose):
 def test_readme_stack_table_matches_the_facts():
     from topl.launcher.facts.stacks import stacks_markdown
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "reference.md").read_text()
     table = text.split("<!-- stacks:begin -->")[1].split("<!-- stacks:end -->")[0].strip()
     assert table == stacks_markdown().strip(), "regenerate: python -m topl.launcher.facts.stacks"
 

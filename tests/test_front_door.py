@@ -261,4 +261,124 @@ def test_piped_tables_are_plain():
     assert not any(l != l.rstrip() for l in out.splitlines())
     lines = out.splitlines()
     assert lines[1].split() == ["rule", "severity", "what", "must", "hold", "fix"]
-    assert all(len(l.split()) >= 3 and l.startswith("TOP-") for l in lines[2:])  # one rule a line
+    # one rule a row: its first line starts with the id, wrapped cells continue in their column
+    from topl.launcher.cli.rules import catalog
+
+    starts = [l.split()[0] for l in lines[2:] if l.startswith("TOP-")]
+    assert starts == [r.id for r, _ in catalog()]
+    assert all(l.startswith(("TOP-", " ")) for l in lines[2:-1])
+
+
+# --- round two: flags, sweeps, output widths, the next step ---------------------------------------
+
+
+def test_a_mistyped_flag_is_refused_with_the_nearest_and_writes_nothing(tmp_path):
+    r = run_topl("launch", "--dryrun", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown flag --dryrun" in r.stderr
+    assert "did you mean --dry-run?" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()  # it used to leave an empty run directory
+    r = run_topl("plan", *STRICT_A3, "--jsn", "--json", cwd=tmp_path)
+    assert r.returncode == 2 and json.loads(r.stdout)["error"]["fix"].startswith(
+        "did you mean --json"
+    )
+
+
+def test_launch_ray_flag_is_refused_with_the_config_key(tmp_path):
+    r = run_topl("launch", *A3_NO_ADDRESS, "--ray", "http://h:8265", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and "cluster.ray_address=" in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_help_lists_every_flag_the_command_takes(cmd):
+    r = run_topl(cmd, "--no-such-flag-at-all")
+    assert r.returncode == 2 and "unknown flag --no-such-flag-at-all" in r.stderr, r.stderr
+    known = r.stderr.split("(flags: ")[1].split(";")[0].replace(" and the others --help lists", "")
+    helptext = run_topl(cmd, "--help").stdout
+    for flag in known.split():
+        assert flag in helptext, (cmd, flag)
+
+
+def test_launch_help_names_watch_and_the_ray_key():
+    out = run_topl("launch", "--help").stdout
+    assert "--watch" in out and "--unsafe-hydra-overrides" in out
+    assert "cluster.ray_address" in out
+
+
+SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=4,8", "rollout.tp=1,2", "--dry-run"]
+
+
+def test_sweep_dry_run_is_one_line_per_point_and_a_table_numbered_as_run_dirs(tmp_path):
+    r = run_topl("launch", "-m", *SWEEP, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sweep = next((tmp_path / "runs" / "multirun").iterdir())
+    report = json.loads((sweep / "sweep_report.json").read_text())["verdicts"]
+    valid = [i for i, v in enumerate(report) if v["valid"]]
+    assert valid == [0, 2]  # rollout.tp=2 breaks TOP-TP-001: points 1 and 3 are dropped
+    # run directories carry the report's point numbers (they used to be renumbered 0, 1)
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()) == ["0", "2"]
+    out = r.stdout + r.stderr
+    assert "python3 -m verl" not in out  # no command dumps: they are in each command.sh
+    assert len(out.splitlines()) <= 30  # it used to be 321 lines for these 4 points
+    for i in valid:
+        assert f"topl: point {i}: " in r.stdout and str(sweep / str(i)) in r.stdout
+    table = r.stdout.split("topl launch -m:")[1].splitlines()
+    assert table[1].split()[:3] == ["#", "train.pp", "rollout.tp"]
+    assert [ln.split()[3] for ln in table[2:6]] == ["valid", "dropped", "valid", "dropped"]
+
+
+def test_piped_lines_stay_within_200_characters(tmp_path):
+    for args in (
+        ["rules"],
+        ["doctor", *STRICT_A3],
+        ["check", "recipe=qwen3_30b_a3b_grpo_a3_strict"],
+    ):
+        r = run_topl(*args, cwd=tmp_path, env={"COLUMNS": "80"})  # a pipe: not the terminal
+        lines = (r.stdout + r.stderr).splitlines()
+        assert lines and max(map(len, lines)) <= 200, (args, max(map(len, lines)))
+
+
+def test_plan_blocks_at_80_columns_name_every_swept_key():
+    as_terminal = {"FORCE_COLOR": "1", "COLUMNS": "80"}
+    r = run_topl(
+        "plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", "rollout.tp=1,2", env=as_terminal
+    )
+    out = ANSI.sub("", r.stdout)
+    assert "train.pp: 4" in out and "train.tp: 2" in out and "rollout.tp: 1" in out
+
+
+def test_watch_columns_are_named_for_what_they_hold():
+    from topl.launcher import watch
+
+    # an alignment=off step: topl's log-prob difference and verl's probability difference differ
+    data = {watch.LOGP_MAX: 4.54e-02, watch.DIFF_MAX: 0.00398, watch.DIFF_MEAN: 1e-4}
+    head, row = watch.HEADER.split(), watch.row(7, data).split()
+    assert head[:4] == ["step", "max|Δlogp|", "max|Δp|", "mean|Δp|"]
+    assert row[:3] == ["7", "0.0454", "0.00398"]
+
+
+def test_the_main_job_ends_with_what_to_try_next(tmp_path):
+    r = run_topl("launch", "train.steps=1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run_dir = next((tmp_path / "runs").iterdir())
+    nxt = [ln for ln in r.stderr.splitlines() if ln.startswith("next: ")]
+    assert nxt and f"topl watch {run_dir}" in nxt[0]
+    assert "topl probe" in nxt[0] and "topl recipes" in nxt[0]
+
+
+@pytest.mark.skipif(
+    __import__("importlib.util").util.find_spec("verl") is None, reason="no verl installed"
+)
+def test_check_warns_when_the_installed_verl_is_not_the_declared_one():
+    from importlib.metadata import version
+
+    r = run_topl("check", "recipe=qwen3_30b_a3b_grpo_a3_strict", "--json")  # stack=seed: 0.8.0
+    got = {v["rule"]: v for v in json.loads(r.stdout)["violations"]}
+    if version("verl") == "0.8.0":
+        assert "TOP-DOC-VERL-002" not in got
+        return
+    w = got["TOP-DOC-VERL-002"]
+    assert w["severity"] == "warning" and version("verl") in w["message"]
+    assert "release/v0.8.0" in w["fix"] and r.returncode == 0  # a warning, not a rejection
+    r = run_topl("check", "recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release", "--json")
+    assert "TOP-DOC-VERL-002" not in {v["rule"] for v in json.loads(r.stdout)["violations"]}

@@ -23,6 +23,22 @@ def sh(*args, cwd=None, env=None, timeout=600):
     )
 
 
+def venv_seeing_these_packages(venv: Path) -> Path:
+    """A venv that sees the packages this test runs with. `--system-site-packages` covers a system
+    Python only: from inside a virtualenv (as the README runs the suite) it names the base
+    interpreter's site-packages, not the outer venv's, so those are added explicitly (a .pth of
+    plain paths: the outer .pth hooks, e.g. an editable topl's finder, stay out)."""
+    import site
+    import sysconfig
+
+    r = sh(sys.executable, "-m", "venv", "--system-site-packages", venv)
+    assert r.returncode == 0, r.stderr
+    # the nested venv's own site-packages, named as it names it (same Python version)
+    rel = Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
+    (venv / rel / "zz_outer_site_packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return venv
+
+
 def source_copy(dest: Path) -> Path:
     """The checkout's files without build outputs (pip builds inside the source folder)."""
     skip = shutil.ignore_patterns(
@@ -119,11 +135,22 @@ def test_launcher_only_install_runs_without_torch(wheel, tmp_path):
     assert "Traceback" not in r.stderr and sorted((work / "runs").iterdir()) == before
 
 
+def test_nested_venvs_see_the_outer_environment(tmp_path):
+    """From a virtualenv (the README's way) the nested venvs below need the outer venv's packages
+    (omegaconf, hydra...): `--system-site-packages` alone gives them the base Python's only."""
+    import json
+    import site
+
+    py = venv_seeing_these_packages(tmp_path / "venv") / "bin" / "python"
+    r = sh(py, "-c", "import sys, json, omegaconf, hydra, rich; print(json.dumps(sys.path))")
+    assert r.returncode == 0, r.stderr
+    assert set(site.getsitepackages()) <= set(json.loads(r.stdout))
+
+
 @pytest.mark.parametrize("mode", ["strict", "default"])
 def test_editable_install_runs_sweeps_or_says_how(mode, tmp_path):
     src = source_copy(tmp_path / "src")
-    venv = tmp_path / "venv"
-    assert sh(sys.executable, "-m", "venv", "--system-site-packages", venv).returncode == 0
+    venv = venv_seeing_these_packages(tmp_path / "venv")
     py, topl = venv / "bin" / "python", venv / "bin" / "topl"
     extra = ["--config-settings", "editable_mode=strict"] if mode == "strict" else []
     r = sh(py, "-m", "pip", "install", "-q", "--no-deps", "-e", src, *extra)

@@ -122,10 +122,12 @@ def test_launch_watch_shows_the_divergence_live_on_the_local_backend(tmp_path):
     rows = [
         ln.split()
         for ln in r.stdout.splitlines()
-        if ln.split() and ln.split()[0].isdigit() and len(ln.split()) == 5
+        if ln.split() and ln.split()[0].isdigit() and len(ln.split()) == 6
     ]
     assert [row[0] for row in rows] == ["1", "2", "3"]
     assert all(float(row[1]) > 0 for row in rows)  # alignment=off: logdiff != 0, shown, not stopped
+    # max|Δlogp| (the launch's progress line) next to verl's probability difference max|Δp|
+    assert "max|Δlogp|" in r.stdout and "max|Δp|" in r.stdout and "logdiff max" not in r.stdout
     run_dir = next((tmp_path / "runs").glob("*"))
     assert json.loads((run_dir / "status.json").read_text())["state"] == "succeeded"
     assert (run_dir / "watch.png").is_file()
@@ -249,7 +251,7 @@ def test_a_submitted_ray_job_is_followed_to_its_end_through_the_job_api(
     assert out.index("ray job raysubmit_fake1: RUNNING") < out.index("SUCCEEDED")  # states shown
     rows = [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0].isdigit()]
     # every step, each once, the one cut across two reads included, read while the job ran
-    assert [(r[0], r[3]) for r in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
+    assert [(r[0], r[4]) for r in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
     assert "run succeeded: exit_code 0, ray_status SUCCEEDED" in out
     status = json.loads((run_dir / "status.json").read_text())
     assert (status["state"], status["ray_status"], status["exit_code"]) == (

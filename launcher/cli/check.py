@@ -20,7 +20,8 @@ def main(args: list[str]) -> int:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
     flags, overrides = parse(args, flags=("--json", "--fix"))
     fix_mode = fix_mode or ("errors" if flags.fix else None)
-    vs = check(compose_job(overrides))
+    composed = compose_job(overrides)
+    vs = check(composed) + installed_verl(composed.to_object())
     ok = not errors(vs)
     out = {"ok": ok, "violations": [v.to_dict() for v in vs]}
     fix = after = None
@@ -67,3 +68,29 @@ def _print_fix(fix, after, overrides: list[str]) -> None:
     verdict = "OK" if not errs else f"still REJECTED by {', '.join(v.rule for v in errs)}"
     print(f"after the fix: {verdict}, {n_after - len(errs)} warning(s)")
     print(f"  {_command(overrides, fix)}")
+
+
+def installed_verl(spec) -> list:
+    """A warning when this Python's verl (package metadata; never imported) is not the version the
+    spec's stack declares: the job would run the wrong verl if it runs here (`topl doctor` checks
+    where it really runs). The reference engines (backend=local) use no verl."""
+    from topl.launcher.contract.core import Violation
+    from topl.launcher.doctor import install_hint, verl_mismatch
+
+    got = spec.cluster.backend != "local" and verl_mismatch(spec)
+    if not got:
+        return []
+    have, want = got
+    v = spec.cluster.versions
+    return [
+        Violation(
+            "TOP-DOC-VERL-002",
+            "warning",
+            f"verl {have} is installed here, stack={v.profile} declares verl {want}",
+            {
+                "cluster.versions.verl": {"value": want, "source": f"stack={v.profile}"},
+                "installed verl": {"value": have, "source": "this Python's package metadata"},
+            },
+            install_hint(v),
+        )
+    ]

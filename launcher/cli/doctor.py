@@ -157,44 +157,80 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
     ]
 
 
-def report(nodes: list[dict], as_json: bool) -> int:
-    from topl.launcher.cli.output import print_json, print_table
+def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -> int:
+    """Summary first, then what is wrong (errors, then warnings) with its fix; every check as a
+    table with --verbose; --json for machines."""
+    from topl.launcher.cli.output import fit, make_console, print_json, print_table
 
     bad = any(f["severity"] == "error" for n in nodes for f in n["findings"])
     if as_json:
         print_json({"ok": not bad, "nodes": nodes})
         return 2 if bad else 0
-    console = None
+    console = make_console()
+    count = {s: sum(f["severity"] == s for n in nodes for f in n["findings"]) for s in SEVERITIES}
+    where = (
+        f" (stack={spec.cluster.versions.profile}, backend={spec.cluster.backend})" if spec else ""
+    )
+    console.print(
+        f"topl doctor: {'FAILED' if bad else 'OK'}: {count['error']} error(s), "
+        f"{count['warning']} warning(s), {count['ok']} ok on {len(nodes)} node(s){where}",
+        markup=False,
+        highlight=False,
+    )
     for n in nodes:
-        rows = []
-        for f in n["findings"]:
-            color = {"error": "red", "warning": "yellow"}.get(f["severity"], "green")
-            rows.append(
-                (
-                    f["id"],
-                    f"[{color}]{f['severity']}[/]",
-                    f["what"],
-                    f["found"],
-                    f["needed"],
-                    f["fix"],
-                )
-            )
-        columns = ("id", "severity", "check", "found", "needed", "fix")
-        console = print_table(f"topl doctor: {n['node']}", columns, rows, console=console)
-    if console is None:
-        from rich.console import Console
-
-        console = Console()
-    n_err = sum(f["severity"] == "error" for n in nodes for f in n["findings"])
-    console.print(f"{'FAILED' if bad else 'OK'}: {n_err} error(s) on {len(nodes)} node(s)")
+        if verbose:
+            rows = [
+                (f["id"], f["severity"], f["what"], f["found"], f["needed"], f["fix"])
+                for f in n["findings"]
+            ]
+            columns = ("id", "severity", "check", "found", "needed", "fix")
+            print_table(f"topl doctor: {n['node']}", columns, rows, console=console)
+            continue
+        wrong = sorted(
+            (f for f in n["findings"] if f["severity"] != "ok"),
+            key=lambda f: SEVERITIES.index(f["severity"]),
+        )
+        if wrong and len(nodes) > 1:
+            console.print(f"{n['node']}:", markup=False, highlight=False)
+        for f in wrong:
+            line = f"{f['severity'].upper()} {f['id']} {f['what']}: found {f['found']}, needed {f['needed']}"
+            console.print(fit(line, console), markup=False, highlight=False)
+            if f["fix"]:
+                console.print(fit(f"  fix: {f['fix']}", console), markup=False, highlight=False)
+    if not verbose:
+        console.print(
+            "every check: --verbose; for machines: --json; what each checks: topl doctor --list",
+            markup=False,
+            highlight=False,
+        )
     return 2 if bad else 0
+
+
+SEVERITIES = ("error", "warning", "ok")
+
+
+def list_checks(as_json: bool, markdown: bool = False) -> int:
+    """The doctor's registry: id, what, when, fix (`topl rules --doctor`, `topl doctor --list`)."""
+    from topl.launcher.cli.output import print_json, print_table
+    from topl.launcher.doctor import catalog, checks_markdown
+
+    if as_json:
+        print_json([{"id": c.id, "what": c.what, "when": c.when, "fix": c.fix} for c in catalog()])
+    elif markdown:
+        print(checks_markdown())
+    else:
+        rows = [(c.id, c.what, c.when, c.fix) for c in catalog()]
+        print_table(f"topl doctor: {len(rows)} checks", ("id", "what", "when", "fix"), rows)
+    return 0
 
 
 def main(args: list[str]) -> int:
     from topl.launcher.cli.argv import parse
     from topl.launcher.compose import compose_job
 
-    flags, overrides = parse(args, flags=("--json",), optional=("--ray",))
+    flags, overrides = parse(args, flags=("--json", "--verbose", "--list"), optional=("--ray",))
+    if flags.list:
+        return list_checks(flags.json)
     composed = compose_job(overrides)
     address = flags.ray
     if address == "":  # --ray alone: the spec's cluster.ray_address
@@ -207,7 +243,8 @@ def main(args: list[str]) -> int:
                 where="cluster.ray_address",
                 fix="topl doctor --ray http://HEAD:8265 (or cluster.ray_address=...)",
             )
-    return report(run(composed.to_object(), address), flags.json)
+    spec = composed.to_object()
+    return report(run(spec, address), flags.json, flags.verbose, spec)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--node"]:

@@ -14,25 +14,34 @@ OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/overri
 
 HELP = {
     "launch": (
-        "topl launch [OVERRIDES] [--dry-run] [--follow] [--skip-doctor] [HYDRA FLAGS]",
+        "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] "
+        "[--unsafe-hydra-overrides] [HYDRA FLAGS]",
         "Validate the spec, write a new run directory, start the backend (local reference "
         "engines, subprocess, or a Ray job).",
         """  --dry-run        write the run directory and print the command; start nothing
   --follow         ray_job: stream the job's logs until it ends
+  --watch          follow logdiff / reward live; strict: stop the job on the first logdiff != 0
   --skip-doctor    remote backends run `topl doctor` first; this skips it, loudly
-  -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped
-  --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own""",
+  --unsafe-hydra-overrides  allow hydra.callbacks / logging / config-dir overrides (they run code)
+  -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
+                   one line per point, then a table numbered as the run directories
+  --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own
+  a Ray cluster is a config value, not a flag: cluster.ray_address=http://HEAD:8265""",
         """  topl launch                                        # the embedded default, here
   topl launch recipe=qwen3_30b_a3b_grpo_a3_strict --dry-run
   topl launch recipe=qwen3_4b_grpo_a3_strict cluster.ray_address=http://HEAD:8265 --follow
   topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json]",
+        "topl check [OVERRIDES] [--json] [--fix[=warnings]]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
-        '  --json           {"ok", "violations"}',
+        '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
+        "  --fix            search the smallest override set the contract accepts (never the model,\n"
+        "                   alignment, stack or experiment; your own values last) and print it\n"
+        "  --fix=warnings   the same, clearing warnings too",
         """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
-  topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json""",
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
     ),
     "render": (
         "topl render [OVERRIDES] [--json]",
@@ -41,10 +50,13 @@ HELP = {
         "  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json",
     ),
     "rules": (
-        "topl rules [--json | --markdown]",
-        "Print the rule catalog: the contract's rules and the run-time rules topl's guard checks.",
-        "  --json           machine-readable\n  --markdown       the README's table",
-        "  topl rules --json",
+        "topl rules [--json | --markdown | --constraints | --doctor]",
+        "Print the rule catalog: the contract's rules and the run-time rules topl's guard "
+        "checks; or the field constraints; or the doctor's checks.",
+        "  --json           machine-readable\n  --markdown       the table in docs/reference.md\n"
+        "  --constraints    the field constraints (markdown)\n"
+        "  --doctor         the doctor's checks: id, what, when, fix (with --json / --markdown)",
+        "  topl rules --json\n  topl rules --doctor",
     ),
     "recipes": (
         "topl recipes [--json] | topl recipes show NAME | topl recipes diff A B",
@@ -62,12 +74,16 @@ HELP = {
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8",
     ),
     "doctor": (
-        "topl doctor [OVERRIDES] [--json] [--ray [ADDRESS]]",
-        "Check the installed stack (accelerator, torch/torch_npu, CANN, verl importable, "
-        "vllm-ascend, env) here, or on every node of a Ray cluster.",
-        "  --json           machine-readable\n  --ray [ADDRESS]  on every alive Ray node "
-        "(default: cluster.ray_address)",
+        "topl doctor [OVERRIDES] [--verbose] [--json] [--ray [ADDRESS]] [--list]",
+        "Check the installed stack (accelerator, torch/torch_npu, CANN, verl importable and the "
+        "version the stack profile declares, vllm-ascend, env) here, or on every node of a Ray "
+        "cluster. Prints a summary and what failed; --verbose every check.",
+        "  --verbose        every check, passed ones included\n"
+        "  --json           machine-readable (every check)\n"
+        "  --ray [ADDRESS]  on every alive Ray node (default: cluster.ray_address)\n"
+        "  --list           the checks the doctor knows (= topl rules --doctor)",
         """  topl doctor
+  topl doctor recipe=qwen3_30b_a3b_grpo_a3_strict --verbose
   topl doctor recipe=qwen3_30b_a3b_grpo_a3_strict --ray http://HEAD:8265""",
     ),
     "probe": (

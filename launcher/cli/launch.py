@@ -42,6 +42,14 @@ HYDRA_FLAGS_WITH_VALUE = (
     "--experimental-rerun",
 )
 INFORMATIONAL = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
+# Every flag Hydra's app parser knows (hydra-core@1.3.8:hydra/_internal/utils.py:get_args_parser);
+# anything else is refused before a run directory exists (`--dryrun` used to leave an empty one).
+HYDRA_APP_FLAGS = (
+    *("--help", "-h", "--hydra-help", "--version", "--cfg", "-c", "--resolve", "--package"),
+    *("-p", "--run", "-r", "--multirun", "-m", "--shell-completion", "-sc", "--config-path"),
+    *("-cp", "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun", "--info"),
+    "-i",
+)
 
 
 def split_hydra_flags(args: list[str]) -> tuple[list[str], list[str]]:
@@ -71,7 +79,7 @@ def main(args: list[str]) -> int:
     from topl.launcher.compose import split_recipe
     from topl.launcher.lifecycle import signals_interrupt
 
-    flags, rest = parse(args, flags=TOPL_FLAGS)
+    flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
     hydra_flags, overrides = split_hydra_flags(rest)
     bad = [f for f in hydra_flags if f.split("=")[0] in UNSAFE_HYDRA_FLAGS]
     if bad and not flags.unsafe_hydra_overrides:
@@ -108,6 +116,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         user_overrides=overrides,
         root=root,
         watch=flags.watch,
+        multirun=multirun,
     )
     if not informational and not multirun:
         # compose and check once, up front: bad input is a readable error and exit 2 before
@@ -151,4 +160,46 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         sys.argv = saved
         if made is not None and made.is_dir():
             rundir.seal(made)  # whatever Hydra or the sweeper wrote: owner-only, secrets out
+    if multirun and made is not None:
+        sweep_table(made, overrides)
+    elif made is not None and ctx.rc == 0 and not flags.dry_run:
+        print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc
+
+
+NEXT = (
+    "next: topl watch {run_dir} (its metrics) · topl probe alignment=off (what breaks logdiff 0)"
+    " · topl recipes (the Ascend recipes)"
+)
+
+
+def sweep_table(sweep_dir, overrides: list[str]) -> None:
+    """The sweep at a glance: one row per point, numbered as its run directory."""
+    import json
+
+    from topl.launcher.cli.output import print_table
+    from topl.launcher.plan import swept_keys
+
+    try:
+        report = json.loads((sweep_dir / "sweep_report.json").read_text())
+    except (OSError, ValueError):
+        return  # the sweeper stopped before its report (its message says why)
+    keys = swept_keys(overrides)
+    rows = []
+    for i, v in enumerate(report["verdicts"]):
+        point = dict(o.split("=", 1) for o in v["overrides"] if "=" in o)
+        run = sweep_dir / str(i)
+        rows.append(
+            (
+                str(i),
+                *[point.get(k, "") for k in keys],
+                "valid" if v["valid"] else "dropped",
+                " ".join(v["rules"]) or "-",
+                " ".join(v["warnings"]) or "-",
+                str(run) if run.is_dir() else "-",
+            )
+        )
+    columns = ("#", *keys, "verdict", "errors", "warnings", "run directory")
+    console = print_table(f"topl launch -m: {sweep_dir}", columns, rows)
+    valid = sum(v["valid"] for v in report["verdicts"])
+    console.print(f"{len(rows)} points, {valid} valid; details: topl check OVERRIDES of a point")

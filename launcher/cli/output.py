@@ -10,9 +10,50 @@ def print_json(data) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
+# The longest line topl prints to a pipe or file (a terminal: its width). Log viewers, CI pages
+# and `less` read long lines badly; nothing is cut, longer text wraps.
+PIPE_WIDTH = 200
+
+
+def width_of(console=None, stream=None) -> int:
+    if console is not None:
+        return console.width if console.is_terminal else PIPE_WIDTH
+    stream = stream or sys.stdout
+    if stream.isatty():
+        import shutil
+
+        return shutil.get_terminal_size().columns
+    return PIPE_WIDTH
+
+
+def fit(text: str, console=None, width: int | None = None, stream=None) -> str:
+    """`text` with every line longer than the width wrapped, continuations indented one step
+    deeper than the line they continue; words are never cut unless one alone is too long."""
+    import textwrap
+
+    width = width or width_of(console, stream)
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip()) + 4)
+        out.extend(
+            textwrap.wrap(
+                line,
+                width,
+                subsequent_indent=lead,
+                break_on_hyphens=False,
+                drop_whitespace=True,
+            )
+        )
+    return "\n".join(out)
+
+
 def print_violations(violations, stream=None) -> None:
+    stream = stream or sys.stderr
     for v in violations:
-        print(v.render(), file=stream or sys.stderr)
+        print(fit(v.render(), stream=stream), file=stream)
 
 
 def make_console(**kw):
@@ -43,10 +84,9 @@ def print_table(
     console = console or make_console()
     if not console.is_terminal:  # plain: aligned columns, nothing cut, no trailing blanks
         cells = [list(columns)] + [[Text.from_markup(str(c)).plain for c in r] for r in rows]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-        console.print(title)
-        for r in cells:
-            console.print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), markup=False)
+        console.print(title, markup=False, highlight=False)
+        for line in plain_lines(cells, [c in whole for c in columns], PIPE_WIDTH):
+            console.print(line, markup=False, highlight=False)
         return console
     longest = [
         max(
@@ -71,11 +111,36 @@ def print_table(
             t.add_row(*row)
         console.print(t)
         return console
-    # too narrow for every column: one block per row, each value on its own line, nothing cut
+    # too narrow for every column: one block per row, each value on its own line under its
+    # column's name (the first, an id or a number, heads the block), nothing cut
     console.print(f"[italic]{title}[/]", highlight=False)
     for row in rows:
-        console.print("  ".join(str(c) for c in row[:2]), highlight=False)
-        for col, cell in zip(columns[2:], row[2:]):
+        console.print(str(row[0]), highlight=False)
+        for col, cell in zip(columns[1:], row[1:]):
             if str(cell):
                 console.print(f"    {col}: {cell}", highlight=False)
     return console
+
+
+def plain_lines(cells: list[list[str]], whole: list[bool], limit: int) -> list[str]:
+    """Aligned columns no wider than `limit` in all: the widest columns that are not ids wrap
+    (continuation lines stay in their column); nothing is cut."""
+    import textwrap
+
+    widths = [max(len(r[i]) for r in cells) for i in range(len(whole))]
+    floor = 12
+    while sum(widths) + 2 * (len(widths) - 1) > limit:
+        can = [i for i, w in enumerate(widths) if not whole[i] and w > floor]
+        if not can:
+            break
+        widths[max(can, key=lambda i: widths[i])] -= 1
+    out = []
+    for r in cells:
+        parts = [
+            textwrap.wrap(c, w, break_on_hyphens=False) or [""] if not whole[i] else [c]
+            for i, (c, w) in enumerate(zip(r, widths))
+        ]
+        for k in range(max(map(len, parts))):
+            line = "  ".join((p[k] if k < len(p) else "").ljust(w) for p, w in zip(parts, widths))
+            out.append(line.rstrip())
+    return out

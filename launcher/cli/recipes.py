@@ -52,7 +52,8 @@ def import_main(args: list[str]) -> int:
     from pathlib import Path
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
-    flags, args = parse(args[: args.index("--")] if "--" in args else args, flags=("--json",))
+    mine = args[: args.index("--")] if "--" in args else args
+    flags, args = parse(mine, flags=("--json",), passthrough=("-o", "--env"))
     as_json = flags.json
     env, choices, out, rest = {}, {}, None, []
     it = iter(args)

@@ -1,6 +1,7 @@
-"""`topl rules [--json | --markdown | --constraints]`: the rule catalog (the contract's rules, which
-`topl check` evaluates, and the run-time rules topl's guard checks in every verl process), or the
-field constraints declared next to each spec field (markdown)."""
+"""`topl rules [--json | --markdown | --constraints | --doctor]`: the rule catalog (the contract's
+rules, which `topl check` evaluates, and the run-time rules topl's guard checks in every verl
+process), the field constraints declared next to each spec field (markdown), or the doctor's
+checks of the installed stack (id, what, when, fix)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,11 @@ def rules_markdown() -> str:
 
 
 def main(args: list[str]) -> int:
-    flags, _ = parse(args, flags=("--json", "--markdown", "--constraints"))
+    flags, _ = parse(args, flags=("--json", "--markdown", "--constraints", "--doctor"))
+    if flags.doctor:  # the doctor's checks: what `topl doctor` looks at where the job runs
+        from topl.launcher.cli.doctor import list_checks
+
+        return list_checks(flags.json, flags.markdown)
     if flags.json:
         rows = [
             {
@@ -66,5 +71,12 @@ def main(args: list[str]) -> int:
             f"topl consistency contract ({len(rules) - n_run} rules) "
             f"+ {n_run} checked at run time by topl's guard"
         )
-        print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
+        console = print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
+        from topl.launcher.doctor import catalog as doctor_checks
+
+        console.print(
+            f"and {len(doctor_checks())} doctor checks of the installed stack: topl rules --doctor",
+            markup=False,
+            highlight=False,
+        )
     return 0

@@ -130,8 +130,8 @@ class ToplSweeper(BasicSweeper):
                 if launch_ov is None or p is None:
                     raise HydraException("topl sweeper: sweep expansion mismatch")
                 v = planner.verdict(list(p))
-                if v.valid:
-                    valid.append(launch_ov)
+                if v.valid:  # run directories take the report's point numbers
+                    valid.append((report.points, launch_ov))
                 else:
                     log.warning(
                         "topl sweeper: dropped point %d (%s): %s",
@@ -158,13 +158,24 @@ class ToplSweeper(BasicSweeper):
         if not valid:
             log.warning("topl sweeper: no valid point; nothing started")
             return []
-        size = self.max_batch_size or len(valid)
-        batches = [valid[i : i + size] for i in range(0, len(valid), size)]
-        returns, idx = [], 0
-        for batch in batches:
-            results = self.launcher.launch(batch, initial_job_idx=idx)
+        returns = []
+        for first, batch in batches(valid, self.max_batch_size or len(valid)):
+            results = self.launcher.launch(batch, initial_job_idx=first)
             for r in results:
                 _ = r.return_value
-            idx += len(batch)
             returns.append(results)
         return returns
+
+
+def batches(points, size: int):
+    """(first point number, overrides) per batch: consecutive point numbers, at most `size`, so
+    Hydra's job numbers (the run directories) are the report's point numbers, dropped ones skipped."""
+    out: list = []
+    for i, ov in points:
+        if out and (len(out[-1][1]) >= size or out[-1][0] + len(out[-1][1]) != i):
+            out.append((i, [ov]))
+        elif out:
+            out[-1][1].append(ov)
+        else:
+            out.append((i, [ov]))
+    return out

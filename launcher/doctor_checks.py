@@ -1,0 +1,387 @@
+"""The doctor's checks, in the order they run (launcher/doctor.py: the registry and `Ctx`).
+
+Each is `@check(id, what, when, fix, applies)`: `when` says in words what `applies` tests."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+from topl.launcher import __version__, facts
+from topl.launcher.doctor import (
+    ERROR,
+    WARNING,
+    _import_error,
+    _importable,
+    accelerator,
+    cann_version,
+    check,
+    detected,
+    install_hint,
+    patch_check,
+    soc,
+    torch_pin,
+)
+from topl.launcher.versions import parse as _v
+
+ALWAYS = "always"
+REMOTE = "backend is subprocess or ray_job (verl runs)"
+NPU = "cluster.device=npu"
+STRICT_NPU = "cluster.device=npu and alignment=strict"
+
+
+def _remote(c) -> bool:
+    return c.remote
+
+
+def _strict_npu(c) -> bool:
+    return c.npu and c.strict
+
+
+@check("TOP-DOC-PY-001", "Python", ALWAYS, "use Python 3.10 or newer")
+def python(c):
+    c.add(sys.version_info >= (3, 10), platform.python_version(), ">= 3.10")
+
+
+@check(
+    "TOP-DOC-TORCH-001",
+    "torch installed",
+    ALWAYS,
+    "pip install torch (the build your accelerator needs)",
+)
+def torch(c):
+    c.add(c.torch_v is not None, c.torch_v or "missing", "torch")
+
+
+@check(
+    "TOP-DOC-ACC-001",
+    "accelerator visible",
+    ALWAYS,
+    "run on a host with the cluster's devices (CANN/driver installed)",
+)
+def acc(c):
+    d = c.spec.cluster.device
+    c.add(accelerator() == d or d == "cpu", accelerator(), d, fix=f"run on a host with {d} devices")
+
+
+@check(
+    "TOP-DOC-VERL-001", "verl installed", REMOTE, "install the verl the profile declares", _remote
+)
+def verl_installed(c):
+    c.add(c.verl_v is not None, c.verl_v or "missing", c.v.verl, fix=install_hint(c.v))
+
+
+def _job_python(c):
+    """The subprocess backend starts verl with cluster.python: import it there, not here."""
+    s = c.spec
+    return s.cluster.python if s.cluster.backend == "subprocess" and not c.node else None
+
+
+@check(
+    "TOP-DOC-VERL-004",
+    "verl imports (not only installed)",
+    f"{REMOTE}, verl installed here or the job's own Python named",
+    "install verl with its dependencies into the Python that runs it (not --no-deps)",
+    lambda c: c.remote and bool(c.verl_v or _job_python(c)),
+)
+def verl_imports(c):
+    from topl.launcher.render import without_guard
+
+    py = _job_python(c)
+    env = {k: v for k, v in without_guard(dict(os.environ)).items() if k != "TOPL_GUARD_DIR"}
+    err = _import_error("verl", py, env=env)  # the guard has its own check (TOP-DOC-GUARD-001)
+    what = f"verl imports with {py}" if py else "verl imports"
+    fix = (
+        f"install verl=={c.v.verl} with its dependencies into {py or 'this Python'} (not --no-deps)"
+    )
+    c.add(err is None, err or "yes", "yes", what=what, fix=fix)
+
+
+@check(
+    "TOP-DOC-VERL-002",
+    "verl is the version the stack profile declares",
+    f"{REMOTE}, verl installed",
+    "install the declared verl (docs/install.md), or pick the profile that matches",
+    lambda c: c.remote and c.verl_v is not None,
+)
+def verl_version(c):
+    ok = _v(c.verl_v) == _v(c.v.verl)
+    found = c.verl_v if ok else f"{c.verl_v}: wrong version"
+    c.add(ok, found, f"{c.v.verl} (stack={c.v.profile})", fix=install_hint(c.v))
+
+
+@check(
+    "TOP-DOC-VERL-003",
+    "verl sizes vLLM pipeline-parallel replicas (the PP patch)",
+    f"{REMOTE}, rollout.pp > 1",
+    "apply the seed's PP patch to verl (stack=seed), or set rollout.pp=1",
+    lambda c: c.remote and c.spec.rollout.pp > 1,
+)
+def verl_pp(c):
+    patch_check(c, "vllm_pp_npu", "vllm_pp", c.verl_v, None, None)
+
+
+@check(
+    "TOP-DOC-VERL-005",
+    "verl has the per-request sampling seed",
+    f"{REMOTE}, alignment=strict, the stack supports it and the spec asks for it",
+    "apply the seed's per-request seed patch to verl",
+    lambda c: (
+        c.remote
+        and c.strict
+        and c.spec.rollout.per_request_seed is not False
+        and facts.supports("per_request_seed", c.v)
+    ),
+)
+def verl_seed(c):
+    patch_check(c, "per_request_seed", "per_request_seed", c.verl_v, None, None)
+
+
+@check(
+    "TOP-DOC-NPU-001",
+    "torch_npu installed",
+    NPU,
+    "install torch_npu matching your torch and CANN",
+    lambda c: c.npu,
+)
+def torch_npu(c):
+    c.add(c.npu_v is not None, c.npu_v or "missing", c.v.torch_npu)
+
+
+@check(
+    "TOP-DOC-NPU-002",
+    "torch is the release torch_npu requires",
+    f"{NPU}, torch and torch_npu installed",
+    "pip install the torch release torch_npu's Requires-Dist names",
+    lambda c: c.npu and bool(c.npu_v and c.torch_v),
+)
+def torch_pair(c):
+    pin = torch_pin() or ".".join(map(str, facts.version("torch_npu", c.npu_v).release))
+    t = facts.version("torch", c.torch_v)
+    c.add(
+        t is not None and t.release == facts.version("torch", pin).release,
+        f"torch {c.torch_v}, torch_npu {c.npu_v}",
+        f"torch=={pin} (torch_npu's Requires-Dist)",
+        fix=f"pip install torch=={pin.split('+')[0]}",
+    )
+
+
+@check(
+    "TOP-DOC-CANN-001",
+    "CANN toolkit",
+    NPU,
+    "source CANN's set_env.sh (sets ASCEND_HOME_PATH)",
+    lambda c: c.npu,
+)
+def cann(c):
+    got = cann_version()
+    c.add(got is not None, got or "not found (ASCEND_HOME_PATH unset?)", c.v.cann)
+
+
+@check(
+    "TOP-DOC-VLLMA-001",
+    "vllm-ascend version",
+    NPU,
+    "install the declared vllm-ascend (and vllm), or pick the profile that matches",
+    lambda c: c.npu,
+)
+def vllm_ascend(c):
+    va, v = c.va, c.v
+    ok = va is not None and facts.version("vllm_ascend", va) == facts.version(
+        "vllm_ascend", v.vllm_ascend
+    )
+    fix = (
+        f"pip install vllm-ascend=={v.vllm_ascend} (and vllm=={v.vllm}), or "
+        "pick the stack profile that matches what is installed"
+    )
+    c.add(ok, va or "missing", v.vllm_ascend, fix=fix, sev=ERROR if va is None else WARNING)
+
+
+@check(
+    "TOP-DOC-VLLMA-002",
+    "vllm-ascend has the FA3 backend (attention/fa3_v1.py)",
+    STRICT_NPU,
+    "install vllm-ascend >= 0.23.0, or 0.18.0 from source with the seed's patch module (stack=seed)",
+    _strict_npu,
+)
+def fa3_backend(c):
+    patch_check(c, "fa3_backend", "true_on_policy", c.va, None, None)
+
+
+@check(
+    "TOP-DOC-VLLMA-003",
+    "vllm-ascend selects FA3 the way topl renders it",
+    f"{STRICT_NPU}, vllm-ascend installed",
+    "declare the installed vllm-ascend in cluster.versions (or pick its stack profile) so the "
+    "command selects FA3 the way it reads it",
+    lambda c: _strict_npu(c) and c.va is not None,
+)
+def fa3_selection(c):
+    want, have = facts.supports("rl_config", c.v), detected("rl_config")
+    how = {True: "additional_config.rl_config", False: "attention_backend=FLASH_ATTN"}
+    c.add(want == have, how[have], how[want])
+
+
+def _module_check(id_, module, what, fix, when=STRICT_NPU, applies=_strict_npu):
+    @check(id_, what, when, fix, applies)
+    def run(c):
+        ok = _importable(module)
+        c.add(ok, "yes" if ok else "no", "yes")
+
+
+_module_check(
+    "TOP-DOC-BIO-001",
+    "batch_invariant_ops",
+    "batch_invariant_ops importable",
+    "install CANN's batch_invariant_ops (without it the patch only warns and the run is off-policy)",
+)
+_module_check(
+    "TOP-DOC-FA3-001",
+    "flash_attn_npu_v3",
+    "flash_attn_npu_v3 importable",
+    "install flash-attention-npu",
+)
+
+
+def _megatron(c) -> bool:
+    return _strict_npu(c) and c.spec.train.engine == "megatron"
+
+
+@check(
+    "TOP-DOC-MS-001",
+    "MindSpeed has --use-batch-invariant-ops",
+    f"{STRICT_NPU}, train.engine=megatron",
+    "install MindSpeed core_r0.16.0",
+    _megatron,
+)
+def mindspeed(c):
+    ms = detected("mindspeed_bi_switches")
+    found = "yes" if ms else ("no" if _importable("mindspeed") else "MindSpeed missing")
+    c.add(ms, found, "MindSpeed core_r0.16.0")
+
+
+_module_check(
+    "TOP-DOC-FA3-002",
+    "flash_attn_npu",
+    "flash_attn_npu importable (MindSpeed's FA3 path)",
+    "install flash-attention-npu (its flash_attn_npu module)",
+    f"{STRICT_NPU}, train.engine=megatron",
+    _megatron,
+)
+
+
+@check(
+    "TOP-DOC-PATCH-001",
+    "the stack's patch module importable",
+    f"{STRICT_NPU}, cluster.external_modules set",
+    "install the true on-policy patch package (stack=seed: docs/install.md)",
+    lambda c: _strict_npu(c) and bool(c.spec.cluster.external_modules),
+)
+def patch_module(c):
+    mod = c.spec.cluster.external_modules
+    ok = _importable(mod)
+    c.add(ok, "yes" if ok else "no", "yes", what=f"patch module {mod} importable")
+
+
+@check(
+    "TOP-DOC-SOC-001",
+    "SoC type",
+    f"{NPU}, the SoC visible and cluster.soc set",
+    "pick the cluster config that matches the hardware (cluster=atlas_a2 / atlas_a3)",
+    lambda c: c.npu and bool(soc() and c.spec.cluster.soc),
+)
+def soc_type(c):
+    c.add(soc() == c.spec.cluster.soc, soc(), c.spec.cluster.soc)
+
+
+def _guarded(c) -> bool:
+    """Strict runs name topl's guard in VERL_USE_EXTERNAL_MODULES, and verl imports every module
+    named there in the driver and every Ray worker, an exception stopping the process
+    (verl@0.9.1:verl/__init__.py -> verl/utils/import_utils.py:import_external_libs)."""
+    from topl.launcher.render import GUARD_MODULE, env_vars
+
+    return GUARD_MODULE in env_vars(c.spec).get("VERL_USE_EXTERNAL_MODULES", "").split(",")
+
+
+def _guard_fix(where: str) -> str:
+    return (
+        f"install topl {__version__} into the Python that runs verl ({where}): `pip install` "
+        "this checkout or its wheel; a strict run always loads the guard (it refuses a worker "
+        "that lacks a determinism switch): only alignment=mitigated|off runs without it"
+    )
+
+
+@check(
+    "TOP-DOC-GUARD-002",
+    "topl's guard imports on every Ray node",
+    "the guard is loaded (strict) and backend=ray_job, checked from the launching machine",
+    "`topl doctor --ray ADDRESS` checks each node; install topl on every node",
+    lambda c: not c.node and c.spec.cluster.backend == "ray_job" and _guarded(c),
+)
+def guard_remote(c):
+    from topl.launcher.render import GUARD_MODULE
+
+    c.add(
+        False,
+        "not checked from here (every verl process on every node imports it)",
+        "topl installed on every node",
+        what=f"topl's guard ({GUARD_MODULE}) imports on every Ray node",
+        fix="`topl doctor --ray ADDRESS` checks each node; " + _guard_fix("on every node"),
+        sev=WARNING,
+    )
+
+
+@check(
+    "TOP-DOC-GUARD-001",
+    "topl's guard imports with the Python that runs verl",
+    "the guard is loaded (strict) and backend=subprocess, or on a Ray node (--ray)",
+    "install topl into the Python that runs verl",
+    lambda c: (c.node or c.spec.cluster.backend == "subprocess") and _guarded(c),
+)
+def guard_here(c):
+    from topl.launcher.render import GUARD_MODULE, without_guard
+
+    python = sys.executable if c.node else c.spec.cluster.python  # a Ray worker runs this Python
+    env = {k: v for k, v in without_guard(dict(c.env)).items() if k != "TOPL_GUARD_DIR"}
+    err = _import_error(GUARD_MODULE, python, env)
+    c.add(
+        err is None,
+        err or "yes",
+        "yes (verl imports it in every process of a strict run)",
+        what=f"topl's guard ({GUARD_MODULE}) imports with {python}",
+        fix=_guard_fix(f"{python} on every node" if c.node else python),
+    )
+
+
+@check(
+    "TOP-DOC-ENV-001",
+    "every env var the job needs, as its processes see it (one finding per variable)",
+    ALWAYS,
+    "forward the variable to every worker (runtime_env env_vars)",
+)
+def env(c):
+    from topl.launcher.render import env_vars
+
+    for k, want in env_vars(c.spec).items():
+        seen = c.env.get(k)
+        fix = f"forward {k}={want} to every worker (runtime_env env_vars)"
+        c.add(
+            seen == want,
+            seen or "unset",
+            want,
+            what=f"env {k} as the job's processes see it",
+            fix=fix,
+        )
+
+
+@check(
+    "TOP-DOC-NODE-001",
+    "topl's checks run on this Ray node",
+    "--ray: on a node where topl cannot be imported (reported by the per-node doctor job, "
+    "launcher/cli/doctor.py:node_entry, instead of that node's checks)",
+    "install topl on that node into the Python its Ray workers run",
+    lambda c: False,
+)
+def node_reachable(c):  # never runs here: a node that runs this has topl
+    pass
