@@ -309,9 +309,12 @@ def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
-    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last)."""
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
+    nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
+    from topl.launcher.command import verl_override_items
+
     out = dict(pairs)
-    for k, v in verbatim.items():
+    for k, v in verl_override_items(verbatim):
         if set(k.lstrip("+").split(".")) & CODE_KEYS:
             raise ToplError(
                 f"verl_overrides.{k}: recipes are data and never instantiate code in verl",

@@ -126,6 +126,24 @@ CASES = {
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
+    "TOP-INIT-001": (
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.use_dynamic_bsz=false"],
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+    ),
+    "TOP-INIT-002": (
+        B + ["+verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+        B,
+    ),
+    "TOP-INIT-003": (B + ["rollout.n=3", "train.ppo_mini_batch_size=1"], B + ["rollout.n=4"]),
+    "TOP-INIT-004": (
+        ["train=fsdp", "model=qwen3_4b", "train.ulysses_sp=3"],
+        ["train=fsdp", "model=qwen3_4b", "train.ulysses_sp=2"],
+    ),
+    "TOP-INIT-005": (
+        B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=3"],
+        B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=2"],
+    ),
+    "TOP-TP-003": (B + ["train.etp=2"], B),
 }
 
 
