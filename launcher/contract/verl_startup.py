@@ -51,7 +51,7 @@ ASSERTIONS = {
     ),
     "mini_batch_dp": Cite(
         "workers/engine_workers.py",
-        "TrainingWorker.train_batch",
+        "TrainingWorker.train_mini_batch",
         "mini_batch_size % self.engine.get_data_parallel_size() == 0",
     ),
     "micro_divides": Cite(
