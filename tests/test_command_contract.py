@@ -25,7 +25,9 @@ def errors_of(composed):
 
 
 def test_rollout_tp_through_verl_overrides_is_refused_naming_the_file(compose, tmp_path):
-    path = user_recipe(tmp_path, f"verl_overrides:\n  {ARR}.rollout.tensor_model_parallel_size: 2\n")
+    path = user_recipe(
+        tmp_path, f"verl_overrides:\n  {ARR}.rollout.tensor_model_parallel_size: 2\n"
+    )
     c = compose([f"recipe={path}", *STRICT_A3[1:]])
     assert f"{ARR}.rollout.tensor_model_parallel_size=2" in render(c.to_object()).overrides
     v = errors_of(c)["TOP-VERL-002"]
@@ -36,7 +38,8 @@ def test_rollout_tp_through_verl_overrides_is_refused_naming_the_file(compose, t
 
 
 @pytest.mark.parametrize(
-    "switch", ["use_batch_invariant_ops", "use_flash_attn_npu_batch_invariant", "batch_invariant_mode"]
+    "switch",
+    ["use_batch_invariant_ops", "use_flash_attn_npu_batch_invariant", "batch_invariant_mode"],
 )
 def test_mindspeed_batch_invariance_off_through_verl_overrides_is_refused(
     compose, tmp_path, switch
@@ -118,7 +121,9 @@ def test_following_topls_own_dynamic_bsz_fix_is_checked_to_the_end(compose):
 
 
 def test_plan_evaluate_sees_the_command_too(compose, tmp_path):
-    path = user_recipe(tmp_path, f"verl_overrides:\n  {ARR}.rollout.tensor_model_parallel_size: 2\n")
+    path = user_recipe(
+        tmp_path, f"verl_overrides:\n  {ARR}.rollout.tensor_model_parallel_size: 2\n"
+    )
     spec = compose([f"recipe={path}", *STRICT_A3[1:]]).to_object()
     assert "TOP-VERL-002" in {r.id for r, sev, _ in evaluate(spec) if sev == "error"}
 
@@ -130,7 +135,9 @@ def test_command_map_is_the_rendered_command(compose):
     from topl.launcher.render import fmt
 
     for name in list(available())[::6]:
-        spec = compose([f"recipe={name}", "+verl_overrides.trainer.log_val_generations=1"]).to_object()
+        spec = compose(
+            [f"recipe={name}", "+verl_overrides.trainer.log_val_generations=1"]
+        ).to_object()
         mine = sorted(f"{e.prefix}{e.key}={fmt(e.value)}" for e in command(spec))
         assert mine == sorted(render(spec).overrides), name
 

@@ -99,7 +99,9 @@ def batch_divisibility(s):
     The mini batch over dp ranks, which holds either way, is TOP-INIT-003."""
     t = s.train
     if t.ppo_mini_batch_size > t.train_batch_size:
-        return f"ppo_mini_batch_size={t.ppo_mini_batch_size} > train_batch_size={t.train_batch_size}"
+        return (
+            f"ppo_mini_batch_size={t.ppo_mini_batch_size} > train_batch_size={t.train_batch_size}"
+        )
     if t.train_batch_size % t.ppo_mini_batch_size:
         return "train_batch_size is not a multiple of ppo_mini_batch_size"
     if t.use_dynamic_bsz:

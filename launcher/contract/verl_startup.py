@@ -101,7 +101,8 @@ def _entries(s, cmd, *keys):
 )
 def dynamic_bsz_equal(s):
     """verl's worker asserts actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz when it
-    builds the actor (ASSERTIONS['dynamic_bsz_equal']): after the cluster is allocated."""
+    builds the actor, after the cluster is allocated (verl@0.9.1:verl/workers/engine_workers.py:
+    ActorRolloutRefWorker.init_model; the same in 0.8.0 and 0.9.0)."""
     cmd = command(s)
     actor, rollout = cmd.entry(f"{A}.use_dynamic_bsz"), cmd.entry(f"{R_}.log_prob_use_dynamic_bsz")
     if actor is not None and rollout is not None and bool(actor.value) != bool(rollout.value):
@@ -118,8 +119,8 @@ def dynamic_bsz_equal(s):
 )
 def batch_sizes_set(s):
     """verl's worker asserts the token budgets (dynamic bsz) or the micro batch sizes are not None
-    (ASSERTIONS['token_len_set'], ['micro_set']); a key absent from the command keeps verl's
-    non-null default, so only an explicit null fails."""
+    (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0, 0.9.0
+    too); a key absent from the command keeps verl's non-null default: only an explicit null fails."""
     cmd = command(s)
     if cmd.get(f"{A}.use_dynamic_bsz"):
         keys = (f"{R_}.log_prob_max_token_len_per_gpu", f"{A}.ppo_max_token_len_per_gpu")
@@ -141,8 +142,9 @@ def batch_sizes_set(s):
 )
 def mini_batch_dp(s):
     """verl multiplies ppo_mini_batch_size by rollout.n (verl@0.9.1:verl/trainer/ppo/ray_trainer.py:
-    RayPPOTrainer._update_actor) and the training worker asserts the result divides over dp
-    (ASSERTIONS['mini_batch_dp']), with or without dynamic batch size."""
+    RayPPOTrainer._update_actor) and the training worker asserts the result divides over dp,
+    with or without dynamic batch size (verl@0.9.1:verl/workers/engine_workers.py:
+    TrainingWorker.train_mini_batch; 0.8.0, 0.9.0 too)."""
     cmd = command(s)
     mini, n = cmd.get(f"{A}.ppo_mini_batch_size"), cmd.get(f"{R_}.n", 1)
     if not isinstance(mini, int) or not isinstance(n, int):
@@ -162,7 +164,8 @@ def mini_batch_dp(s):
 )
 def ulysses_heads(s):
     """verl's FSDP model patch asserts num_attention_heads % ulysses_sp == 0 and num_kv_heads %
-    sp == 0 or sp % num_kv_heads == 0 (ASSERTIONS['ulysses_heads'], ['ulysses_kv_heads'])."""
+    sp == 0 or sp % num_kv_heads == 0 (verl@0.9.1:verl/models/transformers/monkey_patch.py:
+    apply_monkey_patch; 0.8.0, 0.9.0 too)."""
     cmd = command(s)
     if cmd.get("model_engine") == "megatron":
         return None
@@ -184,8 +187,9 @@ def ulysses_heads(s):
 )
 def rollout_world(s):
     """verl asserts world_size % (rollout tp * dp * pp) == 0 when it builds the rollout
-    (ASSERTIONS['rollout_world']). The spec's sizes are TOP-RES-004's; this rule reads the
-    command where a recipe or override set one of them verbatim."""
+    (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0, 0.9.0
+    too). The spec's sizes are TOP-RES-004's; this rule reads the command where a recipe or
+    override set one of them verbatim."""
     cmd = command(s)
     keys = [f"{R_}.{k}" for k in ("tensor_model_parallel_size", "data_parallel_size")]
     keys.append(f"{R_}.pipeline_model_parallel_size")
