@@ -170,7 +170,12 @@ def known(key: str, s=None) -> bool:
     "TOP-VERL-001",
     ERROR,
     "verl_overrides and extra_overrides name keys the declared verl has (`+` only for new keys)",
-    ("verl_overrides", "algorithm.extra_overrides", "cluster.versions.verl"),
+    (
+        "verl_overrides",
+        "algorithm.extra_overrides",
+        "algorithm.config_name",
+        "cluster.versions.verl",
+    ),
     "fix the key's spelling (verl's config: `python -m verl.trainer.main_ppo --cfg job`), or prefix a "
     "genuinely new key with +",
 )
@@ -222,7 +227,8 @@ def _strict_problem(cmd, e: Entry) -> tuple[Entry | None, str] | None:
     "TOP-VERL-002",
     ERROR,
     "what verl gets on the log-prob path is what strict mode checked, whatever sets it",
-    ("verl_overrides", "algorithm.extra_overrides", "alignment.mode"),
+    # the spec fields topl renders the log-prob path from (whose values a violation reports)
+    ("verl_overrides", "algorithm.extra_overrides", "alignment", "rollout", "train"),
     "drop the key from the recipe's verl_overrides / algorithm.extra_overrides and set the spec "
     "field instead (`topl render` shows which field renders it)",
 )

@@ -94,7 +94,14 @@ def _entries(s, cmd, *keys):
     "TOP-INIT-001",
     ERROR,
     "the actor and the log-prob recompute agree on dynamic batch size (verl asserts it)",
-    ("train.use_dynamic_bsz", "verl_overrides"),
+    (
+        "train.use_dynamic_bsz",
+        "train.ppo_micro_batch_size_per_gpu",
+        "train.ppo_max_token_len_per_gpu",
+        "rollout.log_prob_micro_batch_size_per_gpu",
+        "verl_overrides",
+        "algorithm.extra_overrides",
+    ),
     "set the same value for both: train.use_dynamic_bsz, and where a recipe's verl_overrides set "
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz, override it too "
     "(`+verl_overrides.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=<same>`)",
@@ -114,7 +121,14 @@ def dynamic_bsz_equal(s):
     "TOP-INIT-002",
     ERROR,
     "the batching verl uses has its sizes set (token budgets with dynamic bsz, micro batches without)",
-    ("train.use_dynamic_bsz", "verl_overrides", "algorithm.extra_overrides"),
+    (
+        "train.use_dynamic_bsz",
+        "train.ppo_micro_batch_size_per_gpu",
+        "train.ppo_max_token_len_per_gpu",
+        "rollout.log_prob_micro_batch_size_per_gpu",
+        "verl_overrides",
+        "algorithm.extra_overrides",
+    ),
     "remove the null from verl_overrides / extra_overrides (topl renders these sizes from train.*)",
 )
 def batch_sizes_set(s):
@@ -136,7 +150,19 @@ def batch_sizes_set(s):
     "TOP-INIT-003",
     ERROR,
     "each PPO mini batch (ppo_mini_batch_size * rollout.n sequences) splits over the actor's dp ranks",
-    ("train.ppo_mini_batch_size", "rollout.n", "train.tp", "train.pp", "train.cp", "cluster.nodes"),
+    (
+        "train.ppo_mini_batch_size",
+        "rollout.n",
+        "train.engine",
+        "train.tp",
+        "train.pp",
+        "train.cp",
+        "train.ulysses_sp",
+        "cluster.nodes",
+        "cluster.devices_per_node",
+        "verl_overrides",
+        "algorithm.extra_overrides",
+    ),
     "make ppo_mini_batch_size * rollout.n a multiple of the actor's data-parallel size "
     "(devices / (tp*pp*cp) on Megatron, devices / ulysses_sp on FSDP)",
 )
@@ -159,7 +185,14 @@ def mini_batch_dp(s):
     "TOP-INIT-004",
     ERROR,
     "Ulysses sequence parallel divides the attention heads (FSDP)",
-    ("train.ulysses_sp", "model.num_heads", "model.num_kv_heads", "train.engine"),
+    (
+        "train.ulysses_sp",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "train.engine",
+        "verl_overrides",
+        "algorithm.extra_overrides",
+    ),
     "choose train.ulysses_sp dividing model.num_heads, and dividing (or a multiple of) num_kv_heads",
 )
 def ulysses_heads(s):
@@ -182,7 +215,14 @@ def ulysses_heads(s):
     "TOP-INIT-005",
     ERROR,
     "rollout sizes set verbatim still tile the world (verl asserts it)",
-    ("verl_overrides", "algorithm.extra_overrides", "cluster.nodes", "cluster.devices_per_node"),
+    (
+        "rollout.tp",
+        "rollout.dp",
+        "cluster.nodes",
+        "cluster.devices_per_node",
+        "verl_overrides",
+        "algorithm.extra_overrides",
+    ),
     "set rollout.tp / rollout.dp (TOP-RES-004 checks them) instead of verl keys",
 )
 def rollout_world(s):
