@@ -50,6 +50,7 @@ NUMERICS = (
             "per_request_seed",
             "enable_chunked_prefill",
             "enable_prefix_caching",
+            "dtype",
         )
     ),
     f"{VLLM}.pipeline_parallel_size",
@@ -67,6 +68,7 @@ NUMERICS = (
             "context_parallel_size",
             "sequence_parallel",
             "override_transformer_config",
+            "dtype",
         )
     ),
     f"{ARR}.actor.use_dynamic_bsz",
@@ -74,6 +76,9 @@ NUMERICS = (
     f"{ARR}.actor.fsdp_config.fsdp_size",
     f"{ARR}.actor.ulysses_sequence_parallel_size",
     f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
+    f"{ARR}.actor.fsdp_config.dtype",
+    f"{ARR}.ref.megatron.dtype",
+    f"{ARR}.ref.fsdp_config.dtype",
 )
 # Keys the ref model reads in place of the actor's (verl@0.9.1:verl/trainer/config/ref/
 # megatron_ref.yaml and ref/ref.yaml default each to the actor's value through oc.select):
@@ -92,8 +97,9 @@ MIRRORS = {
         )
     },
 }
-# Log-prob path keys topl never renders: the value strict mode runs with is verl's default (what
-# the seed ran; a user source may restate it, not change it).
+# Log-prob path keys where topl renders none: the value strict mode runs with is verl's default
+# (what the seed ran; a user source may restate it, not change it). Where topl renders the key
+# (a dtype from train.dtype), topl's value is the one (NUMERICS).
 STRICT_VALUES = {
     f"{ARR}.rollout.dtype": "bfloat16",  # verl@0.9.1:verl/trainer/config/rollout/rollout.yaml:dtype
     f"{ARR}.rollout.quantization": None,  # same file: quantization
