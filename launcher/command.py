@@ -9,13 +9,14 @@ the source. It is built once per spec object and cached (plan evaluates rules pe
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Iterator
+import functools
+from typing import Any, Iterator, NamedTuple
 
 from topl.launcher import render as R
 from topl.launcher.tree import flatten
 
 ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
+USER = ("verl_overrides", "extra_overrides")
 # Keys topl derives from a spec field outside the VERL_KEYS tables: the field that decides them
 # (what a violation names as the value's source).
 DERIVED = {
@@ -34,11 +35,11 @@ DERIVED_PREFIXES = {  # key prefix -> spec field (strict switches, rollout corre
 }
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One key of the command. `origin` is the spec key whose source (a recipe file, the command
     line, a conf/ file) is where the value came from: `rollout.tp`, `verl_overrides.<key>`,
-    `algorithm.extra_overrides.<key>`, `cluster.env.<NAME>`; empty for topl's constants."""
+    `algorithm.extra_overrides.<key>`, `cluster.env.<NAME>`; empty for topl's constants.
+    (A tuple: plan builds about a hundred per point.)"""
 
     key: str  # dotted verl key, without Hydra's +/++/~
     value: Any
@@ -49,7 +50,7 @@ class Entry:
     @property
     def user(self) -> bool:
         """Set verbatim by a recipe or override (not derived by topl from a checked field)."""
-        return self.by in ("verl_overrides", "extra_overrides")
+        return self.by in USER
 
     def describe(self) -> str:
         """`key=value (set by ...)` for messages."""
@@ -64,22 +65,33 @@ class Entry:
 
 class Command:
     """The final key -> Entry map (last writer wins, as Hydra applies the overrides), plus what
-    topl itself rendered for each key before a recipe or override replaced it."""
+    topl itself rendered for each key before a recipe or override replaced it. The environment
+    entries (`ray_kwargs...env_vars.*`) are made on first use: most rules never read them."""
 
-    def __init__(self, entries: dict[str, Entry], own: dict[str, Entry]):
-        self.entries, self.own = entries, own
+    def __init__(self, entries: dict[str, Entry], own: dict[str, Entry], spec):
+        self.entries, self.own, self._spec, self._env = entries, own, spec, None
+        self.user = [e for e in entries.values() if e.by in USER]  # verbatim, in command order
+
+    @property
+    def env(self) -> dict[str, Entry]:
+        if self._env is None:
+            self._env = _env_entries(self._spec)
+        return self._env
 
     def __contains__(self, key: str) -> bool:
-        return key in self.entries
+        return self.entry(key) is not None
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self.entries.values())
+        yield from self.entries.values()
+        yield from self.env.values()
 
     def entry(self, key: str) -> Entry | None:
+        if key.startswith(ENV_PREFIX):
+            return self.env.get(key)
         return self.entries.get(key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        e = self.entries.get(key)
+        e = self.entry(key)
         return default if e is None else e.value
 
 
@@ -104,10 +116,14 @@ def verl_override_items(verbatim: dict) -> list[tuple[str, Any]]:
     return out
 
 
-def _own_origins(s) -> dict[str, str]:
-    megatron = s.train.engine == "megatron"
+@functools.cache
+def _origins(megatron: bool) -> dict[str, str]:
     table = {**R.VERL_KEYS, **(R.MEGATRON_KEYS if megatron else R.FSDP_KEYS)}
     return {verl: field_ for field_, verl in table.items()}
+
+
+def _own_origins(s) -> dict[str, str]:
+    return _origins(s.train.engine == "megatron")
 
 
 def _origin(key: str, table: dict[str, str]) -> str:
@@ -138,12 +154,17 @@ def build(s) -> Command:
         prefix, k = bare(R.plus(key))
         entries.pop(k, None)
         entries[k] = Entry(k, value, prefix, "verl_overrides", f"verl_overrides.{key}")
-    set_env = s.cluster.env
+    return Command(entries, own, s)
+
+
+def _env_entries(s) -> dict[str, Entry]:
+    """The environment the command forwards to Ray workers (render_env.argv_env), by origin."""
+    out, set_env = {}, s.cluster.env
     for name, value in R.argv_env(s).items():
         key = ENV_PREFIX + name
         origin = f"cluster.env.{name}" if name in set_env else R.ENV_OWNERS.get(name, ("",))[0]
-        entries[key] = Entry(key, value, bare(R.plus(key))[0], "env", origin)
-    return Command(entries, own)
+        out[key] = Entry(key, value, bare(R.plus(key))[0], "env", origin)
+    return out
 
 
 _CACHE: dict[int, tuple[Any, Command]] = {}

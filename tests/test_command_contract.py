@@ -60,7 +60,9 @@ def test_verl_overrides_restating_topls_value_pass(compose, tmp_path):
 
 
 def test_ref_layout_apart_from_the_actor_is_refused_in_strict(compose):
-    c = compose(STRICT_A3 + [f"+verl_overrides.{ARR}.ref.megatron.tensor_model_parallel_size=2"])
+    ref = f"+verl_overrides.{ARR}.ref.megatron.tensor_model_parallel_size=2"
+    assert "TOP-VERL-002" not in errors_of(compose(STRICT_A3 + [ref]))  # no reference policy
+    c = compose(STRICT_A3 + [ref, "algorithm.use_kl_loss=true"])
     v = errors_of(c)["TOP-VERL-002"]
     assert f"{ARR}.actor.megatron.tensor_model_parallel_size=1" in v.message
 

@@ -83,6 +83,7 @@ NUMERICS = (
 # Keys the ref model reads in place of the actor's (verl@0.9.1:verl/trainer/config/ref/
 # megatron_ref.yaml and ref/ref.yaml default each to the actor's value through oc.select):
 # set apart, the KL reference is computed with another layout or batching than the actor's.
+# Checked only where a reference policy runs (use_kl_loss / use_kl_in_reward).
 MIRRORS = {
     f"{ARR}.ref.log_prob_use_dynamic_bsz": f"{ARR}.actor.use_dynamic_bsz",
     **{
@@ -191,9 +192,7 @@ def verl_schema_rule(s):
     key a recipe or override sets verbatim is checked, nested `verl_overrides` flattened."""
     sch = verl_schema(s)
     bad: list[Entry] = []
-    for e in command(s):
-        if not e.user:
-            continue
+    for e in command(s).user:
         if (e.prefix in ("", "~") and not known(e.key, s)) or (e.prefix == "+" and sch.has(e.key)):
             bad.append(e)
     if bad:
@@ -210,11 +209,11 @@ def same(a, b) -> bool:
     return fmt(a) == fmt(b)
 
 
-def _strict_problem(cmd, e: Entry) -> tuple[Entry | None, str] | None:
+def _strict_problem(cmd, e: Entry, ref: bool) -> tuple[Entry | None, str] | None:
     """(the entry that says what strict mode needs, why) when a user-set entry breaks it."""
     if _under(e.key, HARD_OWNED):
         return None, "owned by strict mode: no recipe or override may set it"
-    other = cmd.entry(MIRRORS.get(e.key, ""))
+    other = cmd.entry(MIRRORS.get(e.key, "")) if ref else None
     if other is not None:
         return None if same(other.value, e.value) else (other, f"must equal {other.describe()}")
     own = cmd.own.get(e.key)
@@ -234,7 +233,15 @@ def _strict_problem(cmd, e: Entry) -> tuple[Entry | None, str] | None:
     ERROR,
     "what verl gets on the log-prob path is what strict mode checked, whatever sets it",
     # the spec fields topl renders the log-prob path from (whose values a violation reports)
-    ("verl_overrides", "algorithm.extra_overrides", "alignment", "rollout", "train"),
+    (
+        "verl_overrides",
+        "algorithm.extra_overrides",
+        "algorithm.use_kl_loss",
+        "algorithm.use_kl_in_reward",
+        "alignment",
+        "rollout",
+        "train",
+    ),
     "drop the key from the recipe's verl_overrides / algorithm.extra_overrides and set the spec "
     "field instead (`topl render` shows which field renders it)",
 )
@@ -246,10 +253,9 @@ def verl_collision(s):
     size) from the value strict mode checked."""
     cmd = command(s)
     strict = is_strict(s)
+    ref = strict and (s.algorithm.use_kl_loss or bool(s.algorithm.use_kl_in_reward))
     bad: list[str] = []
-    for e in cmd:
-        if not e.user:
-            continue
+    for e in cmd.user:
         if e.by == "extra_overrides":
             if e.key in cmd.own:
                 note(s, e, cmd.own[e.key])
@@ -261,7 +267,7 @@ def verl_collision(s):
                 continue
         if not strict:
             continue
-        problem = _strict_problem(cmd, e)
+        problem = _strict_problem(cmd, e, ref)
         if problem is not None:
             note(s, e, problem[0])
             bad.append(f"{e.describe()}: {problem[1]}")
