@@ -114,8 +114,10 @@ STACK_FACTS: tuple[Fact, ...] = (
                 "workers/engine/mindspeed/transformer_impl.py",
                 'repatch_config.setdefault("use_flash_attn", True)',
             ),
+            # read in verl 0.9.0's wheel as well (same file, line 52); the checker downloads only
+            # the releases a shipped profile declares
             verl(
-                "0.9.0",
+                "0.9.1",
                 "workers/engine/mindspeed/transformer_impl.py",
                 'if repatch_config.get("use_flash_attn_npu_batch_invariant"):',
             ),
