@@ -63,6 +63,8 @@ def spell(key: str, sch) -> str | None:
     prefix, k = bare(key)
     if prefix in ("++", "~"):
         return key if (sch.has(k) or sch.free_form(k) or prefix == "++") else None
+    if prefix == "+" and sch.accepts_new(k):
+        return key  # a new key the recipe adds on purpose (verl's own nodes refuse one)
     return sch.spelling(k)
 
 

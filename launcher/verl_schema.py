@@ -57,6 +57,15 @@ class Schema:
         """Not a key of its own but below a mapping verl passes on: Hydra needs `+key`."""
         return not self.has(key) and any(key.startswith(f + ".") for f in self.free)
 
+    def accepts_new(self, key: str) -> bool:
+        """A new key Hydra adds with `+` and verl's dataclasses do not refuse: free-form, or with
+        no ancestor that names a `_target_` (verl builds a dataclass from those nodes)."""
+        if self.has(key):
+            return False
+        parts = key.split(".")
+        anc = (".".join(parts[:i]) for i in range(1, len(parts)))
+        return self.free_form(key) or not any(self.has(f"{a}._target_") for a in anc)
+
     def spelling(self, key: str) -> str | None:
         """The override name for `key` on this verl (`key` or `+key`); None: it cannot compose."""
         if self.has(key):

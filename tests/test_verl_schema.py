@@ -83,3 +83,10 @@ def test_schema_files_match_the_real_releases():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(KNOWN) == 3
+
+
+def test_a_written_plus_adds_a_key_only_where_verl_builds_no_dataclass():
+    s = schema("0.9.1")
+    assert s.accepts_new("my_team.custom_flag")  # Hydra adds it; verl's root is a plain mapping
+    assert not s.accepts_new(f"{ARR}.actor.frobnicate_level")  # ActorConfig would refuse it
+    assert not s.accepts_new(f"{ARR}.rollout.n")  # exists: `+` would fail to compose
