@@ -13,6 +13,8 @@ import functools
 from typing import Any, Iterator, NamedTuple
 
 from topl.launcher import render as R
+from topl.launcher.render_version import respell, spell
+from topl.launcher.verl_schema import schema_for
 from topl.launcher.tree import flatten
 
 ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
@@ -25,6 +27,9 @@ DERIVED = {
     f"{R.ARR}.rollout.enforce_eager": "rollout.graph_mode",
     f"{R.VLLM}.compilation_config": "rollout.graph_mode",
     f"{R.ARR}.rollout.per_request_seed": "rollout.per_request_seed",
+    f"{R.ARR}.rollout.dtype": "train.dtype",  # the ref and the rollout get the actor's dtype
+    f"{R.ARR}.ref.megatron.dtype": "train.dtype",
+    f"{R.ARR}.ref.fsdp_config.dtype": "train.dtype",
     "data.train_files": "data_dir",
     "data.val_files": "data_dir",
 }
@@ -134,8 +139,15 @@ def _origin(key: str, table: dict[str, str]) -> str:
     return next((f for p, f in DERIVED_PREFIXES.items() if key.startswith(p)), "")
 
 
+def _prefix(written: str, sch) -> str:
+    """The prefix render gives a key on the declared verl (render_version.spell); a key that
+    verl cannot take keeps the prefix as written (TOP-VERL-001 / TOP-SCHEMA-001 refuse it)."""
+    return bare(spell(written, sch) or written)[0]
+
+
 def build(s) -> Command:
     """The command for a (plain) spec; see `command` for the cached entry point."""
+    sch = schema_for(s)
     plain = dataclasses.replace(
         s,
         algorithm=dataclasses.replace(s.algorithm, extra_overrides={}),
@@ -143,17 +155,28 @@ def build(s) -> Command:
     )
     table = _own_origins(s)
     own: dict[str, Entry] = {}
-    for key, value in R.overrides(plain):
-        own[key] = Entry(key, value, bare(R.plus(key))[0], "topl", _origin(key, table))
+    for key, value in R.overrides(plain):  # topl's own keys, spelled for the declared verl
+        own[key] = Entry(key, value, _prefix(key, sch), "topl", _origin(key, table))
     entries = dict(own)
+    written: dict[str, str] = {}  # verbatim key -> as written (respell reads the written form)
     for key, value in R.extra_items(s.algorithm.extra_overrides):
-        prefix, k = bare(R.plus(key))
+        prefix, k = bare(key)
         entries.pop(k, None)  # the latest writer, at the end, as the command has it
-        entries[k] = Entry(k, value, prefix, "extra_overrides", f"algorithm.extra_overrides.{key}")
+        origin = f"algorithm.extra_overrides.{key}"
+        entries[k] = Entry(k, value, _prefix(key, sch), "extra_overrides", origin)
+        written[k] = key
     for key, value in verl_override_items(s.verl_overrides):
-        prefix, k = bare(R.plus(key))
+        prefix, k = bare(key)
         entries.pop(k, None)
-        entries[k] = Entry(k, value, prefix, "verl_overrides", f"verl_overrides.{key}")
+        entries[k] = Entry(k, value, _prefix(key, sch), "verl_overrides", f"verl_overrides.{key}")
+        written[k] = key
+    if written:  # what render drops on this verl (a patch's off switch on stock verl)
+        kept = {
+            bare(k)[1] for k, _ in respell([(written[k], entries[k].value) for k in written], sch)
+        }
+        for k in written:
+            if k not in kept:
+                del entries[k]
     return Command(entries, own, s)
 
 
@@ -163,7 +186,7 @@ def _env_entries(s) -> dict[str, Entry]:
     for name, value in R.argv_env(s).items():
         key = ENV_PREFIX + name
         origin = f"cluster.env.{name}" if name in set_env else R.ENV_OWNERS.get(name, ("",))[0]
-        out[key] = Entry(key, value, bare(R.plus(key))[0], "env", origin)
+        out[key] = Entry(key, value, _prefix(key, schema_for(s)), "env", origin)
     return out
 
 
