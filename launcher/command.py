@@ -14,8 +14,8 @@ from typing import Any, Iterator, NamedTuple
 
 from topl.launcher import render as R
 from topl.launcher.render_version import respell, spell
-from topl.launcher.verl_schema import schema_for
 from topl.launcher.tree import flatten
+from topl.launcher.verl_schema import schema_for
 
 ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
 USER = ("verl_overrides", "extra_overrides")
