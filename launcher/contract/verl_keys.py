@@ -195,7 +195,11 @@ def _strict_problem(cmd, e: Entry, ref: bool) -> tuple[Entry | None, str] | None
     own = cmd.own.get(e.key)
     if own is not None and _under(e.key, NUMERICS):
         return None if same(own.value, e.value) else (own, f"strict mode checked {own.describe()}")
-    above = next((o for k, o in cmd.own.items() if e.key.startswith(k + ".")), None)
+    parts = e.key.split(".")  # a rendered key above this one (a node it would replace a part of)
+    above = next(
+        (o for i in range(len(parts) - 1, 0, -1) if (o := cmd.own.get(".".join(parts[:i])))),
+        None,
+    )
     if above is not None and _under(above.key, NUMERICS):
         return above, f"replaces part of {above.describe()}"
     if e.key in STRICT_VALUES and not same(STRICT_VALUES[e.key], e.value):
