@@ -118,6 +118,15 @@ CASES = {
         B + ["alignment=off"],
     ),
     "TOP-ENV-003": (B + ["+cluster.env={A.B: x}"], B + ["+cluster.env={A_B: x}"]),
+    "TOP-SCHEMA-001": (B + ["cluster.versions.verl_patches=[mindspeed_batch_invariant]"], B),
+    "TOP-SCHEMA-002": (
+        B + ["cluster.versions.verl=0.9.1", "train.param_offload=false"],
+        B + ["cluster.versions.verl=0.9.1"],
+    ),
+    "TOP-SCHEMA-003": (B + ["cluster.versions.verl_patches=[vllm_pp,per_request_seed]"], B),
+    "TOP-SCHEMA-004": (B + ["experiment=$TOPL_TEST_SURELY_UNSET"], B + ["experiment=plain"]),
+    "TOP-SCHEMA-005": (B + ["train=fsdp"], B),
+    "TOP-SCHEMA-006": (B + ["train.dtype=float32"], B + ["train.dtype=float16"]),
     "TOP-VERL-001": (
         B + ["+algorithm.extra_overrides.trainer.totl_epochs=3"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],

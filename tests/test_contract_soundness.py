@@ -203,8 +203,13 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose, tmp_path):
     compose_verl(render(spec), conf)
     bad = compose(STRICT_A3 + ["+algorithm.extra_overrides.trainer.log_val_generation=0"])
     assert "TOP-VERL-001" in {v.rule for v in check(bad)}
-    with pytest.raises(HydraException):
-        compose_verl(render(bad.to_object()), conf)
+    from topl.launcher.errors import ToplError
+    from topl.launcher.render import Invocation
+
+    with pytest.raises(ToplError, match="trainer.log_val_generation"):
+        render(bad.to_object())  # refused at render too: never a command that cannot compose
+    with pytest.raises(HydraException):  # and verl's config refuses it
+        compose_verl(Invocation("m", "ppo_trainer", ["trainer.log_val_generation=0"]), conf)
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def key_in_version(s):
     "TOP-SCHEMA-002",
     ERROR,
     "train.grad_offload on a verl without it agrees with train.param_offload",
-    ("train.grad_offload", "train.param_offload", "cluster.versions.verl"),
+    ("train.engine", "train.grad_offload", "train.param_offload", "cluster.versions.verl"),
     "set train.grad_offload to train.param_offload's value (or unset it), or declare verl 0.8.0/0.9.0",
 )
 def grad_offload(s):
