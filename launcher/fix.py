@@ -44,6 +44,7 @@ from topl.launcher.tree import parent_of
 SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes", "rollout_n", "n"}
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 DEPTH = 8  # keys a fix may change
+VO = "verl_overrides."  # entries are whole dotted verl keys, not nested spec paths
 # What a fix never changes: the model being trained, the alignment being asked for (turning it
 # down "fixes" every strict rule and defeats the point), the declared stack and the cluster's
 # hardware, and the settings that choose what runs (docs/security.md).
@@ -68,7 +69,7 @@ PROTECTED = (
     "rollout.top_k",
 )
 PROTECTED_GROUPS = {"model", "alignment", "stack", "cluster", "algorithm", "recipe"}
-_SETTING = re.compile(r"(?<![\w.$/+-])([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=([^\s,;)`'\"]+)")
+_SETTING = re.compile(r"(?<![\w.$/-])\+?([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=([^\s,;)`'\"]+)")
 
 
 @dataclass
@@ -81,7 +82,8 @@ class Change:
 
     @property
     def override(self) -> str:
-        return f"{self.key}={_text(self.value)}"
+        plus = "+" if self.key.startswith(VO) else ""  # a new entry of the recipe's dict
+        return f"{plus}{self.key}={_text(self.value)}"
 
 
 @dataclass
@@ -129,7 +131,7 @@ def _typed(text: str):
 class Search:
     """The beam search over override sets, on top of `plan`'s fast point builder."""
 
-    def __init__(self, overrides: list[str], warnings: bool = False, budget: int = 1500):
+    def __init__(self, overrides: list[str], warnings: bool = False, budget: int = 3000):
         points = expand_items(overrides)
         if len(points) != 1:
             raise ToplError(
@@ -166,10 +168,15 @@ class Search:
     def _build(self, changes: tuple):
         """The base spec with `changes` set, typed as Hydra would; through Hydra for group
         choices and values the fast path cannot type exactly (as `plan` does)."""
-        items = [(c.override, c.key, c.value) for c in changes]
+        vo = {c.key[len(VO) :]: c.value for c in changes if c.key.startswith(VO)}
+        items = [(c.override, c.key, c.value) for c in changes if not c.key.startswith(VO)]
         if any(k in GROUPS or not _replayable(t, k, v) for t, k, v in items):
-            return self.planner.spec(self.base + items)[0]
-        spec = copy_on_write(self.spec0, [(k, _field_typed(k, v)) for _, k, v in items])
+            spec = self.planner.spec(self.base + items)[0]
+            return copy_on_write(spec, [("verl_overrides", {**spec.verl_overrides, **vo})])
+        sets = [(k, _field_typed(k, v)) for _, k, v in items]
+        if vo:
+            sets.append(("verl_overrides", {**self.spec0.verl_overrides, **vo}))
+        spec = copy_on_write(self.spec0, sets)
         changed = {c.key for c in changes}
         again = [(k, raw) for k, raw in self.interp if k not in changed]
         if again:  # ${a.b} references follow the values just set
@@ -296,12 +303,17 @@ def _has(spec, key: str) -> bool:
 
 
 def _current(spec, key: str):
+    if key.startswith(VO):
+        return spec.verl_overrides[key[len(VO) :]]
     obj, leaf = parent_of(spec, key)
     return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
 
 
 def _neighbours(spec, key: str) -> list:
     """Other values worth trying for a field a violated rule read."""
+    if key.startswith(VO):  # a recipe's verl key: flip a switch, nothing else
+        value = spec.verl_overrides.get(key[len(VO) :])
+        return [not value] if isinstance(value, bool) else []
     try:
         obj, leaf = parent_of(spec, key)
     except (AttributeError, KeyError, TypeError):
@@ -340,5 +352,5 @@ def _message(rule_id: str, spec) -> str:
     return rule_id
 
 
-def find_fix(overrides: list[str], warnings: bool = False, budget: int = 1500) -> Fix:
+def find_fix(overrides: list[str], warnings: bool = False, budget: int = 3000) -> Fix:
     return Search(overrides, warnings, budget).run()

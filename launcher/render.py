@@ -1,8 +1,9 @@
-"""Render a job spec into the exact verl 0.9.1 invocation. Pure: no I/O, no environment reads.
+"""Render a job spec into the exact invocation of the verl its stack declares. Pure but for one
+read: `$VAR` / `~/` in override values are expanded from the launching environment (`environ`).
 
-`VERL_KEYS` is the one table from spec fields to verl keys; keys under `FREE_FORM` containers
-do not exist in verl's config and get Hydra's `+` (append) prefix. tests/test_verl_compose.py
-composes every rendering against verl's real config to prove both. The environment lives in
+`VERL_KEYS` is the one table from spec fields to verl keys; each key is spelled (plain, `+`, or
+another name) as the declared verl's schema says (render_version.py, verl_schema.py). The slow
+tests compose every rendering against that verl's real config and run its validate_config. The environment lives in
 render_env.py, the stack-dependent keys in render_stack.py; every name is importable from here.
 """
 
@@ -40,34 +41,17 @@ from topl.launcher.render_stack import (  # noqa: F401  (re-exported: render's p
     sampling_seed,
     stack_overrides,
 )
+from topl.launcher.render_version import expand, respell, spell, unset_vars, unspellable
 from topl.launcher.spec import is_strict
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
+from topl.launcher.verl_schema import schema_for
 
-# Containers that are empty dicts in verl 0.9.1: new keys below them need `+`.
+# Containers that are empty dicts in verl 0.9.1 (script_import and verl_keys read them). Whether a
+# rendered key needs `+` is decided by the declared verl's schema (render_version.spell).
 FREE_FORM = (
     f"{ARR}.rollout.engine_kwargs.vllm.",
     "ray_kwargs.ray_init.runtime_env.env_vars.",
 )
-# Single keys verl 0.9.1 lacks (the seed's Megatron batch-invariance switches).
-NEW_KEYS = {
-    f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant",
-    f"{ARR}.actor.megatron.override_transformer_config.batch_invariant_mode",
-    f"{ARR}.actor.megatron.override_transformer_config.use_batch_invariant_ops",
-    # MindSpeed TransformerConfig switches: verl 0.9.1's override_transformer_config holds only
-    # recompute_* and attention_backend (verl@0.9.1:trainer/config/engine/megatron.yaml)
-    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
-    f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
-    f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
-    f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
-}
-# Keys a verl source patch adds (the seed's per-request seed): present on a patched verl only.
-PATCHED_KEYS = {f"{ARR}.rollout.per_request_seed"}
-
-# Keys that verl-recipe's DAPO trainer configs add on top of verl's ppo_trainer
-# (verl-project/verl-recipe@5e867cf:dapo/config/dapo_sync_trainer.yaml:reward.reward_kwargs; the
-# seed passes them without `+` to dapo_megatron_trainer: psyloy/verl-ascend-recipe@0674dbf:
-# true_on_policy/scripts/dapo/run_dapo_qwen3_4b_megatron_npu.sh:REWARD).
-DAPO_RECIPE_KEYS = ("reward.reward_kwargs.",)
 
 # Hydra instantiation keys: a verbatim verl override naming one would make verl build an object.
 CODE_KEYS = {"_target_", "_partial_", "_call_"}
@@ -145,6 +129,8 @@ MEGATRON_KEYS = {
     "train.recompute_granularity": f"{ARR}.actor.megatron.override_transformer_config.recompute_granularity",
     "train.recompute_method": f"{ARR}.actor.megatron.override_transformer_config.recompute_method",
     "train.recompute_num_layers": f"{ARR}.actor.megatron.override_transformer_config.recompute_num_layers",
+    # verl@0.8.0..0.9.1:verl/trainer/config/engine/megatron.yaml:dtype (actor and ref engines)
+    "train.dtype": f"{ARR}.actor.megatron.dtype",
     "train.use_fused_rmsnorm": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rmsnorm",
     "train.use_fused_rotary_pos_emb": f"{ARR}.actor.megatron.override_transformer_config.use_fused_rotary_pos_emb",
     "train.apply_rope_fusion": f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
@@ -155,6 +141,7 @@ FSDP_KEYS = {
     "train.param_offload": f"{ARR}.actor.fsdp_config.param_offload",
     "train.optimizer_offload": f"{ARR}.actor.fsdp_config.optimizer_offload",
     "train.ulysses_sp": f"{ARR}.actor.ulysses_sequence_parallel_size",
+    "train.dtype": f"{ARR}.actor.fsdp_config.dtype",  # verl@0.9.1:trainer/config/engine/fsdp.yaml
 }
 
 
@@ -225,14 +212,13 @@ def fmt(v: Any) -> str:
     return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def plus(key: str) -> str:
-    """`+key` where verl 0.9.1 has no such key; `++key` where a patch adds it (either way works);
-    a verbatim `+key` / `++key` (verl_overrides) stays as written."""
-    if key.startswith("+"):
-        return key
-    if key in PATCHED_KEYS:
-        return f"++{key}"
-    return f"+{key}" if key in NEW_KEYS or key.startswith(FREE_FORM) else key
+def plus(key: str, sch=None) -> str:
+    """The override name on the declared verl (`sch`, default verl 0.9.1): `key` where it has
+    the key, `+key` below a mapping it passes on; a key it cannot take is returned as written
+    (contract/verl_version.py refuses it, `render` raises)."""
+    from topl.launcher.verl_schema import schema
+
+    return spell(key, sch or schema("0.9.1")) or key
 
 
 def overrides(s) -> list[tuple[str, Any]]:
@@ -294,8 +280,11 @@ def overrides(s) -> list[tuple[str, Any]]:
                 "bypass_mode",
             )
         ]
+    if s.train.dtype is not None:  # the ref computes log-probs too (KL): same dtype
+        eng = "megatron" if megatron else "fsdp_config"
+        out += [(f"{ARR}.ref.{eng}.dtype", s.train.dtype), (f"{ARR}.rollout.dtype", s.train.dtype)]
     out += extra_items(s.algorithm.extra_overrides)
-    return with_verl_overrides(out, s.verl_overrides)
+    return respell(with_verl_overrides(out, s.verl_overrides), schema_for(s))
 
 
 def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
@@ -309,9 +298,12 @@ def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
-    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last)."""
+    """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
+    nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
+    from topl.launcher.command import verl_override_items
+
     out = dict(pairs)
-    for k, v in verbatim.items():
+    for k, v in verl_override_items(verbatim):
         if set(k.lstrip("+").split(".")) & CODE_KEYS:
             raise ToplError(
                 f"verl_overrides.{k}: recipes are data and never instantiate code in verl",
@@ -358,7 +350,7 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     return out
 
 
-def render(s) -> Invocation:
+def render(s, environ=None) -> Invocation:
     """JobSpec -> Invocation. Env vars reach every Ray worker: the non-secret ones through
     `ray_kwargs.ray_init.runtime_env.env_vars` on the command line (verl merges it into ray.init,
     verl@0.9.1:verl/trainer/main_ppo.py:run_ppo), secrets only through the backend, because verl
@@ -367,6 +359,22 @@ def render(s) -> Invocation:
         (f"ray_kwargs.ray_init.runtime_env.env_vars.{k}", v) for k, v in argv_env(s).items()
     ]
     config_name = s.algorithm.config_name or "ppo_trainer"
-    return Invocation(
-        s.algorithm.entrypoint, config_name, [f"{plus(k)}={fmt(v)}" for k, v in pairs], env_vars(s)
-    )
+    sch = schema_for(s)
+    bad = unspellable(pairs, sch)
+    if bad:  # contract/verl_version.py (TOP-SCHEMA-001) says the same before launch
+        raise ToplError(
+            f"verl {sch.version} ({sch.config}) has no {', '.join(bad)}: the command cannot compose",
+            where="cluster.versions.verl",
+            fix="declare the verl that has the key (stack=...), or unset the field that renders it",
+        )
+    unset = unset_vars(pairs, environ)
+    if unset:  # TOP-SCHEMA-004
+        names = sorted({n for ns in unset.values() for n in ns})
+        raise ToplError(
+            f"{', '.join(unset)} refer to {', '.join('$' + n for n in names)}, unset here; verl "
+            "starts without a shell and would read the name literally",
+            where="verl_overrides",
+            fix=f"export {names[0]}=... before launching, or write the path out",
+        )
+    args = [f"{spell(k, sch)}={fmt(expand(v, environ))}" for k, v in pairs]
+    return Invocation(s.algorithm.entrypoint, config_name, args, env_vars(s))

@@ -159,7 +159,8 @@ class TrainSpec:
     # parameter / compute dtype
     dtype: str = c("bfloat16", one_of=("bfloat16", "float16", "float32"))
     epochs: int = c(1, ge=1)  # trainer.total_epochs
-    steps: int = c(100, ge=1)  # trainer.total_training_steps
+    # trainer.total_training_steps; null: verl's default (total_epochs bounds the run)
+    steps: Optional[int] = c(100, ge=1)
     # Optional knobs below: None leaves verl's / MindSpeed's own default (the key is not rendered).
     # offload gradients (Megatron; verl 0.8.0 has it, 0.9.1 not)
     grad_offload: Optional[bool] = None

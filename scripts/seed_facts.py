@@ -35,9 +35,7 @@ def write_recipe(s, model: str, algo: str, mode: str, path: str) -> None:
     r["rollout"].update(chunked_prefill=True, max_num_seqs=1024)
     if mode == "off":
         r["rollout"]["prefix_caching"] = True
-    r.setdefault("verl_overrides", {})["trainer.total_training_steps"] = (
-        None  # epochs bound the run
-    )
+    r.setdefault("train", {})["steps"] = None  # verl's default: total_epochs bounds the run
     switch = "1" if mode == "on" else "0"
     text = recipe_text(imp, f"{REPO}:{path} with ENABLE_TRUE_ON_POLICY={switch}")
     title = f"# The seed's {algo.upper()} {model} script, true on-policy {mode}, key by key (docs/seed.md).\n"

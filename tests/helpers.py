@@ -10,11 +10,14 @@ from pathlib import Path
 
 # The seed's 30B GRPO strict recipe with every rule green: the seed ran chunked prefill, dynamic
 # batch size and verl's max_num_seqs 1024 (warnings on its stack, see docs/seed.md); the tests that
-# need a clean strict baseline turn them off.
+# need a clean strict baseline turn them off (dynamic batch size also in the recipe's verl_overrides:
+# verl asserts the actor and the log-prob recompute agree, TOP-INIT-001).
 STRICT_A3 = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",
     "rollout.chunked_prefill=false",
     "train.use_dynamic_bsz=false",
+    "+verl_overrides.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
+    "+verl_overrides.actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
     "rollout.max_num_seqs=64",
 ]
 
@@ -41,18 +44,6 @@ def verl_config_dir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
-
-
-def compose_verl(invocation):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
-            return compose(invocation.config_name, overrides=invocation.overrides)
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def hf_config_dir(m, where):
@@ -83,40 +74,141 @@ def hf_config_dir(m, where):
     return str(where)
 
 
-# Keys the seed's stack (verl 0.8.0 + its patches) has and stock verl 0.9.1 lacks. Recipes on
-# `stack: seed` render them; to run verl 0.9.1's own validation, grad_offload (a field of
-# verl@0.8.0:verl/workers/config/engine.py:McoreEngineConfig, none in 0.9.1) is dropped and the
-# others are appended with `+`.
-DROPPED_ON_091 = ("actor_rollout_ref.actor.megatron.grad_offload",)
-SEED_STACK_ONLY = (
-    "actor_rollout_ref.rollout.per_request_seed",  # the seed's verl_per_request_seed_v0.8.0.patch
-    "reward.reward_kwargs.",  # the DAPO recipe config (dapo_megatron_trainer), not ppo_trainer
-)
+# ---- the verl a spec declares: its real config, composed, and its own validate_config.
+# verl 0.9.1 is installed; other releases are unpacked from their wheels into ~/.cache/topl-verl
+# (scripts/gen_verl_schema.py:release_root, `pip download --no-deps`, never installed) when
+# TOPL_VERL_VERSIONS=1 (.ci/run sets it) or already cached. Nothing is dropped or rewritten: the
+# seed's patch keys are added to the config from the cited facts (topl.launcher.verl_schema),
+# the DAPO trainer config from the recorded verl-recipe overlay.
+PATCH_FILES = {"actor_rollout_ref.rollout.": "rollout/rollout.yaml"}  # where a patch adds a key
 
 
-def on_verl_091(invocation):
-    """A rendered command made composable against verl 0.9.1's ppo_trainer (in place).
+def installed_verl() -> str | None:
+    import importlib.metadata
 
-    DAPO's dapo_megatron_trainer (verl-recipe) extends ppo_trainer: its keys are proven there."""
-    invocation.config_name = "ppo_trainer"
-    invocation.overrides = [
-        f"+{o}" if o.startswith(SEED_STACK_ONLY) else o
-        for o in invocation.overrides
-        if not o.startswith(DROPPED_ON_091)
-    ]
-    return invocation
+    try:
+        return importlib.metadata.version("verl") if verl_config_dir() else None
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
-def validate_on_verl_091(spec, invocation) -> None:
-    """Compose a rendered command against verl 0.9.1 and run its validate_config."""
-    from verl.utils.config import validate_config
+def verl_release(version: str) -> Path | None:
+    """The folder holding `verl/` of release `version`, or None where it is not at hand."""
+    if version == installed_verl():
+        return verl_config_dir().parents[2]
+    cached = Path(os.environ.get("TOPL_VERL_CACHE") or Path.home() / ".cache" / "topl-verl")
+    if (cached / version / "verl" / "trainer" / "config").is_dir():
+        return cached / version
+    if not os.environ.get("TOPL_VERL_VERSIONS"):
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from gen_verl_schema import release_root
 
-    on_verl_091(invocation)
-    validate_config(
-        compose_verl(invocation),
-        use_reference_policy=spec.algorithm.use_kl_loss,
-        use_critic=spec.algorithm.use_critic,
+    return release_root(version)
+
+
+def declared_config_dir(spec, where: Path) -> Path | None:
+    """verl's trainer/config of the spec's declared release, its patches' keys added (facts),
+    plus the DAPO trainer config the recipe overlay records; None where the release is absent."""
+    import json
+    import shutil
+
+    import yaml
+
+    from topl.launcher.verl_schema import _load, nearest, schema_for
+
+    sch = schema_for(spec)
+    root = verl_release(sch.version)
+    if root is None:
+        return None
+    conf = where / f"verl-{sch.version}-{'-'.join(sch.patches) or 'stock'}"
+    if conf.is_dir():
+        return conf
+    shutil.copytree(root / "verl" / "trainer" / "config", conf)
+    for key in sch.cites:  # the keys a declared patch adds, from the cited facts
+        prefix = next(p for p in PATCH_FILES if key.startswith(p))
+        with open(conf / PATCH_FILES[prefix], "a") as f:
+            f.write(f"\n{key[len(prefix) :]}: {json.dumps(sch.default(key))}\n")
+    for name, c in _load(nearest(sch.version))["configs"].items():
+        if "overlay" in c:
+            (conf / f"{name}.yaml").write_text(
+                yaml.safe_dump({"defaults": c["defaults"], **c["overlay"]}, sort_keys=False)
+            )
+    return conf
+
+
+def compose_verl(invocation, config_dir=None):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(
+            config_dir=str(config_dir or verl_config_dir()), version_base=None
+        ):
+            return compose(invocation.config_name, overrides=invocation.overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+VALIDATE = """
+import json, sys
+from omegaconf import OmegaConf
+from verl.utils.config import validate_config
+out = []
+for item in json.load(open(sys.argv[1])):
+    try:
+        validate_config(OmegaConf.load(item["path"]), use_reference_policy=item["ref"],
+                        use_critic=item["critic"])
+        out.append(None)
+    except Exception as e:  # reported per config, with verl's own message
+        out.append(f"{type(e).__name__}: {e}")
+print(json.dumps(out))
+"""
+
+
+def validate_many(version: str, items, where: Path) -> list:
+    """verl `version`'s validate_config over [(composed cfg, use_ref, use_critic)], in one child
+    process with that release first on sys.path; one error string (or None) per item."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    root = verl_release(version)
+    rows = []
+    for i, (cfg, ref, critic) in enumerate(items):
+        path = where / f"cfg-{version}-{i}.yaml"
+        path.write_text(OmegaConf.to_yaml(cfg))
+        rows.append({"path": str(path), "ref": bool(ref), "critic": bool(critic)})
+    (where / "items.json").write_text(json.dumps(rows))
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(root)}
+    r = subprocess.run(
+        [sys.executable, "-c", VALIDATE, str(where / "items.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=where,
     )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def validate_on_declared(spec, invocation, where: Path) -> None:
+    """Compose a rendered command, as rendered, against the spec's declared verl and run that
+    verl's validate_config; pytest.skip where that release is not at hand."""
+    import pytest
+
+    conf = declared_config_dir(spec, where)
+    if conf is None:
+        pytest.skip(f"verl {spec.cluster.versions.verl} not cached: set TOPL_VERL_VERSIONS=1")
+    cfg = compose_verl(invocation, conf)
+    errs = validate_many(
+        str(spec.cluster.versions.verl),
+        [(cfg, spec.algorithm.use_kl_loss, spec.algorithm.use_critic)],
+        where,
+    )
+    assert errs == [None], errs
 
 
 def run_topl_inproc(*args, cwd=None, env=None, timeout=None):

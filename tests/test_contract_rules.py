@@ -132,6 +132,15 @@ CASES = {
         B + ["alignment=off"],
     ),
     "TOP-ENV-003": (B + ["+cluster.env={A.B: x}"], B + ["+cluster.env={A_B: x}"]),
+    "TOP-SCHEMA-001": (B + ["cluster.versions.verl_patches=[mindspeed_batch_invariant]"], B),
+    "TOP-SCHEMA-002": (
+        B + ["cluster.versions.verl=0.9.1", "train.param_offload=false"],
+        B + ["cluster.versions.verl=0.9.1"],
+    ),
+    "TOP-SCHEMA-003": (B + ["cluster.versions.verl_patches=[vllm_pp,per_request_seed]"], B),
+    "TOP-SCHEMA-004": (B + ["experiment=$TOPL_TEST_SURELY_UNSET"], B + ["experiment=plain"]),
+    "TOP-SCHEMA-005": (B + ["train=fsdp"], B),
+    "TOP-SCHEMA-006": (B + ["train.dtype=float32"], B + ["train.dtype=float16"]),
     "TOP-VERL-001": (
         B + ["+algorithm.extra_overrides.trainer.totl_epochs=3"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
@@ -140,6 +149,24 @@ CASES = {
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
+    "TOP-INIT-001": (
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.use_dynamic_bsz=false"],
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+    ),
+    "TOP-INIT-002": (
+        B + ["+verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+        B,
+    ),
+    "TOP-INIT-003": (B + ["rollout.n=3", "train.ppo_mini_batch_size=1"], B + ["rollout.n=4"]),
+    "TOP-INIT-004": (
+        ["train=fsdp", "model=qwen3_4b", "train.ulysses_sp=3"],
+        ["train=fsdp", "model=qwen3_4b", "train.ulysses_sp=2"],
+    ),
+    "TOP-INIT-005": (
+        B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=3"],
+        B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=2"],
+    ),
+    "TOP-TP-003": (B + ["train.etp=2"], B),
 }
 
 

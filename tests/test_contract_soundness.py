@@ -181,9 +181,9 @@ def test_verl_key_list_is_what_verl_composes():
 
 
 @pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
-def test_extra_overrides_the_rule_accepts_compose_in_verl(compose):
+def test_extra_overrides_the_rule_accepts_compose_in_verl(compose, tmp_path):
     """What TOP-VERL-001 lets through, verl's own config accepts; what it rejects, verl rejects."""
-    from helpers import compose_verl, on_verl_091
+    from helpers import compose_verl, declared_config_dir
     from hydra.errors import HydraException
 
     from topl.launcher.render import render
@@ -196,11 +196,20 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose):
         ]
     )
     assert not {v.rule for v in check(ok)} & {"TOP-VERL-001", "TOP-VERL-002"}
-    compose_verl(on_verl_091(render(ok.to_object())))  # the recipe's stack is the seed's
+    spec = ok.to_object()
+    conf = declared_config_dir(spec, tmp_path)  # the recipe's stack is the seed's: 0.8.0 + patches
+    if conf is None:
+        pytest.skip("verl 0.8.0 not cached: set TOPL_VERL_VERSIONS=1")
+    compose_verl(render(spec), conf)
     bad = compose(STRICT_A3 + ["+algorithm.extra_overrides.trainer.log_val_generation=0"])
     assert "TOP-VERL-001" in {v.rule for v in check(bad)}
-    with pytest.raises(HydraException):
-        compose_verl(on_verl_091(render(bad.to_object())))
+    from topl.launcher.errors import ToplError
+    from topl.launcher.render import Invocation
+
+    with pytest.raises(ToplError, match="trainer.log_val_generation"):
+        render(bad.to_object())  # refused at render too: never a command that cannot compose
+    with pytest.raises(HydraException):  # and verl's config refuses it
+        compose_verl(Invocation("m", "ppo_trainer", ["trainer.log_val_generation=0"]), conf)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import hf_config_dir, run_topl, validate_on_verl_091, verl_config_dir
+from helpers import hf_config_dir, run_topl, validate_on_declared, verl_config_dir
 
 from topl.launcher import recipes
 from topl.launcher.contract import check, errors
@@ -46,7 +46,7 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
         pytest.skip("verl 0.9.1 not installed")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)
-    validate_on_verl_091(spec, render(spec))
+    validate_on_declared(spec, render(spec), tmp_path)
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)

@@ -7,12 +7,13 @@ from helpers import (  # noqa: E402
     STRICT_A3,
     compose_verl,
     hf_config_dir,
-    on_verl_091,
     run_topl,
+    validate_on_declared,
     verl_config_dir,
 )
 
-from topl.launcher.render import FREE_FORM, NEW_KEYS, PATCHED_KEYS, fmt, render
+from topl.launcher.render import fmt, render
+from topl.launcher.verl_schema import schema_for
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 
@@ -83,18 +84,16 @@ def test_dapo_has_its_own_entrypoint(compose):
     assert inv.argv[:3] == ["-m", "recipe.dapo.main_dapo", "--config-name=dapo_megatron_trainer"]
 
 
-def test_plus_only_on_free_form_or_new_keys(compose):
-    spec = compose(STRICT_A3).to_object()
+@pytest.mark.parametrize("stack", ["seed", "release"])
+def test_plus_exactly_where_the_declared_verl_lacks_the_key(compose, stack):
+    """`+` is decided by the declared verl's schema (patches included), for every key."""
+    spec = compose(["stack=" + stack, "alignment=off", "collective=default"]).to_object()
+    sch = schema_for(spec)
     for o in render(spec).overrides:
         key = o.split("=", 1)[0]
-        if key in spec.verl_overrides:
-            continue  # written verbatim as the recipe spells it (the seed's own `+` keys)
-        if key.lstrip("+") in PATCHED_KEYS:  # a patch adds it: `++` adds or overrides
-            assert key.startswith("++"), o
-            continue
-        assert key.startswith("+") == (
-            key.lstrip("+") in NEW_KEYS or key.lstrip("+").startswith(FREE_FORM)
-        ), o
+        bare = key.lstrip("+")
+        assert sch.has(bare) or sch.free_form(bare), o
+        assert key.startswith("+") == (not sch.has(bare)), o
 
 
 @needs_verl
@@ -102,18 +101,12 @@ def test_plus_only_on_free_form_or_new_keys(compose):
 def test_rendering_composes_against_verl_and_passes_validate_config(
     compose, layout, tmp_path, monkeypatch
 ):
-    from verl.utils.config import validate_config
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = compose(layout).to_object()
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)  # verl reads config.json; no hub here
-    inv = on_verl_091(render(spec))  # the recipe's stack is the seed's (verl 0.8.0): see helpers
-    cfg = compose_verl(inv)  # raises if any key without `+` is not in verl's config
-    assert cfg.actor_rollout_ref.rollout.n == spec.rollout.n
-    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == inv.env or not inv.env
-    validate_config(
-        cfg, use_reference_policy=spec.algorithm.use_kl_loss, use_critic=spec.algorithm.use_critic
-    )
+    inv = render(spec)  # as rendered: composed against the declared verl (seed: 0.8.0 + patches)
+    validate_on_declared(spec, inv, tmp_path)
 
 
 @needs_verl

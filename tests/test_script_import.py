@@ -83,13 +83,24 @@ def test_import_round_trips(script, env, args, tmp_path):
     assert imp.round_trip == []
     path = tmp_path / "imported.yaml"
     path.write_text(recipe_text(imp, script))
-    inv = render(compose_job([f"recipe={path}"]).to_object())
+    spec = compose_job([f"recipe={path}"]).to_object()
+    refused = "actor_rollout_ref.actor.frobnicate_level"  # dapo_unknown.sh: verl has no such key
+    if refused in spec.verl_overrides:
+        with pytest.raises(ToplError, match=refused):  # never rendered into a failing command
+            render(spec)
+        del spec.verl_overrides[refused]
+    inv = render(spec)
     got = {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
     parser = OverridesParser.create()
     assert inv.entrypoint == s.entrypoint
+    from topl.launcher.render_version import expand
+
     for key, st in s.overrides.items():
+        if key == refused:
+            continue
         assert key in got, (key, st.line)
-        assert same(parser.parse_override(f"{key}={got[key]}").value(), st.value), (
+        # modulo $HOME / ~/ (bash expanded them for the script; topl's render does)
+        assert same(parser.parse_override(f"{key}={got[key]}").value(), expand(st.value)), (
             key,
             st.line,
             got[key],

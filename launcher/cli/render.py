@@ -1,4 +1,5 @@
-"""`topl render [OVERRIDES] [--json]`: print the verl command the spec becomes."""
+"""`topl render [OVERRIDES] [--json]`: print the verl command the spec becomes; a rejected spec
+exits 2 (with `--json`: `{"ok": false, "violations": [...]}` on stdout, as `check --json`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def main(args: list[str]) -> int:
     composed = compose_job(overrides)
     vs = check(composed)
     if errors(vs):
+        if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
+            print_json({"ok": False, "violations": [v.to_dict() for v in vs]})
         print_violations(vs)
         print("topl render: the spec is rejected; fix the errors above", file=sys.stderr)
         return 2

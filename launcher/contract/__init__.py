@@ -18,6 +18,8 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     sampling,
     stack,
     verl_keys,
+    verl_startup,
+    verl_version,
 )
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 from topl.launcher.contract.fields import FIELD_RULE, field_problems

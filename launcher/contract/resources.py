@@ -86,26 +86,37 @@ def rollout_world(s):
         "train.pp",
         "train.tp",
         "train.ulysses_sp",
+        "train.use_dynamic_bsz",
     ),
     "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch",
 )
 def batch_divisibility(s):
-    """Mirrors verl's validate_config: real batch = train_batch_size*n must split into dp*micro."""
-    if s.train.ppo_mini_batch_size > s.train.train_batch_size:
-        return f"ppo_mini_batch_size={s.train.ppo_mini_batch_size} > train_batch_size={s.train.train_batch_size}"
-    if s.train.train_batch_size % s.train.ppo_mini_batch_size:
+    """Mirrors verl's validate_config (verl@0.9.1:verl/utils/config.py:validate_config): without
+    dynamic batch size, train_batch_size*n must split into Megatron dp * micro batch (into the
+    device count on FSDP), and each mini batch's share of a rank into whole micro batches
+    (verl@0.9.1:verl/workers/engine/utils.py:prepare_micro_batches). With dynamic batch size
+    verl makes micro batches from a token budget: none of these apply (verl skips them too).
+    The mini batch over dp ranks, which holds either way, is TOP-INIT-003."""
+    t = s.train
+    if t.ppo_mini_batch_size > t.train_batch_size:
+        return (
+            f"ppo_mini_batch_size={t.ppo_mini_batch_size} > train_batch_size={t.train_batch_size}"
+        )
+    if t.train_batch_size % t.ppo_mini_batch_size:
         return "train_batch_size is not a multiple of ppo_mini_batch_size"
-    mp = (
-        s.train.tp * s.train.pp * s.train.cp if s.train.engine == "megatron" else s.train.ulysses_sp
-    )
+    if t.use_dynamic_bsz:
+        return None
+    megatron = t.engine == "megatron"
+    mp = t.tp * t.pp * t.cp if megatron else t.ulysses_sp
     dp = max(world_size(s) // max(mp, 1), 1)
-    real = s.train.train_batch_size * s.rollout.n
-    need = dp * s.train.ppo_micro_batch_size_per_gpu
+    real, micro = t.train_batch_size * s.rollout.n, t.ppo_micro_batch_size_per_gpu
+    need = dp * micro if megatron else world_size(s)
     if real % need:
-        return f"train_batch_size*n = {real} is not divisible by dp*micro = {dp}*{s.train.ppo_micro_batch_size_per_gpu}"
-    mini = s.train.ppo_mini_batch_size * s.rollout.n
-    if mini % dp or (mini // dp) % s.train.ppo_micro_batch_size_per_gpu:
-        return f"mini batch {mini} sequences does not split into dp={dp} x micro={s.train.ppo_micro_batch_size_per_gpu}"
+        how = f"dp*micro = {dp}*{micro}" if megatron else f"the device count {need}"
+        return f"train_batch_size*n = {real} is not divisible by {how}"
+    mini = t.ppo_mini_batch_size * s.rollout.n
+    if mini % dp == 0 and (mini // dp) % micro:
+        return f"mini batch {mini} sequences over dp={dp} does not split into micro={micro}"
 
 
 @rule(

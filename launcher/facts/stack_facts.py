@@ -72,6 +72,69 @@ STACK_FACTS: tuple[Fact, ...] = (
         detect=("verl", "workers/config/rollout.py", "def ensure_rollout_config"),
     ),
     Fact(
+        "verl_patch_rollout_seed_keys",
+        "verl",
+        "the seed's per-request-seed verl patch adds rollout.seed (default null) and "
+        "rollout.per_request_seed (default false); stock verl 0.8.0 has neither",
+        None,
+        patch="verl_patches:per_request_seed",
+        evidence=(
+            verl("0.8.0", "trainer/config/rollout/rollout.yaml", "per_request_seed", present=False),
+            verl("0.8.0", "trainer/config/rollout/rollout.yaml", "re:(?m)^seed:", present=False),
+            seed("patch/verl_patches/verl_per_request_seed_v0.8.0.patch", "+seed: null"),
+            seed(
+                "patch/verl_patches/verl_per_request_seed_v0.8.0.patch", "+per_request_seed: false"
+            ),
+            seed(
+                "patch/verl_patches/verl_per_request_seed_v0.8.0.patch",
+                "When false (default), rollout behaves as before",
+            ),
+            seed("patch/verl_patches/verl_npu_pp_per_request_seed_v0.8.0.patch", "+seed: null"),
+            seed(
+                "patch/verl_patches/verl_npu_pp_per_request_seed_v0.8.0.patch",
+                "+    per_request_seed: bool = False",
+            ),
+        ),
+        # verl key -> [type, default], read by topl.launcher.verl_schema for a patched 0.8.0
+        value={
+            "actor_rollout_ref.rollout.seed": ["null", None],
+            "actor_rollout_ref.rollout.per_request_seed": ["bool", False],
+        },
+        otherwise={},
+    ),
+    Fact(
+        "mindspeed_bi_repatch",
+        "verl",
+        "verl turns MindSpeed's use_flash_attn off when use_flash_attn_npu_batch_invariant is on "
+        "(else both register DotProductAttention.forward: 'the patch of forward exist')",
+        ">=0.9.0",
+        patch="verl_patches:mindspeed_batch_invariant",
+        evidence=(
+            verl(
+                "0.8.0",
+                "workers/engine/mindspeed/transformer_impl.py",
+                "use_flash_attn_npu_batch_invariant",
+                present=False,
+            ),
+            verl(
+                "0.8.0",
+                "workers/engine/mindspeed/transformer_impl.py",
+                'repatch_config.setdefault("use_flash_attn", True)',
+            ),
+            # read in verl 0.9.0's wheel as well (same file, line 52); the checker downloads only
+            # the releases a shipped profile declares
+            verl(
+                "0.9.1",
+                "workers/engine/mindspeed/transformer_impl.py",
+                'if repatch_config.get("use_flash_attn_npu_batch_invariant"):',
+            ),
+            seed(
+                "patch/verl_patches/verl_mindspeed_batch_invariant.patch",
+                'if repatch_config.get("use_flash_attn_npu_batch_invariant"):',
+            ),
+        ),
+    ),
+    Fact(
         "verl_default_full_and_piecewise",
         "verl",
         "verl asks vLLM for cudagraph_mode FULL_AND_PIECEWISE unless "

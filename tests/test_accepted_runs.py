@@ -1,0 +1,253 @@
+"""Accepted means it runs (issue 27): what `check` accepts composes against the real config of
+the verl its stack declares and passes that verl's validate_config, as rendered.
+
+The matrix and property tests need verl 0.8.0 / 0.9.0 unpacked from their wheels (marker
+`verl_versions`, TOPL_VERL_VERSIONS=1; .ci/run sets it). The failure classes below run on the
+installed verl 0.9.1 or on the schema alone; each failed on the renderer before this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import (
+    compose_verl,
+    declared_config_dir,
+    hf_config_dir,
+    run_topl,
+    validate_many,
+    verl_config_dir,
+)
+
+from topl.launcher import recipes
+from topl.launcher.compose import compose_job
+from topl.launcher.contract import check, errors
+from topl.launcher.render import render
+
+STACKS = ("seed", "release", "prerelease")
+versions = pytest.mark.skipif(
+    not os.environ.get("TOPL_VERL_VERSIONS"),
+    reason="composes against verl 0.8.0 / 0.9.0 wheels: set TOPL_VERL_VERSIONS=1 (.ci/run does)",
+)
+needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
+
+
+def rules(c) -> set[str]:
+    return {v.rule for v in errors(check(c))}
+
+
+def accepted_runs(points, tmp_path) -> int:
+    """Every accepted point composes against its declared verl and passes its validate_config;
+    returns how many were accepted."""
+    by_version: dict[str, list] = {}
+    hf = {}
+    for args in points:
+        c = compose_job(args)
+        if errors(check(c)):
+            continue
+        spec = c.to_object()
+        key = spec.model.name
+        hf.setdefault(key, hf_config_dir(spec.model, tmp_path / f"hf{len(hf)}"))
+        spec.model.hf_path = hf[key]  # verl reads config.json; no hub here
+        conf = declared_config_dir(spec, tmp_path)
+        assert conf is not None, f"verl {spec.cluster.versions.verl} not at hand"
+        cfg = compose_verl(render(spec), conf)  # raises on a key the declared verl cannot take
+        by_version.setdefault(str(spec.cluster.versions.verl), []).append(
+            (args, (cfg, spec.algorithm.use_kl_loss, spec.algorithm.use_critic))
+        )
+    for version, rows in by_version.items():
+        errs = validate_many(version, [r[1] for r in rows], tmp_path)
+        bad = [(args, e) for (args, _), e in zip(rows, errs) if e]
+        assert not bad, bad
+    return sum(len(r) for r in by_version.values())
+
+
+@pytest.mark.verl_versions
+@versions
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_shipped_recipe_accepted_on_a_stack_runs_there(stack, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    n = accepted_runs([[f"recipe={r}", f"stack={stack}"] for r in recipes.available()], tmp_path)
+    assert n >= 12, f"only {n} shipped recipes accepted on stack={stack}"
+
+
+@pytest.mark.verl_versions
+@versions
+def test_group_combinations_accepted_run(tmp_path, monkeypatch):
+    """A property over the spec space, fixed budget and derandomized (same sample every run):
+    hypothesis draws the points, then every accepted one is composed and validated (one verl
+    process per version)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    points: list[list[str]] = []
+
+    @settings(
+        max_examples=20, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(
+        st.sampled_from(["grpo", "gspo", "dapo", "ppo"]),
+        st.sampled_from(["off", "mitigated", "strict"]),
+        st.sampled_from(["megatron", "fsdp"]),
+        st.sampled_from(["qwen3_4b", "qwen3_8b", "qwen3_30b_a3b"]),
+        st.sampled_from(["atlas_a2", "atlas_a3"]),
+        st.sampled_from(STACKS),
+        st.sampled_from([True, False]),
+    )
+    def draw(algo, mode, train, model, cluster, stack, dyn):
+        point = [
+            f"algorithm={algo}",
+            f"alignment={mode}",
+            f"collective={'hccl_strict' if mode == 'strict' else 'default'}",
+            f"train={train}",
+            f"model={model}",
+            f"cluster={cluster}",
+            f"stack={stack}",
+            "rollout=vllm_ascend",
+            f"train.use_dynamic_bsz={str(dyn).lower()}",
+        ]
+        if point not in points:
+            points.append(point)
+
+    draw()
+    assert len(points) >= 10
+    assert accepted_runs(points, tmp_path) > 0, "the sample accepted nothing: it proves nothing"
+
+
+# ---- the failure classes of issue 27 (this half), each with a test that failed before
+
+
+@needs_verl
+def test_release_recipes_with_grad_offload_compose_on_verl_091(tmp_path, monkeypatch):
+    """All 48 recipes set train.grad_offload; verl 0.9.1 has no such key (its param_offload
+    releases the gradient buffers): rendered as such, never as the 0.8.0 key."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    names = ["qwen3_4b_grpo_a2_off", "qwen3_4b_dapo_a3_mitigated", "qwen3_4b_gspo_a3_off"]
+    points = [[f"recipe={n}", f"stack={s}"] for n in names for s in ("release", "prerelease")]
+    for p in points:
+        assert compose_job(p).to_object().train.grad_offload is True
+    assert accepted_runs(points, tmp_path) == len(points)
+    inv = render(compose_job(points[0]).to_object())
+    assert not any("grad_offload" in o for o in inv.overrides)
+    assert "actor_rollout_ref.actor.megatron.param_offload=true" in inv.overrides
+
+
+def test_grad_offload_that_param_offload_cannot_carry_is_refused():
+    c = compose_job(["recipe=qwen3_4b_grpo_a2_off", "stack=release", "train.param_offload=false"])
+    assert "TOP-SCHEMA-002" in rules(c)
+    seed = compose_job(["recipe=qwen3_4b_grpo_a2_off", "train.param_offload=false"])
+    assert "TOP-SCHEMA-002" not in rules(seed)  # verl 0.8.0 has grad_offload: rendered as is
+    assert (
+        "actor_rollout_ref.actor.megatron.grad_offload=true" in render(seed.to_object()).overrides
+    )
+
+
+def test_plus_follows_the_declared_verl():
+    """The seed's patch keys exist on the seed profile (no `+`/`++`), engine_kwargs.vllm keys are
+    free-form everywhere (`+`), and a key the declared verl lacks is refused, naming both."""
+    seed = render(compose_job(["recipe=seed_qwen3_4b_grpo_on"]).to_object()).overrides
+    assert "actor_rollout_ref.rollout.per_request_seed=true" in seed
+    assert "actor_rollout_ref.rollout.seed=42" in seed
+    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.block_size=128" in seed
+    c = compose_job(
+        ["recipe=qwen3_4b_grpo_a2_strict", "stack=release", "rollout.per_request_seed=true"]
+    )
+    v = next(v for v in errors(check(c)) if v.rule == "TOP-SCHEMA-001")
+    assert "verl 0.9.1" in v.message and "actor_rollout_ref.rollout.per_request_seed" in v.message
+
+
+def test_train_steps_reaches_verl():
+    """The seed recipes ran epoch-bounded; that is train.steps=null now, and a user's steps win."""
+    base = compose_job(["recipe=seed_qwen3_4b_grpo_on"]).to_object()
+    assert base.train.steps is None
+    assert not any("total_training_steps" in o for o in render(base).overrides)
+    spec = compose_job(["recipe=seed_qwen3_4b_grpo_on", "train.steps=50"]).to_object()
+    assert "trainer.total_training_steps=50" in render(spec).overrides
+
+
+def test_train_dtype_is_rendered():
+    spec = compose_job(["recipe=qwen3_4b_grpo_a2_off", "train.dtype=float16"]).to_object()
+    o = render(spec).overrides
+    for key in ("actor.megatron.dtype", "ref.megatron.dtype", "rollout.dtype"):
+        assert f"actor_rollout_ref.{key}=float16" in o, key
+    fsdp = render(compose_job(["train=fsdp", "train.dtype=float32"]).to_object()).overrides
+    assert "actor_rollout_ref.actor.fsdp_config.dtype=float32" in fsdp
+    assert "TOP-SCHEMA-006" in rules(
+        compose_job(["recipe=qwen3_4b_grpo_a2_off", "train.dtype=float32"])
+    )
+
+
+def test_fsdp_renders_no_megatron_key():
+    plain = render(compose_job(["train=fsdp", "alignment=off"]).to_object()).overrides
+    assert not any(".megatron." in o or o.startswith("model_engine=megatron") for o in plain)
+    c = compose_job(["recipe=qwen3_4b_grpo_a2_off", "train=fsdp"])
+    v = next(v for v in errors(check(c)) if v.rule == "TOP-SCHEMA-005")
+    assert "actor_rollout_ref.actor.megatron.use_mbridge" in v.message
+
+
+def test_home_in_data_paths_is_expanded_or_refused(monkeypatch):
+    spec = compose_job(["recipe=seed_qwen3_4b_grpo_on"]).to_object()
+    o = render(spec, environ={"HOME": "/home/u"}).overrides
+    assert "data.train_files=[/home/u/data/gsm8k/train.parquet]" in o
+    assert not any("$HOME" in x for x in o)
+    monkeypatch.delenv("HOME")
+    v = next(
+        v
+        for v in errors(check(compose_job(["recipe=seed_qwen3_4b_grpo_on"])))
+        if v.rule == "TOP-SCHEMA-004"
+    )
+    assert "data.train_files" in v.message and "$HOME" in v.message
+
+
+def test_stock_verl_080_refused_for_strict_megatron_with_both_reasons():
+    c = compose_job(
+        ["recipe=qwen3_4b_grpo_a2_strict", "stack=release", "cluster.versions.verl=0.8.0"]
+    )
+    vs = {v.rule: v for v in errors(check(c))}
+    assert "actor_rollout_ref.rollout.seed" in vs["TOP-SCHEMA-001"].message
+    assert "verl 0.8.0" in vs["TOP-SCHEMA-001"].message
+    assert "TOP-SCHEMA-003" in vs  # MindSpeed's attention patch registered twice
+    # verl_patches are read: the seed's patch list makes the same verl 0.8.0 fine
+    seed = compose_job(["recipe=qwen3_4b_grpo_a2_strict"])
+    assert not {"TOP-SCHEMA-001", "TOP-SCHEMA-003"} & rules(seed)
+    no_bi = compose_job(
+        [
+            "recipe=qwen3_4b_grpo_a2_strict",
+            "cluster.versions.verl_patches=[vllm_pp,per_request_seed]",
+        ]
+    )
+    assert "TOP-SCHEMA-003" in rules(no_bi)
+    assert "TOP-SCHEMA-003" not in rules(
+        compose_job(
+            ["recipe=qwen3_4b_grpo_a2_strict", "stack=release", "cluster.versions.verl=0.9.0"]
+        )
+    )
+
+
+@pytest.mark.verl_versions
+@versions
+def test_stock_verl_080_really_lacks_what_strict_renders(tmp_path):
+    """The rule's first reason, against the real 0.8.0 config: rollout.seed does not compose."""
+    from hydra.errors import ConfigCompositionException
+
+    from topl.launcher.render import Invocation
+
+    spec = compose_job(["stack=release", "cluster.versions.verl=0.8.0"]).to_object()
+    conf = declared_config_dir(spec, tmp_path)
+    with pytest.raises(ConfigCompositionException):
+        compose_verl(Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.seed=42"]), conf)
+
+
+def test_render_json_on_a_rejected_spec_prints_the_violations():
+    r = run_topl("render", "recipe=qwen3_4b_grpo_a2_off", "train.dtype=float32", "--json")
+    assert r.returncode == 2, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] is False
+    assert "TOP-SCHEMA-006" in {v["rule"] for v in out["violations"]}
+    check_out = json.loads(
+        run_topl("check", "recipe=qwen3_4b_grpo_a2_off", "train.dtype=float32", "--json").stdout
+    )
+    assert out == check_out  # the same shape as `check --json`
