@@ -118,6 +118,7 @@ class Imported:
     round_trip: list[dict]  # script settings the recipe does not render identically (should be [])
     topl_adds: list[dict] = field(default_factory=list)  # {key, value, why}: kept, not the script's
     verl_defaults: list[str] = field(default_factory=list)  # keys written with verl's own value
+    secrets: dict = field(default_factory=dict)  # name -> script_read.Secret (redaction only)
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -325,7 +326,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
         if as_script.get(k) != it.text
     ]
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
-    return Imported(rec, groups, report, trip, adds, written)
+    return Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
 
 
 def _env_why(name: str) -> str:
