@@ -208,3 +208,23 @@ def test_secrets_and_code_never_reach_the_recipe(tmp_path):
     bad.write_text("# @package _global_\nverl_overrides:\n  reward.custom._target_: os.system\n")
     r = run_topl("render", f"recipe={bad}")
     assert r.returncode == 2 and "_target_" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_seed_doc_agrees_with_the_differences_file():
+    """docs/seed.md's deliberate differences name every key tests/data/seed/differences.yaml lists
+    (changed and added), and never claims `changed` is empty when it is not."""
+    import re
+
+    import yaml
+
+    root = Path(__file__).parent.parent
+    diff = yaml.safe_load((root / "tests/data/seed/differences.yaml").read_text())
+    doc = (root / "docs/seed.md").read_text()
+    section = doc.split("## Deliberate differences", 1)[1].split("\n## ", 1)[0]
+    changed_part, added_part = section.split("(`added`)", 1)
+    for kind, part in (("changed", changed_part), ("added", added_part)):
+        for keys in (diff.get(kind) or {}).values():
+            for key in keys:
+                name = key.split()[-1].split(".")[-1]
+                assert re.search(rf"`[\w.]*\b{re.escape(name)}\b", part), (kind, key)
+    assert bool(diff.get("changed")) != ("`changed` is empty" in doc)
