@@ -219,7 +219,12 @@ class _Shell(Expander):
         base = [os.path.basename(it.text) for it in argv]
         if base[:3] == ["ray", "job", "submit"] and any(it.text == "--" for it in argv):
             k = next(k for k, it in enumerate(argv) if it.text == "--")
-            runner, runner_args, argv, base = "ray job submit", argv[3:k], argv[k + 1 :], base[k + 1 :]
+            runner, runner_args, argv, base = (
+                "ray job submit",
+                argv[3:k],
+                argv[k + 1 :],
+                base[k + 1 :],
+            )
             line = argv[0].line if argv else line  # the launch is where its python is written
         if base[:1] == ["torchrun"]:  # torchrun [options] -m module args | torchrun file args
             k = 1

@@ -303,7 +303,9 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
             adds.append({"key": key, "value": v, "why": topl_adds(key, d)})
         else:
             verl = "absent" if d is _MISSING else repr(d)
-            trip.append({"line": None, "key": key, "script": f"(not set; verl: {verl})", "rendered": v})
+            trip.append(
+                {"line": None, "key": key, "script": f"(not set; verl: {verl})", "rendered": v}
+            )
     as_script = R.without_guard(env_r)  # the guard is topl's addition, as the `+` and forwarding
     adds += [
         {"key": f"env {k}", "value": v, "why": _env_why(k)}
@@ -332,8 +334,14 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
 def _env_why(name: str) -> str:
     if name.startswith("TOPL_") or name == "VERL_USE_EXTERNAL_MODULES":
         return "topl's guard (records the run's determinism settings)"
-    if name in ("VLLM_BATCH_INVARIANT", "CLOSE_MATMUL_K_SHIFT", "ATB_MATMUL_SHUFFLE_K_ENABLE",
-                "ATB_LLM_LCOC_ENABLE", "VLLM_ASCEND_ENABLE_NZ", "LCCL_DETERMINISTIC"):
+    if name in (
+        "VLLM_BATCH_INVARIANT",
+        "CLOSE_MATMUL_K_SHIFT",
+        "ATB_MATMUL_SHUFFLE_K_ENABLE",
+        "ATB_LLM_LCOC_ENABLE",
+        "VLLM_ASCEND_ENABLE_NZ",
+        "LCCL_DETERMINISTIC",
+    ):
         return "strict alignment (TOP-COLL-001/002)"
     return "topl's Ascend default for every process (render_env.derived_env)"
 

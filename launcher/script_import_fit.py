@@ -65,7 +65,9 @@ def _verl_config(megatron: bool):
     if spec is None or not spec.submodule_search_locations:
         return None
     root = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
-    f = root / ("_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml")
+    f = root / (
+        "_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml"
+    )
     return OmegaConf.load(f) if f.is_file() else None
 
 

@@ -110,8 +110,10 @@ def choose_launch(r: Resolved, launch: int | None = None) -> tuple[Launch, list[
 
 def _no_launch(r: Resolved) -> ToplError:
     """Say why no launch was reached: an exit the script takes on values the reader cannot know."""
-    where = f"the script exits at line {r.exit_line} before any launch" if r.exit_line else (
-        "no `python ...` launch is reached"
+    where = (
+        f"the script exits at line {r.exit_line} before any launch"
+        if r.exit_line
+        else ("no `python ...` launch is reached")
     )
     if r.unresolved:
         probes = "; ".join(
@@ -175,7 +177,9 @@ def read_script(
     for k, v in chosen.env.items():
         if secret_entry(k, v.text):  # by name or by shape: a reference, never the value
             secrets[k] = Secret(k, v.line, v.text, f"cluster.env.{k}")
-            notes.append((v.line, f"secret {k} written as ${{oc.env:{k}}} (set {k} when launching)"))
+            notes.append(
+                (v.line, f"secret {k} written as ${{oc.env:{k}}} (set {k} when launching)")
+            )
         else:
             env_items[k] = v
     for k, st in list(out.items()):
@@ -184,7 +188,10 @@ def read_script(
             name = re.sub(r"\W+", "_", k.split(".")[-1]).upper() + "_SECRET"
             secrets[name] = Secret(name, st.line, text, ("+" if st.add else "") + k)
             notes.append(
-                (st.line, f"secret in {k} written as ${{oc.env:{name}}} (set {name} when launching)")
+                (
+                    st.line,
+                    f"secret in {k} written as ${{oc.env:{name}}} (set {name} when launching)",
+                )
             )
             del out[k]
     return Script(

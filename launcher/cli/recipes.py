@@ -115,6 +115,16 @@ def _report_lines(imp) -> list[str]:
     return lines
 
 
+def _scrub(red, o):
+    """Secret values out of every string of a JSON-like object (keys such as "key" are kept:
+    Redactor.obj would hide any value under a secret-looking key name)."""
+    if isinstance(o, dict):
+        return {k: _scrub(red, v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_scrub(red, v) for v in o]
+    return red.text(o) if isinstance(o, str) else o
+
+
 def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
     from pathlib import Path
@@ -168,7 +178,8 @@ def import_main(args: list[str]) -> int:
     _write_private(report_path, "\n".join([*lines, final]) + "\n", force)
     if as_json:
         print_json(
-            red.obj(
+            _scrub(
+                red,
                 {
                     "recipe": str(out_path),
                     "report_file": str(report_path),
