@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 
 from topl.launcher.bash_expand import Expander, Item
-from topl.launcher.errors import ToplError
 from topl.launcher.bash_lex import ASSIGN, BashError, glob_match, tokens
+from topl.launcher.errors import ToplError
 
 _PYTHON = re.compile(r"python[0-9.]*")
 _TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path"}

@@ -39,6 +39,7 @@ class Script:
     runner: str = "python"  # python | torchrun | ray job submit
     runner_args: list[Item] = field(default_factory=list)
     secrets: dict[str, Secret] = field(default_factory=dict)  # reference name -> where it was
+    dropped_env: set[str] = field(default_factory=set)  # loader / interpreter variables not kept
 
 
 @dataclass
@@ -51,6 +52,11 @@ class Secret:
     value: str = field(repr=False)
     target: str
 
+
+# Variables that choose which code a process loads: never written into a recipe (issue 28).
+CODE_ENV = frozenset(
+    "LD_PRELOAD LD_AUDIT LD_LIBRARY_PATH PYTHONPATH PYTHONSTARTUP PYTHONHOME BASH_ENV ENV".split()
+)
 
 # verl's trainer mains: verl.trainer.main_ppo (verl@0.9.1:verl/trainer/main_ppo.py), the recipe
 # mains (recipe.dapo.main_dapo, verl@0.7.0:recipe/dapo/main_dapo.py) and any other `main_*` module
@@ -173,9 +179,18 @@ def read_script(
             notes.append((it.line, f"`{o.key_or_group}` instantiates code in verl: not kept"))
             continue
         out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
-    env_items, secrets = {}, {}
+    env_items, secrets, dropped = {}, {}, set()
     for k, v in chosen.env.items():
-        if secret_entry(k, v.text):  # by name or by shape: a reference, never the value
+        if k in CODE_ENV or k.startswith("TOPL_"):  # recipes are data (issue 28)
+            notes.append(
+                (
+                    v.line,
+                    f"{k} not kept: it chooses what code runs (or is topl's own control "
+                    "variable); set it on your own command line if you need it",
+                )
+            )
+            dropped.add(k)
+        elif secret_entry(k, v.text):  # by name or by shape: a reference, never the value
             secrets[k] = Secret(k, v.line, v.text, f"cluster.env.{k}")
             notes.append(
                 (v.line, f"secret {k} written as ${{oc.env:{k}}} (set {k} when launching)")
@@ -204,4 +219,5 @@ def read_script(
         chosen.runner,
         list(chosen.runner_args),
         secrets,
+        dropped,
     )

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from helpers import run_topl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from topl.launcher.bash_resolve import resolve
 from topl.launcher.compose import compose_job
@@ -213,3 +215,48 @@ def test_diff_shows_null_against_absent_and_takes_env(tmp_path):
 def test_help_lists_import():
     r = run_topl("recipes", "--help")
     assert "topl recipes import SCRIPT.sh" in r.stdout and "--launch N" in r.stdout
+
+
+def test_loader_and_control_variables_are_not_written():
+    text = f"export LD_PRELOAD=/x/libjemalloc.so\nexport TOPL_GUARD_DIR=/tmp/x\n{LAUNCH} a.b=1\n"
+    s = read_script(text)
+    assert not {"LD_PRELOAD", "TOPL_GUARD_DIR"} & set(s.env)
+    written = recipe_text(build_recipe(s), "x.sh")
+    assert "LD_PRELOAD" not in written and "TOPL_GUARD_DIR" not in written
+    assert {1, 2} <= {ln for ln, msg in s.notes if "not kept" in msg}
+
+
+_ALPHABET = list("ab=$(){}[]'\"`\\#|&;<>!*?-+ \t\n") + [
+    "if ",
+    "then",
+    "fi",
+    "case ",
+    " in ",
+    "esac",
+    ";;",
+    "<<EOF\n",
+    "EOF\n",
+    "${A:-",
+    "$((",
+    "A=(",
+    "python3 -m x ",
+    "export ",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(_ALPHABET), max_size=60).map("".join))
+def test_any_text_is_read_or_refused_in_one_message(text):
+    """Fuzz: the reader returns or raises ToplError; nothing else, never a hang (bounded)."""
+    def hang(*_):
+        raise TimeoutError(f"the reader hangs on {text!r}")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        resolve(text)
+    except ToplError:
+        pass
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
