@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_topl
+from helpers import run_topl, verl_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +140,7 @@ def test_an_unknown_model_is_refused_not_tiny(tmp_path):
     assert asked.defaults["model"] == "tiny_dense"
 
 
+@pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed (its defaults)")
 def test_nothing_added_that_changes_the_run(tmp_path):
     """A PPO script that sets no KL loss, no step count and no device gets verl's values back."""
     text = (
@@ -248,6 +249,7 @@ _ALPHABET = list("ab=$(){}[]'\"`\\#|&;<>!*?-+ \t\n") + [
 @given(st.lists(st.sampled_from(_ALPHABET), max_size=60).map("".join))
 def test_any_text_is_read_or_refused_in_one_message(text):
     """Fuzz: the reader returns or raises ToplError; nothing else, never a hang (bounded)."""
+
     def hang(*_):
         raise TimeoutError(f"the reader hangs on {text!r}")
 

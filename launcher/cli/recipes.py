@@ -190,7 +190,7 @@ def import_main(args: list[str]) -> int:
                     "verl_defaults": imp.verl_defaults,
                     "contract": {"ok": ok, "verdict": verdict, "rejected_by": ids},
                     "ok": ok and not imp.round_trip,
-                }
+                },
             )
         )
     else:
