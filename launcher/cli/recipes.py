@@ -94,6 +94,11 @@ def _verdict(out_path) -> tuple[bool, str, list]:
     return not ids, ("accepted" if not ids else "rejected (" + ", ".join(ids) + ")"), ids
 
 
+def _short(v, width: int = 60) -> str:
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _report_lines(imp) -> list[str]:
     lines = [
         f"{r['line'] if r['line'] is not None else '-':>5}  {r['kind']}: "
@@ -102,7 +107,7 @@ def _report_lines(imp) -> list[str]:
     ]
     if imp.topl_adds:
         lines.append("topl adds (not in the script; kept because topl needs them):")
-        lines += [f"    -  {a['key']} = {a['value']!r}: {a['why']}" for a in imp.topl_adds]
+        lines += [f"    -  {a['key']} = {_short(a['value'])}: {a['why']}" for a in imp.topl_adds]
     if imp.verl_defaults:
         lines.append(
             f"    -  {len(imp.verl_defaults)} key(s) written out with verl's own value (no change)"
