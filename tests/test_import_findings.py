@@ -211,6 +211,9 @@ def test_diff_shows_null_against_absent_and_takes_env(tmp_path):
     b.write_text("# @package _global_\nverl_overrides: {}\n")
     d = run_topl("recipes", "diff", str(a), str(b))
     assert "verl_overrides.trainer.x  None  ->  (absent)" in d.stdout, d.stdout
+    j = run_topl("recipes", "diff", str(a), str(b), "--json")
+    row = {r["key"]: r for r in json.loads(j.stdout)["differences"]}["verl_overrides.trainer.x"]
+    assert row == {"key": "verl_overrides.trainer.x", "a": None, "b": None, "absent": "b"}
 
 
 def test_help_lists_import():

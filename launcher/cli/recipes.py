@@ -218,17 +218,19 @@ def _diff(args: list[str], as_json: bool) -> int:
     if len(names) != 2:
         raise ToplError("give two recipes or scripts", fix="topl recipes diff A B [--env N=V]")
     a, b = flatten(resolved(names[0], env)), flatten(resolved(names[1], env))
-    rows = [
-        {"key": k, "a": a.get(k), "b": b.get(k), "in_a": k in a, "in_b": k in b}
-        for k in sorted(set(a) | set(b))
-        if (k in a) != (k in b) or a.get(k) != b.get(k)
-    ]
+    rows = []
+    for k in sorted(set(a) | set(b)):
+        if (k in a) != (k in b) or a.get(k) != b.get(k):
+            row = {"key": k, "a": a.get(k), "b": b.get(k)}
+            if (k in a) != (k in b):  # null is a value; "absent" names the side without the key
+                row["absent"] = "b" if k in a else "a"
+            rows.append(row)
     if as_json:
         print_json({"a": names[0], "b": names[1], "differences": rows})
         return 0
 
     def show(row, side):
-        return repr(row[side]) if row["in_" + side] else "(absent)"
+        return "(absent)" if row.get("absent") == side else repr(row[side])
 
     width = max((len(r["key"]) for r in rows), default=3)
     print(f"{'key':<{width}}  {names[0]}  ->  {names[1]}")
