@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from topl.launcher.bash_lex import arith, word_piece_end
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGIT = re.compile(r"\d")
+_IFS = re.compile(r"[ \t\n]+")
+_RUN = re.compile(r"[^\"'\\\\$`]+")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Expander:
         self.vars: dict[str, Item | list[Item]] = {k: Item(v, 0) for k, v in env.items()}
         self.args = [Item(a, 0) for a in args]
         self.notes: list[tuple[int, str]] = []
+        self.substituted = False  # set when a command substitution was met (kept literally)
 
     def scalar(self, name: str) -> Item | None:
         v = self.vars.get(name)
@@ -44,25 +48,25 @@ class Expander:
         if m:  # the array's own elements, each with the line it is written on
             v = self.vars.get(m.group(1))
             return list(v) if isinstance(v, list) else [v] if v else []
-        fields: list[list] = [["", False]]  # text, has-content
+        fields: list[list] = [[[], False]]  # pieces of text (joined once: linear), has-content
         deps: list[int] = []
 
         def add(text, quoted, items=None):
             if items is not None:  # an array inside a longer word: its elements as fields
                 texts = [it.text for it in items]
                 if texts:
-                    fields[-1][0] += texts[0]
+                    fields[-1][0].append(texts[0])
                     fields[-1][1] = True
-                    fields.extend([t, True] for t in texts[1:])
+                    fields.extend([[t], True] for t in texts[1:])
                 return
             if quoted or not split:
-                fields[-1][0] += text
+                fields[-1][0].append(text)
                 fields[-1][1] = fields[-1][1] or quoted or bool(text)
                 return
-            parts = re.split(r"[ \t\n]+", text)
-            fields[-1][0] += parts[0]
+            parts = _IFS.split(text)
+            fields[-1][0].append(parts[0])
             fields[-1][1] = fields[-1][1] or bool(parts[0])
-            fields.extend([p, True] for p in parts[1:])
+            fields.extend([[p], True] for p in parts[1:])
 
         i, n, quoted = 0, len(raw), False
         while i < n:
@@ -72,43 +76,52 @@ class Expander:
                 fields[-1][1] = True
                 i += 1
             elif c == "'" and not quoted:
-                j = raw.index("'", i + 1)
+                j = raw.find("'", i + 1)
+                j = n if j < 0 else j
                 add(raw[i + 1 : j], True)
                 i = j + 1
             elif c == "\\" and i + 1 < n:
                 add(raw[i + 1], True)
                 i += 2
             elif c == "$" and raw.startswith("$((", i):
-                j = word_piece_end(raw, i)
+                j = word_piece_end(raw, i, line)
                 try:
                     add(str(arith(raw[i + 3 : j - 2], lambda k: self._val(k, deps))), quoted)
-                except (ValueError, SyntaxError, ZeroDivisionError):
+                except (ValueError, SyntaxError, ZeroDivisionError, RecursionError):
                     self.notes.append((line, f"arithmetic {raw[i:j]} not resolved"))
                     add(raw[i:j], quoted)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "(" or c == "`":
-                j = word_piece_end(raw, i)
+                j = word_piece_end(raw, i, line)
                 self.notes.append(
                     (line, f"command substitution {raw[i:j]} not run (kept literally)")
                 )
+                self.substituted = True
                 add(raw[i:j], quoted)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] == "{":
-                j = word_piece_end(raw, i)
+                j = word_piece_end(raw, i, line)
                 text, items = self._param(raw[i + 2 : j - 1], line, deps)
                 add(text, quoted, items)
                 i = j
             elif c == "$" and raw[i + 1 : i + 2] in ("@", "*"):
                 add("", quoted, list(self.args))
                 i += 2
-            elif c == "$" and (m := _NAME.match(raw, i + 1) or re.compile(r"\d").match(raw, i + 1)):
+            elif c == "$" and (m := _NAME.match(raw, i + 1) or _DIGIT.match(raw, i + 1)):
                 add(self._val(m.group(0), deps, line), quoted)
                 i = m.end()
             else:
-                add(c, True)
-                i += 1
+                m = _RUN.match(raw, i)  # a run of plain characters at once
+                j = m.end() if m else i + 1
+                add(raw[i:j], True)  # literal text: never split
+                i = j
         dl = tuple(sorted({d for d in deps if d}))
-        return [Item(t, line, dl) for t, has in fields if has or t]
+        out = []
+        for pieces, has in fields:
+            t = "".join(pieces)
+            if has or t:
+                out.append(Item(t, line, dl))
+        return out
 
     def _val(self, name: str, deps: list[int], line: int | None = None) -> str:
         if name.isdigit():

@@ -15,8 +15,11 @@ import re
 from dataclasses import dataclass, field
 
 from topl.launcher.bash_expand import Expander, Item
-from topl.launcher.bash_lex import ASSIGN, glob_match, tokens
+from topl.launcher.bash_lex import ASSIGN, BashError, glob_match, tokens
+from topl.launcher.errors import ToplError
 
+_PYTHON = re.compile(r"python[0-9.]*")
+_TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path"}
 # commands that do not change what is launched: skipped without a note
 _QUIET = frozenset(
     "set echo printf mkdir cat cd tee shift wait sleep ulimit trap pwd ls rm cp date".split()
@@ -31,20 +34,31 @@ class Launch:
     args: list[Item]  # every argument after the module, resolved
     env: dict[str, Item]  # exported variables plus the command's `NAME=value` prefix
     line: int
+    runner: str = "python"  # python | torchrun | ray job submit
+    runner_args: list[Item] = field(default_factory=list)  # the runner's own options
 
 
 @dataclass
 class Resolved:
-    launch: Launch | None
+    launch: Launch | None  # the first launch (see `launches`; the importer picks the trainer)
     notes: list[tuple[int, str]] = field(default_factory=list)  # what was not resolved, by line
+    launches: list[Launch] = field(default_factory=list)  # every python launch, in order
+    exit_line: int | None = None  # where the script exits (before any launch, when launch is None)
+    # variables that hold an unresolved command substitution: name -> (line, the substitution)
+    unresolved: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+
+MAX_SCRIPT_CHARS = 1_000_000  # launch scripts are a few KB; more is not a launch script
 
 
 class _Shell(Expander):
     def __init__(self, env: dict[str, str], args: list[str]):
         super().__init__(env, args)
         self.exported: set[str] = set()
-        self.launch: Launch | None = None
+        self.launches: list[Launch] = []
         self.exited = False
+        self.exit_line: int | None = None
+        self.unresolved: dict[str, tuple[int, str]] = {}
 
     # -- statements ----------------------------------------------------------------------------
     def run(self, toks):
@@ -129,8 +143,7 @@ class _Shell(Expander):
                 self.pos += 1
                 elems = []
                 while self.peek()[:2] != ("OP", ")"):
-                    k, t, ln = self.toks[self.pos]
-                    self.pos += 1
+                    k, t, ln = self._next("array `(...)`", line)
                     if k == "WORD" and live:
                         elems += self.expand(t, ln)
                 assigns.append((m.group(1), m.group(2), elems, line))
@@ -150,7 +163,10 @@ class _Shell(Expander):
 
     def _assign(self, name, op, value, line, export=False):
         if isinstance(value, str):
+            self.substituted = False
             items = self.expand(value, line, split=False)
+            if self.substituted:  # its value is a command's output, which is never run here
+                self.unresolved[name] = (line, value)
             value = Item(
                 "".join(it.text for it in items),
                 line,
@@ -193,37 +209,50 @@ class _Shell(Expander):
             return 1
         if name == "exit":
             self.exited = True
+            self.exit_line = self.exit_line or line
             self.notes.append((line, "the script exits here"))
             return 0
         if name in ("source", "."):
             self.notes.append((line, f"`{name} {rest[0].text if rest else ''}` not followed"))
             return 0
-        py = next(
-            (
-                k
-                for k, it in enumerate(argv)
-                if re.fullmatch(r"python[0-9.]*", os.path.basename(it.text))
-            ),
-            None,
-        )
+        runner, runner_args, py = "python", [], None
+        base = [os.path.basename(it.text) for it in argv]
+        if base[:3] == ["ray", "job", "submit"] and any(it.text == "--" for it in argv):
+            k = next(k for k, it in enumerate(argv) if it.text == "--")
+            runner, runner_args, argv, base = (
+                "ray job submit",
+                argv[3:k],
+                argv[k + 1 :],
+                base[k + 1 :],
+            )
+            line = argv[0].line if argv else line  # the launch is where its python is written
+        if base[:1] == ["torchrun"]:  # torchrun [options] -m module args | torchrun file args
+            k = 1
+            while k < len(argv) and argv[k].text.startswith("-") and argv[k].text != "-m":
+                t = argv[k].text
+                k += 1 if "=" in t or t in _TORCHRUN_FLAGS else 2
+            runner, runner_args, py = "torchrun", argv[1:k], 0
+            argv = [argv[0], *argv[k:]]
+        else:
+            py = next((k for k, b in enumerate(base) if _PYTHON.fullmatch(b)), None)
         if py is None:
             if name not in _QUIET:
                 self.notes.append((line, f"command `{name}` skipped"))
             return 0
         flags = argv[py + 1 :]
-        while flags and flags[0].text.startswith("-") and flags[0].text != "-m":
+        while flags and flags[0].text.startswith("-") and flags[0].text not in ("-m", "-c"):
             flags = flags[1:]  # interpreter options (-u, -X ...)
-        if flags and flags[0].text == "-m":
+        if flags and flags[0].text == "-c":  # inline code: not a launch of a program
+            self.notes.append((line, "`python -c ...` skipped (inline code, not a launch)"))
+            return 0
+        if flags and flags[0].text == "-m" and len(flags) > 1:
             entry, args = flags[1].text, flags[2:]
         else:
             entry, args = (flags[0].text, flags[1:]) if flags else ("", [])
         env = {k: self.scalar(k) for k in sorted(self.exported) if self.scalar(k) is not None}
         for n, _op, v, ln in assigns:
             env[n] = Item("".join(it.text for it in self.expand(v, ln, split=False)), ln)
-        if self.launch is not None:
-            self.notes.append((line, "a second python launch (the first one is kept)"))
-            return 0
-        self.launch = Launch(entry, args, env, line)
+        self.launches.append(Launch(entry, args, env, line, runner, runner_args))
         return 0
 
     def _test(self, a: list[str], line: int) -> int:
@@ -289,12 +318,24 @@ class _Shell(Expander):
             if self.peek()[0] == "NL" or self.peek()[:2] == ("OP", ";"):
                 self.pos += 1
                 continue
+            start = self.pos
             status = self.and_or(True)
+            if self.pos == start:  # a stray token (`if ) then`): step over it, never loop
+                self.pos += 1
         return status
 
-    def _case(self, live: bool) -> int:
+    def _next(self, what: str, line: int):
+        """The next token; the script ending here is an error, never an endless loop."""
+        if self.pos >= len(self.toks):
+            raise BashError(f"the script ends inside {what}", line)
         self.pos += 1
-        _, raw, line = self.toks[self.pos]
+        return self.toks[self.pos - 1]
+
+    def _case(self, live: bool) -> int:
+        line = self.peek()[2]
+        self.pos += 1
+        _, raw, line = self._next("`case`", line)
+        self.pos -= 1
         subject = "".join(it.text for it in self.expand(raw, line, split=False)) if live else ""
         self.pos += 2  # word, `in`
         matched = False
@@ -306,8 +347,7 @@ class _Shell(Expander):
                 return 0
             pats = []
             while self.peek()[:2] != ("OP", ")"):
-                k, t, ln = self.toks[self.pos]
-                self.pos += 1
+                k, t, ln = self._next("`case` (no `esac`)", line)
                 if k == "WORD" and t != "(":
                     pats.append("".join(it.text for it in self.expand(t, ln, split=False)))
             self.pos += 1
@@ -334,7 +374,27 @@ def resolve(
 ) -> Resolved:
     """Resolve a bash script's launch. `env`: the variables the caller's environment would set
     (nothing is read from this process); `args`: the script's own arguments (`$@`)."""
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise ToplError(
+            f"the script is {len(text):,} characters; the importer reads at most "
+            f"{MAX_SCRIPT_CHARS:,} (launch scripts are a few KB)",
+            fix="import the launch script itself, not a generated or concatenated file",
+        )
     sh = _Shell(dict(env or {}), list(args or []))
-    sh.run(tokens(text))
+    try:
+        sh.run(tokens(text))
+    except BashError as e:
+        raise ToplError(
+            f"the script cannot be read as bash: {e}",
+            where=f"line {e.line}",
+            fix="check that quotes, `$(...)`, `if`/`fi`, `case`/`esac` and arrays are closed "
+            "(`bash -n SCRIPT` finds the same)",
+        ) from None
+    except RecursionError:
+        raise ToplError(
+            "the script nests quotes, `$(...)` or `${...}` too deeply to read",
+            fix="import a launch script with ordinary nesting",
+        ) from None
     notes = sorted(set(sh.notes))
-    return Resolved(sh.launch, notes)
+    first = sh.launches[0] if sh.launches else None
+    return Resolved(first, notes, list(sh.launches), sh.exit_line, dict(sh.unresolved))

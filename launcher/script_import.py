@@ -13,83 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-
 from topl.launcher import render as R
-from topl.launcher.bash_resolve import Item, resolve
-from topl.launcher.errors import ToplError
-from topl.launcher.redact import secret_name
-from topl.launcher.render import CODE_KEYS
-
-
-@dataclass
-class Setting:
-    """One `key=value` of the script."""
-
-    key: str  # without `+` / `++`
-    value: Any  # typed as Hydra reads it
-    line: int  # where the override is written
-    deps: tuple[int, ...] = ()  # lines of the variables its value came from
-    add: bool = False  # written with `+`
-
-
-@dataclass
-class Script:
-    entrypoint: str
-    config_name: str | None
-    overrides: dict[str, Setting]
-    env: dict[str, Item]
-    notes: list[tuple[int, str]] = field(default_factory=list)
-
-
-def read_script(
-    text: str, env: dict[str, str] | None = None, args: list[str] | None = None
-) -> Script:
-    """Resolve the script's python launch (nothing is executed)."""
-    r = resolve(text, env, args)
-    if r.launch is None:
-        raise ToplError(
-            "no `python -m ...` launch found in the script",
-            fix="import a script that runs verl (python3 -m verl.trainer.main_ppo ...)",
-        )
-    parser, notes = OverridesParser.create(), list(r.notes)
-    config_name, out = None, {}
-    items = list(r.launch.args)
-    while items:
-        it = items.pop(0)
-        if it.text.startswith("--config-name") or it.text.startswith("--config-path"):
-            name, _, value = it.text.partition("=")
-            if not _ and items:
-                value = items.pop(0).text
-            if name == "--config-name":
-                config_name = value
-            else:
-                notes.append(
-                    (it.line, f"{name}={value} not kept (topl uses verl's packaged configs)")
-                )
-            continue
-        try:
-            o = parser.parse_override(it.text)
-        except Exception as e:  # noqa: BLE001 - Hydra's grammar errors, reported by line
-            notes.append(
-                (it.line, f"`{it.text}` is not a Hydra override ({str(e).splitlines()[0]})")
-            )
-            continue
-        if o.is_delete():
-            notes.append((it.line, f"deletion `{it.text}` not kept"))
-            continue
-        if set(o.key_or_group.split(".")) & CODE_KEYS:  # recipes are data (see render.CODE_KEYS)
-            notes.append((it.line, f"`{o.key_or_group}` instantiates code in verl: not kept"))
-            continue
-        out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
-    env_items = {}
-    for k, v in r.launch.env.items():
-        if secret_name(k):  # never written to a recipe or report
-            notes.append((v.line, f"secret {k} not kept (set it in the launching environment)"))
-        else:
-            env_items[k] = v
-    return Script(r.launch.entrypoint, config_name, out, env_items, sorted(set(notes)))
-
+from topl.launcher.bash_resolve import Item
+from topl.launcher.script_import_fit import (
+    _MISSING as MISSING,
+)
+from topl.launcher.script_import_fit import (
+    MODEL_KEY,
+    model_from_config,
+    model_group,
+    not_recognised,
+    script_config,
+    topl_adds,
+    verl_default,
+)
+from topl.launcher.script_read import Script, Setting, choose_launch, read_script  # noqa: F401
 
 # Env vars `render.env_vars` derives from a spec field. Only a hint: each is kept on its field only
 # when rendering the recipe gives the script's value back, otherwise it stays in cluster.env.
@@ -118,10 +56,18 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def guess_groups(s: Script) -> dict[str, str]:
-    """Config-group options the script's settings point to (the user can override each)."""
-    import yaml
+def on_npu_script(s: Script) -> bool:
+    """Does the script itself say it runs on Ascend (trainer.device=npu, Ascend / HCCL env)?"""
+    dev = s.overrides.get("trainer.device")
+    if dev is not None:
+        return dev.value == "npu"
+    return any(k.startswith(("ASCEND_", "HCCL_", "TASK_QUEUE", "VLLM_ASCEND")) for k in s.env)
 
+
+def guess_groups(s: Script) -> dict[str, str]:
+    """Config-group options the script's settings point to (the user can override each). The
+    groups only seed topl's own fields: every key the script leaves to verl stays verl's (see
+    `build_recipe`), so a group never re-targets the run."""
     from topl.launcher.compose import conf_dir
 
     v = {k: st.value for k, st in s.overrides.items()}
@@ -148,7 +94,7 @@ def guess_groups(s: Script) -> dict[str, str]:
         "rollout": "vllm_ascend",
         "alignment": "strict" if strict else "off",
         "collective": "default",
-        "cluster": {16: "atlas_a3", 8: "atlas_a2"}.get(gpus, "local"),
+        "cluster": ({16: "atlas_a3"}.get(gpus, "atlas_a2") if on_npu_script(s) else "local"),
     }
     mod = s.env.get("VERL_USE_EXTERNAL_MODULES")
     if (
@@ -157,12 +103,10 @@ def guess_groups(s: Script) -> dict[str, str]:
         and (conf_dir() / "stack").is_dir()
     ):
         groups["stack"] = "seed"  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
-    path = str(v.get(f"{R.ARR}.model.path", "")).rstrip("/").split("/")[-1].lower()
-    for f in sorted((conf_dir() / "model").glob("*.yaml")):
-        hf = str((yaml.safe_load(f.read_text()) or {}).get("hf_path", "")).split("/")[-1].lower()
-        if hf and path.startswith(hf) and len(hf) > len(groups.get("_hf", "")):
-            groups["model"], groups["_hf"] = f.stem, hf
-    groups.pop("_hf", None)
+    path = v.get(MODEL_KEY)
+    group = model_group(path) if path is not None else None
+    if group:
+        groups["model"] = group
     return groups
 
 
@@ -172,6 +116,9 @@ class Imported:
     defaults: dict[str, str]  # group -> option
     report: list[dict]  # {line, kind, key, detail}
     round_trip: list[dict]  # script settings the recipe does not render identically (should be [])
+    topl_adds: list[dict] = field(default_factory=list)  # {key, value, why}: kept, not the script's
+    verl_defaults: list[str] = field(default_factory=list)  # keys written with verl's own value
+    secrets: dict = field(default_factory=dict)  # name -> script_read.Secret (redaction only)
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -181,18 +128,63 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     tree[last] = value
 
 
+def _model(s: Script, groups: dict) -> dict | None:
+    """The model's fields when no group names it (from a readable config.json); else refuse."""
+    if "model" in groups:
+        return None
+    st = s.overrides.get(MODEL_KEY)
+    fields_ = model_from_config(st.value) if st is not None else None
+    if fields_ is None:
+        raise not_recognised(st.value if st else "(not set: verl's default)", st and st.line)
+    return fields_
+
+
+def _ray_job(s: Script) -> tuple[dict, list[dict]]:
+    """`ray job submit` options: the address -> cluster.ray_address (backend ray_job); the
+    working dir and runtime env are reported (topl's ray_job backend builds its own)."""
+    fields_, report, it = {}, [], iter(s.runner_args)
+    for a in it:
+        name, eq, value = a.text.partition("=")
+        if name.startswith("--") and not eq and name not in ("--no-wait", "--verify"):
+            value = next(it, Item("", a.line)).text
+        if name == "--address":
+            fields_.update({"cluster.ray_address": value, "cluster.backend": "ray_job"})
+        elif name:
+            report.append(
+                {
+                    "line": a.line,
+                    "kind": "ray job submit option not kept",
+                    "key": name,
+                    "detail": value
+                    + {
+                        "--working-dir": " (topl's ray_job backend ships no working dir: "
+                        "modules it names must be installed on the cluster)",
+                        "--runtime-env": " (its env vars / packages are not read: put env vars "
+                        "in cluster.env)",
+                        "--runtime-env-json": " (not read: put env vars in cluster.env)",
+                    }.get(name, ""),
+                }
+            )
+    return fields_, report
+
+
 def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
-    """Map the script onto spec fields over the chosen groups; the rest stays verbatim."""
+    """Map the script onto spec fields over the chosen groups; the rest stays verbatim; every key
+    the script leaves to verl is rendered with verl's own value, or listed in `topl_adds`."""
     from omegaconf import OmegaConf
 
     from topl.launcher.compose import compose_job
 
     groups = {**guess_groups(s), **(choices or {})}
-    base_over = [f"{g}={o}" for g, o in groups.items()]
-    base = compose_job(base_over)
-    inv = inverse_table(OmegaConf.select(base.cfg, "train.engine"))
-    fields: dict[str, Any] = {}
+    model_fields = _model(s, groups)
+    base = compose_job([f"{g}={o}" for g, o in groups.items()])
+    engine = OmegaConf.select(base.cfg, "train.engine")
+    inv = inverse_table(engine)
+    vcfg = script_config(s, engine == "megatron")
+    fields: dict[str, Any] = {f"model.{k}": v for k, v in (model_fields or {}).items()}
     verbatim: dict[str, Any] = {}
+    ray_fields, ray_report = _ray_job(s) if s.runner == "ray job submit" else ({}, [])
+    fields.update(ray_fields)
     if s.entrypoint != base.cfg.algorithm.entrypoint:
         fields["algorithm.entrypoint"] = s.entrypoint
     if (s.config_name or "ppo_trainer") != (base.cfg.algorithm.config_name or "ppo_trainer"):
@@ -220,7 +212,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         spec = OmegaConf.to_object(cfg)
         return rec, dict(R.overrides(spec)), R.env_vars(spec)
 
-    for _ in range(4):
+    for _ in range(8):
         try:
             rec, pairs, env_r = attempt()
         except Exception as e:
@@ -244,8 +236,44 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                 if vkey not in verbatim:
                     verbatim[vkey] = st.value
                     moved = True
+        for k, v in pairs.items():  # a key the script leaves to verl: verl's value, not a group's
+            d = verl_default(k, vcfg)
+            if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d):
+                continue
+            if d is not _MISSING and not same(v, d) and not isinstance(d, dict):
+                verbatim[k] = d
+                moved = True
+            off = next((fv for p, fv in OFF.items() if k.startswith(p)), None)
+            if d is _MISSING and off and fields.get(off[0]) != off[1]:
+                fields[off[0]] = off[1]  # a key verl lacks: turn off the field that renders it
+                moved = True
         if not moved:
             break
+    for sec in s.secrets.values():  # references only: the value never reaches the recipe
+        ref = "${oc.env:" + sec.name + "}"
+        if sec.target.startswith("cluster.env."):
+            rec.setdefault("cluster", {}).setdefault("env", {})[sec.name] = ref
+        else:
+            rec.setdefault("verl_overrides", {})[sec.target] = ref
+    return _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, ray_report)
+
+
+# Keys verl's config lacks that a group renders, and the spec field that stops rendering them.
+OFF = {
+    # DAPO overlong shaping: render.algorithm_overrides renders reward.reward_kwargs.* only when
+    # algorithm.overlong_buffer_fraction > 0 (the script's own reward keys are kept verbatim)
+    "reward.reward_kwargs.": ("algorithm.overlong_buffer_fraction", 0.0),
+}
+
+
+def _kept(key: str, value: Any, default: Any = None) -> bool:
+    """A key topl keeps although the script does not set it (TOPL_ADDS; the device only as npu)."""
+    return topl_adds(key, default) is not None and (key != "trainer.device" or value == "npu")
+
+
+def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> Imported:
+    """The report: the script's own keys kept verbatim, what was not resolved, and in sections of
+    their own what topl adds (with why) and what it writes out with verl's own value."""
     report = [
         {"line": st.line, "kind": "verl override (no spec field)", "key": k, "detail": st.value}
         for k, st in s.overrides.items()
@@ -258,22 +286,33 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     report += [
         {"line": ln, "kind": "not resolved", "key": None, "detail": msg} for ln, msg in s.notes
     ]
-    report += [
-        {"line": None, "kind": "env added by topl", "key": k, "detail": v}
-        for k, v in env_r.items()
-        if k not in s.env
-    ]
-    report += [
-        {"line": None, "kind": "verl key added by topl", "key": k.lstrip("+"), "detail": v}
-        for k, v in pairs.items()
-        if k.lstrip("+") not in s.overrides
-    ]
+    report += extra
     report += [
         {"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
         for k, why in unknown_to_verl(s).items()
     ]
+    adds, written, trip = [], [], []
+    for k, v in pairs.items():
+        key = k.lstrip("+")
+        if key in s.overrides:
+            continue
+        d = verl_default(key, vcfg)
+        if d is not _MISSING and same(v, d):
+            written.append(key)  # verl's own value, written out: no change
+        elif _kept(key, v, d):
+            adds.append({"key": key, "value": v, "why": topl_adds(key, d)})
+        else:
+            verl = "absent" if d is _MISSING else repr(d)
+            trip.append(
+                {"line": None, "key": key, "script": f"(not set; verl: {verl})", "rendered": v}
+            )
     as_script = R.without_guard(env_r)  # the guard is topl's addition, as the `+` and forwarding
-    trip = [
+    adds += [
+        {"key": f"env {k}", "value": v, "why": _env_why(k)}
+        for k, v in env_r.items()
+        if k not in s.env
+    ]
+    trip += [
         {
             "line": st.line,
             "key": k,
@@ -289,10 +328,25 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         if as_script.get(k) != it.text
     ]
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
-    return Imported(rec, groups, report, trip)
+    return Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
 
 
-_MISSING = object()
+def _env_why(name: str) -> str:
+    if name.startswith("TOPL_") or name == "VERL_USE_EXTERNAL_MODULES":
+        return "topl's guard (records the run's determinism settings)"
+    if name in (
+        "VLLM_BATCH_INVARIANT",
+        "CLOSE_MATMUL_K_SHIFT",
+        "ATB_MATMUL_SHUFFLE_K_ENABLE",
+        "ATB_LLM_LCOC_ENABLE",
+        "VLLM_ASCEND_ENABLE_NZ",
+        "LCCL_DETERMINISTIC",
+    ):
+        return "strict alignment (TOP-COLL-001/002)"
+    return "topl's Ascend default for every process (render_env.derived_env)"
+
+
+_MISSING = MISSING
 
 
 def unknown_to_verl(s: Script) -> dict[str, str]:

@@ -80,7 +80,13 @@ def test_import_round_trips(script, env, args, tmp_path):
 
     s = read_script((SCRIPTS / script).read_text(), env, args)
     imp = build_recipe(s)
-    assert imp.round_trip == []
+    # dapo_unknown.sh turns DAPO's overlong buffer on without a penalty factor: topl states one
+    # (algorithm.overlong_penalty_factor) that the script leaves to its DAPO config, so the
+    # import says it is not reproduced instead of adding it silently
+    want = (
+        {"reward.reward_kwargs.overlong_buffer_cfg.penalty_factor"} if "dapo" in script else set()
+    )
+    assert {r["key"] for r in imp.round_trip} == want
     path = tmp_path / "imported.yaml"
     path.write_text(recipe_text(imp, script))
     spec = compose_job([f"recipe={path}"]).to_object()
@@ -95,6 +101,7 @@ def test_import_round_trips(script, env, args, tmp_path):
     assert inv.entrypoint == s.entrypoint
     from topl.launcher.render_version import expand
 
+    assert all(r["line"] is None for r in imp.round_trip)  # none of the script's own keys
     for key, st in s.overrides.items():
         if key == refused:
             continue
@@ -185,7 +192,9 @@ def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["round_trip"] == [] and d["groups"]["alignment"] == "off"
-    assert out.is_file() and Path(d["report_file"]).read_text().count("\n") == len(d["report"])
+    text = Path(d["report_file"]).read_text().splitlines()
+    assert out.is_file() and text[-1].endswith("round trip: exact; contract: accepted")
+    assert sum(line[:5].strip().isdigit() for line in text) == len(d["report"])
     shown = run_topl("check", f"recipe={out}")
     assert shown.returncode == 0, shown.stdout + shown.stderr
     diff = run_topl(
@@ -219,3 +228,23 @@ def test_secrets_and_code_never_reach_the_recipe(tmp_path):
     bad.write_text("# @package _global_\nverl_overrides:\n  reward.custom._target_: os.system\n")
     r = run_topl("render", f"recipe={bad}")
     assert r.returncode == 2 and "_target_" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_seed_doc_agrees_with_the_differences_file():
+    """docs/seed.md's deliberate differences name every key tests/data/seed/differences.yaml lists
+    (changed and added), and never claims `changed` is empty when it is not."""
+    import re
+
+    import yaml
+
+    root = Path(__file__).parent.parent
+    diff = yaml.safe_load((root / "tests/data/seed/differences.yaml").read_text())
+    doc = (root / "docs/seed.md").read_text()
+    section = doc.split("## Deliberate differences", 1)[1].split("\n## ", 1)[0]
+    changed_part, added_part = section.split("(`added`)", 1)
+    for kind, part in (("changed", changed_part), ("added", added_part)):
+        for keys in (diff.get(kind) or {}).values():
+            for key in keys:
+                name = key.split()[-1].split(".")[-1]
+                assert re.search(rf"`[\w.]*\b{re.escape(name)}\b", part), (kind, key)
+    assert bool(diff.get("changed")) != ("`changed` is empty" in doc)

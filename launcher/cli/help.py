@@ -59,12 +59,21 @@ HELP = {
         "  topl rules --json\n  topl rules --doctor",
     ),
     "recipes": (
-        "topl recipes [--json] | topl recipes show NAME | topl recipes diff A B",
-        "List recipes (shipped and TOPL_RECIPE_PATH), show one resolved, or diff two.",
-        "  --json           machine-readable",
+        "topl recipes [--json] | topl recipes show NAME | topl recipes diff A B [--env N=V]\n"
+        "       topl recipes import SCRIPT.sh [-o OUT.yaml] [--force] [--launch N] "
+        "[--env NAME=VALUE]... [GROUP=OPTION]... [-- SCRIPT_ARGS...]",
+        "List recipes (shipped and TOPL_RECIPE_PATH), show one resolved, or diff two (A or B may\n"
+        "be a launch script). `import` reads a bash launch script as data (never runs it) and\n"
+        "writes a recipe (0600) plus a report by line; the last line gives the round trip and the\n"
+        "contract's verdict, and the exit code is 0 only when both pass.",
+        "  --json           machine-readable\n"
+        "  --env NAME=VALUE a variable the script reads from its environment (import, diff)\n"
+        "  --launch N       which launch to import when the script has several trainers\n"
+        "  --force          replace an existing OUT.yaml",
         """  topl recipes
   topl recipes show qwen3_30b_a3b_grpo_a3_strict
-  topl recipes diff qwen3_4b_grpo_a3_strict qwen3_4b_grpo_a3_off""",
+  topl recipes diff qwen3_4b_grpo_a3_strict qwen3_4b_grpo_a3_off
+  topl recipes import run_grpo.sh -o my_grpo.yaml --env DEVICE=npu""",
     ),
     "plan": (
         "topl plan [OVERRIDES with sweeps] [--json] [--all]",

@@ -1,5 +1,5 @@
-"""`topl recipes [--json]`, `topl recipes show NAME`, `topl recipes diff A B` (A or B may be a
-bash launch script, imported on the fly), `topl recipes import SCRIPT.sh`."""
+"""`topl recipes [--json]`, `topl recipes show NAME`, `topl recipes diff A B [--env N=V]` (A or B
+may be a bash launch script, imported on the fly), `topl recipes import SCRIPT.sh`."""
 
 from __future__ import annotations
 
@@ -12,22 +12,26 @@ from topl.launcher.errors import ToplError
 from topl.launcher.tree import flatten
 
 
-def resolved(name: str) -> dict:
+def resolved(name: str, env: dict | None = None) -> dict:
     from topl.launcher.compose import compose_job
 
     if name.endswith(".sh"):  # a launch script: compare what importing it gives
         import tempfile
         from pathlib import Path
 
-        imp = _import(name, {}, [], {})
+        imp = _import(name, env or {}, [], {})
         with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / (Path(name).stem.replace("-", "_") + ".yaml")
+            path = Path(d) / (Path(name).stem.replace("-", "_").replace(".", "_") + ".yaml")
             path.write_text(script_import.recipe_text(imp, name))
-            return OmegaConf.to_container(compose_job([f"recipe={path}"]).cfg, resolve=True)
+            cfg = compose_job([f"recipe={path}"]).cfg
+            try:
+                return OmegaConf.to_container(cfg, resolve=True)
+            except Exception:  # noqa: BLE001 - a secret's ${oc.env:NAME} unset here: as written
+                return OmegaConf.to_container(cfg, resolve=False)
     return OmegaConf.to_container(compose_job([f"recipe={name}"]).cfg, resolve=True)
 
 
-def _import(script: str, env: dict, args: list[str], choices: dict):
+def _import(script: str, env: dict, args: list[str], choices: dict, launch: int | None = None):
     from pathlib import Path
 
     path = Path(script).expanduser()
@@ -37,38 +41,122 @@ def _import(script: str, env: dict, args: list[str], choices: dict):
             where=f"topl recipes import {script}",
             fix="give the path of a bash launch script",
         )
-    s = script_import.read_script(path.read_text(), env, args)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ToplError(f"script {script!r} cannot be read: {e.strerror}") from None
+    s = script_import.read_script(text, env, args, launch)
     return script_import.build_recipe(s, choices)
 
 
 IMPORT_USAGE = (
-    "topl recipes import SCRIPT.sh [-o OUT.yaml] [--env NAME=VALUE]... [GROUP=OPTION]... "
-    "[--json] [-- SCRIPT_ARGS...]"
+    "topl recipes import SCRIPT.sh [-o OUT.yaml] [--force] [--launch N] [--env NAME=VALUE]... "
+    "[GROUP=OPTION]... [--json] [-- SCRIPT_ARGS...]"
 )
+
+
+def _env_flag(v: str, env: dict) -> None:
+    k, sep, val = v.partition("=")
+    if not sep or not k:
+        raise ToplError(f"--env {v}: expected NAME=VALUE", fix=IMPORT_USAGE)
+    env[k] = val
+
+
+def _write_private(path, text: str, force: bool) -> None:
+    """0600, and never over an existing file unless --force (a recipe may name secrets)."""
+    import os
+
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        raise ToplError(
+            f"{path} exists: not overwritten",
+            fix="give another -o OUT.yaml, or --force to replace it",
+        ) from None
+    except OSError as e:
+        raise ToplError(f"cannot write {path}: {e.strerror}", fix="give -o OUT.yaml") from None
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)
+        f.write(text)
+
+
+def _verdict(out_path) -> tuple[bool, str, list]:
+    """The contract's verdict on the recipe as written (what `topl check recipe=OUT` says)."""
+    from topl.launcher.compose import compose_job
+    from topl.launcher.contract import check, errors
+
+    try:
+        vs = check(compose_job([f"recipe={out_path}"]))
+    except ToplError as e:
+        return False, f"not composable ({e.message})", []
+    ids = sorted({v.rule for v in errors(vs)})
+    return not ids, ("accepted" if not ids else "rejected (" + ", ".join(ids) + ")"), ids
+
+
+def _short(v, width: int = 60) -> str:
+    text = repr(v)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _report_lines(imp) -> list[str]:
+    lines = [
+        f"{r['line'] if r['line'] is not None else '-':>5}  {r['kind']}: "
+        + (f"{r['key']} = {r['detail']!r}" if r["key"] else str(r["detail"]))
+        for r in imp.report
+    ]
+    if imp.topl_adds:
+        lines.append("topl adds (not in the script; kept because topl needs them):")
+        lines += [f"    -  {a['key']} = {_short(a['value'])}: {a['why']}" for a in imp.topl_adds]
+    if imp.verl_defaults:
+        lines.append(
+            f"    -  {len(imp.verl_defaults)} key(s) written out with verl's own value (no change)"
+        )
+    lines += [
+        f"{r['line'] if r['line'] is not None else '-':>5}  NOT REPRODUCED: {r['key']} "
+        f"script {r['script']!r} rendered {r['rendered']!r}"
+        for r in imp.round_trip
+    ]
+    return lines
+
+
+def _scrub(red, o):
+    """Secret values out of every string of a JSON-like object (keys such as "key" are kept:
+    Redactor.obj would hide any value under a secret-looking key name)."""
+    if isinstance(o, dict):
+        return {k: _scrub(red, v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_scrub(red, v) for v in o]
+    return red.text(o) if isinstance(o, str) else o
 
 
 def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
     from pathlib import Path
 
+    from topl.launcher.redact import Redactor
+
     script_args = args[args.index("--") + 1 :] if "--" in args else []
     mine = args[: args.index("--")] if "--" in args else args
     flags, args = parse(mine, flags=("--json",), passthrough=("-o", "--env"))
     as_json = flags.json
-    env, choices, out, rest = {}, {}, None, []
+    env, choices, out, rest, force, launch = {}, {}, None, [], False, None
     it = iter(args)
     for a in it:
-        if a in ("-o", "--env"):
+        if a in ("-o", "--env", "--launch"):
             v = next(it, None)
             if v is None:
                 raise ToplError(f"{a} needs a value", fix=IMPORT_USAGE)
             if a == "-o":
                 out = v
+            elif a == "--env":
+                _env_flag(v, env)
+            elif not v.isdigit():
+                raise ToplError(f"--launch {v}: expected a number (1, 2, ...)", fix=IMPORT_USAGE)
             else:
-                k, sep, val = v.partition("=")
-                if not sep:
-                    raise ToplError(f"--env {v}: expected NAME=VALUE", fix=IMPORT_USAGE)
-                env[k] = val
+                launch = int(v)
+        elif a == "--force":
+            force = True
         elif "=" in a and not a.startswith("-"):
             g, _, o = a.partition("=")
             choices[g] = o
@@ -76,37 +164,81 @@ def import_main(args: list[str]) -> int:
             rest.append(a)
     if len(rest) != 1:
         raise ToplError("give exactly one script", fix=IMPORT_USAGE)
-    imp = _import(rest[0], env, script_args, choices)
-    out_path = Path(out or Path(rest[0]).stem.replace("-", "_") + ".yaml")
-    out_path.write_text(script_import.recipe_text(imp, rest[0]))
+    imp = _import(rest[0], env, script_args, choices, launch)
+    out_path = Path(out or Path(rest[0]).stem.replace("-", "_").replace(".", "_") + ".yaml")
     report_path = out_path.with_suffix(".import.txt")
-    lines = [
-        f"{r['line'] if r['line'] is not None else '-':>5}  {r['kind']}: "
-        + (f"{r['key']} = {r['detail']!r}" if r["key"] else str(r["detail"]))
-        for r in imp.report
-    ]
-    lines += [
-        f"{r['line']:>5}  NOT REPRODUCED: {r['key']} script {r['script']!r} rendered {r['rendered']!r}"
-        for r in imp.round_trip
-    ]
-    report_path.write_text("\n".join(lines) + "\n")
+    if not force and (out_path.exists() or report_path.exists()):
+        raise ToplError(
+            f"{out_path if out_path.exists() else report_path} exists: not overwritten",
+            fix="give another -o OUT.yaml, or --force to replace it",
+        )
+    red = Redactor(sec.value for sec in imp.secrets.values())
+    _write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
+    lines = [red.text(line) for line in _report_lines(imp)]
+    ok, verdict, ids = _verdict(out_path)
+    trip = "exact" if not imp.round_trip else f"{len(imp.round_trip)} setting(s) differ"
+    final = (
+        f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
+        f"round trip: {trip}; contract: {verdict}"
+    )
+    _write_private(report_path, "\n".join([*lines, final]) + "\n", force)
     if as_json:
         print_json(
-            {
-                "recipe": str(out_path),
-                "report_file": str(report_path),
-                "groups": imp.defaults,
-                "report": imp.report,
-                "round_trip": imp.round_trip,
-            }
+            _scrub(
+                red,
+                {
+                    "recipe": str(out_path),
+                    "report_file": str(report_path),
+                    "groups": imp.defaults,
+                    "report": imp.report,
+                    "round_trip": imp.round_trip,
+                    "topl_adds": imp.topl_adds,
+                    "verl_defaults": imp.verl_defaults,
+                    "contract": {"ok": ok, "verdict": verdict, "rejected_by": ids},
+                    "ok": ok and not imp.round_trip,
+                },
+            )
         )
     else:
         print("\n".join(lines))
-        print(
-            f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
-            f"round trip: {'exact' if not imp.round_trip else f'{len(imp.round_trip)} setting(s) differ'}"
-        )
-    return 0 if not imp.round_trip else 2
+        print(final)
+    return 0 if ok and not imp.round_trip else 2
+
+
+def _diff(args: list[str], as_json: bool) -> int:
+    """`recipes diff A B [--env NAME=VALUE]...`: null and absent are different things."""
+    env, names, it = {}, [], iter(args)
+    for a in it:
+        if a == "--env":
+            v = next(it, None)
+            if v is None:
+                raise ToplError("--env needs NAME=VALUE", fix="topl recipes diff A B --env N=V")
+            _env_flag(v, env)
+        else:
+            names.append(a)
+    if len(names) != 2:
+        raise ToplError("give two recipes or scripts", fix="topl recipes diff A B [--env N=V]")
+    a, b = flatten(resolved(names[0], env)), flatten(resolved(names[1], env))
+    rows = []
+    for k in sorted(set(a) | set(b)):
+        if (k in a) != (k in b) or a.get(k) != b.get(k):
+            row = {"key": k, "a": a.get(k), "b": b.get(k)}
+            if (k in a) != (k in b):  # null is a value; "absent" names the side without the key
+                row["absent"] = "b" if k in a else "a"
+            rows.append(row)
+    if as_json:
+        print_json({"a": names[0], "b": names[1], "differences": rows})
+        return 0
+
+    def show(row, side):
+        return "(absent)" if row.get("absent") == side else repr(row[side])
+
+    width = max((len(r["key"]) for r in rows), default=3)
+    print(f"{'key':<{width}}  {names[0]}  ->  {names[1]}")
+    for r in rows:
+        print(f"{r['key']:<{width}}  {show(r, 'a')}  ->  {show(r, 'b')}")
+    print(f"{len(rows)} key(s) differ")
+    return 0
 
 
 def main(args: list[str]) -> int:
@@ -133,23 +265,10 @@ def main(args: list[str]) -> int:
         else:
             print(OmegaConf.to_yaml(OmegaConf.create(data)))
         return 0
-    if args[0] == "diff" and len(args) == 3:
-        a, b = flatten(resolved(args[1])), flatten(resolved(args[2]))
-        rows = [
-            {"key": k, "a": a.get(k), "b": b.get(k)}
-            for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)
-        ]
-        if as_json:
-            print_json({"a": args[1], "b": args[2], "differences": rows})
-        else:
-            width = max((len(r["key"]) for r in rows), default=3)
-            print(f"{'key':<{width}}  {args[1]}  ->  {args[2]}")
-            for r in rows:
-                print(f"{r['key']:<{width}}  {r['a']!r}  ->  {r['b']!r}")
-            print(f"{len(rows)} key(s) differ")
-        return 0
+    if args[0] == "diff":
+        return _diff(args[1:], as_json)
     raise ToplError(
         f"unknown recipes command: {' '.join(args)}",
-        fix="topl recipes | topl recipes show NAME | topl recipes diff A B | " + IMPORT_USAGE,
+        fix="topl recipes | topl recipes show NAME | topl recipes diff A B [--env N=V] | "
+        + IMPORT_USAGE,
     )

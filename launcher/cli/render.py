@@ -18,6 +18,9 @@ def main(args: list[str]) -> int:
     composed = compose_job(overrides)
     vs = check(composed)
     if errors(vs):
+        from topl.launcher.cli.check import installed_verl
+
+        vs += installed_verl(composed.to_object())  # what `check` adds: the same answer
         if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
             print_json({"ok": False, "violations": [v.to_dict() for v in vs]})
         print_violations(vs)
