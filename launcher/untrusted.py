@@ -52,7 +52,9 @@ CLI_HYDRA = (
 CLI_LAUNCHERS = ("basic", "joblib")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
-_RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")  # ${name:...}: a resolver call
+# `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
+# (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
+_RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
 _PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -167,6 +169,7 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
             fix=f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
         )
     _check_hydra(data.get("hydra"), where)
+    _check_meaning(data, where)
     return _check_defaults(data.get("defaults", []), where)
 
 
@@ -196,6 +199,22 @@ def _check_hydra(node: Any, where: str) -> None:
             "and environment settings run code or write outside the run directory)",
             where=where,
             fix=f"remove the `hydra:` keys; allowed: {allowed}",
+        )
+
+
+def _check_meaning(data: dict, where: str) -> None:
+    """Settings that choose what runs (meaning.py) are the user's own, at any nesting level."""
+    from topl.launcher import meaning
+
+    hits = meaning.recipe_hits(data)
+    if hits:
+        lines = "; ".join(f"{k}: {why}" for k, why in hits)
+        first = hits[0][0].removeprefix("hydra.sweeper.params.")
+        raise ToplError(
+            f"a recipe may not choose what runs: {lines}",
+            where=where,
+            fix=f"remove it from the recipe; if you trust it, type it yourself on the command "
+            f"line (`{first.lstrip('+~')}=...`); `topl check` shows each setting's source",
         )
 
 
@@ -268,6 +287,11 @@ def guard_overrides(overrides: list[str]) -> list[str]:
         if unsafe:
             continue
         if key == "hydra/launcher" and o.split("=", 1)[-1].strip() in CLI_LAUNCHERS:
+            continue
+        inner = key.removeprefix("hydra.sweeper.params.")
+        if inner != key and (inner == "hydra" or inner.startswith(("hydra.", "hydra/"))):
+            # a sweep parameter is an override too: Hydra applies it to its own config per job
+            guard_overrides([f"{inner}={o.split('=', 1)[-1]}"])
             continue
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
