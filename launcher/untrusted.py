@@ -156,6 +156,33 @@ def check_values(node: Any, where: str, *, resolvers: bool) -> None:
             )
 
 
+# Keys whose value never goes on a command line: the job's environment (secrets reach the job
+# there, launcher/render_env.py) and the Ray head topl itself talks to.
+OFF_ARGV = ("cluster.env", "cluster.ray_address")
+
+
+def check_no_secret_on_argv(node: Any, where: str) -> None:
+    """No value that becomes part of verl's command line (or a printed key) holds a secret: a known
+    secret value (a secret-named variable's) or a credential shape (URL password, token), anywhere
+    outside cluster.env. Everyone on the machine reads argv (`ps`)."""
+    from topl.launcher import redact
+
+    r = redact.current()
+    hits = [
+        p
+        for p, _, v in _walk(node)
+        if isinstance(v, str) and not p.startswith(OFF_ARGV) and r.text(v) != v
+    ]
+    if hits:
+        raise ToplError(
+            f"{', '.join(sorted(set(hits)))}: holds a secret (a secret variable's value, a URL "
+            "password or a token); it would be on verl's command line, readable by everyone (`ps`)",
+            where=where,
+            fix="remove it from that key; hand a secret to the job only through cluster.env "
+            "(`+cluster.env.MY_TOKEN='${oc.env:MY_TOKEN}'`)",
+        )
+
+
 def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
     """Validate a parsed recipe; return the names of the recipes it includes."""
     if not isinstance(data, dict):
