@@ -255,6 +255,8 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
         raise _friendly(e, plain) from None
     finally:
         GlobalHydra.instance().clear()
+    for d in dirs:
+        untrusted.check_run_path(d, "hydra.run.dir / hydra.sweep.dir (run_root, experiment)")
     return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
 
 

@@ -320,6 +320,8 @@ def guard_overrides(overrides: list[str]) -> list[str]:
             # a sweep parameter is an override too: Hydra applies it to its own config per job
             guard_overrides([f"{inner}={o.split('=', 1)[-1]}"])
             continue
+        if key in LABELS:
+            _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
@@ -332,6 +334,39 @@ def guard_overrides(overrides: list[str]) -> list[str]:
                 f"hydra/launcher={'|'.join(CLI_LAUNCHERS)})",
             )
     return overrides
+
+
+# Hydra settings that name a folder or file *inside* a run directory: labels, never paths.
+# hydra.sweep.subdir is a job's folder under the sweep dir (an absolute one replaces it, `..`
+# leaves it); hydra.job.name is the job's log file name (hydra/conf/hydra/job_logging/default.yaml:
+# ${hydra.runtime.output_dir}/${hydra.job.name}.log).
+LABELS = ("hydra.sweep.subdir", "hydra.job.name")
+_LABEL = re.compile(r"^(?:[A-Za-z0-9_=,+-]|\.(?!\.)|\$\{hydra\.job\.(?:num|id)\})+$")
+
+
+def _check_label(override: str, key: str, value: str) -> None:
+    if _LABEL.match(value) and value not in (".",) and not value.startswith("."):
+        return
+    raise ToplError(
+        f"`{override}`: {key} is a label inside the run directory, not a path",
+        where=f"command line `{override}`",
+        fix="use letters, digits, _ - = , + (and ${hydra.job.num} / ${hydra.job.id}); to "
+        "put runs elsewhere set hydra.sweep.dir / hydra.run.dir",
+    )
+
+
+def check_run_path(path: str, where: str) -> None:
+    """A run or sweep directory as Hydra resolves it: no `..` (a recipe's `experiment`, part of
+    the default run dir name, could otherwise climb out of run_root)."""
+    from pathlib import PurePath
+
+    if ".." in PurePath(path).parts or "\0" in path:
+        raise ToplError(
+            f"the run directory {path} climbs out of its folder (`..`)",
+            where=where,
+            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir without `..` "
+            "(an absolute path if you mean another folder)",
+        )
 
 
 def spec_fields() -> set[str]:
