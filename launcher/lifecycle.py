@@ -83,6 +83,9 @@ def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False
         state = {**({"state": "submitted"} if detached and rc == 0 else status_of(rc)), **details}
         return exit_code(rc)
     except (Interrupted, KeyboardInterrupt) as e:
+        from topl.launcher import children
+
+        children.kill_all()  # the doctor's interpreter, still running in a deadline thread
         signum = getattr(e, "signum", signal.SIGINT)
         state = {
             "state": "interrupted",
