@@ -25,6 +25,7 @@ MAX_BYTES = 256 * 1024  # a recipe is a page of YAML; the shipped ones are < 1 K
 MAX_ALIASES = 64  # YAML aliases (*name) in one file
 MAX_NODES = 20_000  # values after alias expansion
 MAX_INCLUDES = 8  # recipes including recipes, depth
+MAX_DEPTH = 32  # nesting of mappings / lists (the spec is 3 deep; verl keys are dotted)
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
 # The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
@@ -84,6 +85,21 @@ def _count(node: Any, budget: list[int]) -> None:
             _count(v, budget)
 
 
+def _depth(node: Any) -> int:
+    """How deep mappings and lists nest, counted without recursion (a cycle counts as too deep)."""
+    deepest, todo = 0, [(node, 1)]
+    while todo:
+        n, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            return d
+        if isinstance(n, dict):
+            todo += [(v, d + 1) for v in n.values()]
+        elif isinstance(n, list):
+            todo += [(v, d + 1) for v in n]
+    return deepest
+
+
 def load_yaml(text: bytes, where: str) -> Any:
     """Parse YAML as OmegaConf/Hydra would, refusing oversize, alias-heavy or exploding files."""
     fix = "recipes are small plain YAML: write values out instead of using anchors and aliases"
@@ -99,6 +115,10 @@ def load_yaml(text: bytes, where: str) -> Any:
             loader.dispose()
     except UnicodeDecodeError:
         raise ToplError("the file is not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise ToplError(
+            f"the YAML nests deeper than {MAX_DEPTH} levels", where=where, fix=fix
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
@@ -108,6 +128,8 @@ def load_yaml(text: bytes, where: str) -> Any:
         raise ToplError(
             f"YAML syntax error: {problem}", where=at, fix="fix the YAML syntax at that line"
         ) from None
+    if _depth(data) > MAX_DEPTH:
+        raise ToplError(f"the YAML nests deeper than {MAX_DEPTH} levels", where=where, fix=fix)
     try:
         _count(data, [MAX_NODES])
     except (ValueError, RecursionError):
@@ -279,13 +301,32 @@ class Recipe:
     includes: list[str]
 
 
-def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
-    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+def read_capped(path: Path, cap: int) -> bytes:
+    """At most `cap` bytes of a regular file: a FIFO or a device is refused, never waited on."""
+    import os
+    import stat
+
     try:
-        with path.open("rb") as f:
-            text = f.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ToplError(f"cannot read the recipe: {e.strerror}", where=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToplError(
+                "the recipe is not a regular file (a FIFO, a device or a folder)",
+                where=str(path),
+                fix="point at a .yaml file",
+            )
+        os.set_blocking(fd, True)
+        try:
+            return f.read(cap)
+        except OSError as e:
+            raise ToplError(f"cannot read the recipe: {e.strerror}", where=str(path)) from None
+
+
+def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
+    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+    text = read_capped(path, MAX_BYTES + 1)
     data = load_yaml(text, str(path)) or {}
     package = _PACKAGE.findall(text.decode("utf-8"))
     if package and package[0] != "_global_":
