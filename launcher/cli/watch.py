@@ -109,6 +109,7 @@ def _dry_run(run_dir: Path, as_json: bool) -> int:
 def _describe(st: dict) -> str:
     """`succeeded`, `failed: exit code 3 (...)`, `still running` as a person reads it."""
     state = st.get("state")
+    state = None if state is None else str(state)  # a status.json edited by hand: any JSON
     if state in (None, "running", "submitted"):
         return f"not ended yet ({state or 'no status.json yet'})"
     extra = [f"{k} {st[k]}" for k in ("exit_code", "signal", "ray_status") if st.get(k) is not None]
