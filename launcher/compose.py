@@ -230,7 +230,8 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
         untrusted.check_no_secret_on_argv(
-            OmegaConf.to_container(cfg, resolve=True), f"overrides: {' '.join(overrides) or '(none)'}"
+            OmegaConf.to_container(cfg, resolve=True),
+            f"overrides: {' '.join(overrides) or '(none)'}",
         )
     except OmegaConfBaseException as e:
         raise _friendly(e, overrides) from None

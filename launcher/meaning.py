@@ -137,8 +137,9 @@ def recipe_hits(data: dict) -> list[tuple[str, str]]:
                     sub = {f"{k}.{k2}": v2 for k2, v2 in v.items()}
                     walk(sub, path)
                 continue
-            if key.lstrip("+~").startswith(("verl_overrides.", "algorithm.extra_overrides.",
-                                             "cluster.env.")):
+            if key.lstrip("+~").startswith(
+                ("verl_overrides.", "algorithm.extra_overrides.", "cluster.env.")
+            ):
                 if why := command_line_only(key):
                     hits.append((key, why))
                 continue

@@ -124,8 +124,15 @@ class Watcher:
         named = {m.get("what") for m in missing if isinstance(m, dict)}
         for name, (value, rule) in self._manifest.items():
             if name in env and env[name] != value and f"env {name}" not in named:
-                missing.append({"rule": rule, "what": f"env {name}", "needed": value,
-                                "found": env[name], "seen_by": "topl watch"})
+                missing.append(
+                    {
+                        "rule": rule,
+                        "what": f"env {name}",
+                        "needed": value,
+                        "found": env[name],
+                        "seen_by": "topl watch",
+                    }
+                )
         return {**rec, "missing": missing}
 
     def poll(self) -> list[tuple[str, object]]:

@@ -14,8 +14,16 @@ from topl.launcher.cli import main as topl
 
 @pytest.mark.parametrize(
     "raw",
-    ["[1, 2]", '{"env": 5}', '{"env": {"X": "a"}}', '{"env": {"X": [1, 2]}}', '{"strict": "no"}',
-     '{"modules": {"m": ["loaded"]}}', "not json", "[" * 5000 + "]" * 5000],
+    [
+        "[1, 2]",
+        '{"env": 5}',
+        '{"env": {"X": "a"}}',
+        '{"env": {"X": [1, 2]}}',
+        '{"strict": "no"}',
+        '{"modules": {"m": ["loaded"]}}',
+        "not json",
+        "[" * 5000 + "]" * 5000,
+    ],
     ids=["list", "env_int", "env_str", "env_ints", "strict_str", "short_pair", "text", "deep"],
 )
 def test_a_malformed_guard_manifest_is_top_guard_001_not_an_exception(tmp_path, raw):
@@ -76,6 +84,8 @@ def test_a_fifo_in_topl_recipe_path_does_not_hang_check(tmp_path):
     env = {"TOPL_RECIPE_PATH": str(tmp_path / "mine")}
     r = run_topl("check", "recipe=stuck", cwd=tmp_path, env=env, timeout=60)
     assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr
-    r = run_topl("check", f"recipe={tmp_path / 'mine' / 'stuck.yaml'}", cwd=tmp_path, env=env, timeout=60)
+    r = run_topl(
+        "check", f"recipe={tmp_path / 'mine' / 'stuck.yaml'}", cwd=tmp_path, env=env, timeout=60
+    )
     assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr
     assert run_topl("recipes", cwd=tmp_path, env=env, timeout=60).returncode == 0

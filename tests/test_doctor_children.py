@@ -31,9 +31,19 @@ def test_sigterm_during_the_doctor_leaves_no_interpreter_behind(tmp_path):
     slow.chmod(0o755)
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     topl = subprocess.Popen(
-        [sys.executable, "-m", "topl.launcher.cli", "launch", "cluster.backend=subprocess",
-         f"cluster.python={slow}"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "topl.launcher.cli",
+            "launch",
+            "cluster.backend=subprocess",
+            f"cluster.python={slow}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120

@@ -69,7 +69,7 @@ def box(tmp_path_factory):
     (d / "pkg").mkdir()
     (d / "pkg" / "canary.py").write_text(f"open({str(canary)!r}, 'w').write('ran')\n")
     prog = d / "evil.sh"
-    prog.write_text(f"#!/bin/sh\ntouch {canary}\nexec python3 \"$@\"\n")
+    prog.write_text(f'#!/bin/sh\ntouch {canary}\nexec python3 "$@"\n')
     prog.chmod(0o755)
     return d
 
@@ -217,14 +217,30 @@ def run_dirs(draw):
     )
     guard = draw(
         st.one_of(
-            st.dictionaries(st.sampled_from(["role", "missing", "env", "versions", "pid"]),
-                            STATUS_VALUES, max_size=4),
+            st.dictionaries(
+                st.sampled_from(["role", "missing", "env", "versions", "pid"]),
+                STATUS_VALUES,
+                max_size=4,
+            ),
             st.sampled_from([[1], "x"]),
         )
     )
-    log = draw(st.lists(st.sampled_from([
-        f"step:1 - {DIFF}:0.0 - a:{ESC}", "TOPL-GUARD " + json.dumps({"host": ESC, "pid": -1}),
-        "TOPL-GUARD {", ESC, "step:x", "\x00" * 5, "y" * 5000]), max_size=5))
+    log = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    f"step:1 - {DIFF}:0.0 - a:{ESC}",
+                    "TOPL-GUARD " + json.dumps({"host": ESC, "pid": -1}),
+                    "TOPL-GUARD {",
+                    ESC,
+                    "step:x",
+                    "\x00" * 5,
+                    "y" * 5000,
+                ]
+            ),
+            max_size=5,
+        )
+    )
     fifo = draw(st.sampled_from([None, "status.json", "verl.log", "spec.yaml", "metrics.jsonl"]))
     return status, guard, log, fifo
 

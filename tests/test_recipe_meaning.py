@@ -59,7 +59,9 @@ def test_shipped_settings_stay_data():
 
 def test_command_line_may_set_them_and_check_names_the_source(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = topl(["check", "cluster.python=/opt/py/bin/python3", "+cluster.env.LD_PRELOAD=x.so", "--json"])
+    rc = topl(
+        ["check", "cluster.python=/opt/py/bin/python3", "+cluster.env.LD_PRELOAD=x.so", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0, out
     chosen = {s["key"]: s["source"] for s in out["command_line_only"]}
@@ -73,7 +75,7 @@ def test_command_line_sweep_params_of_hydra_need_the_flag():
     assert untrusted.guard_overrides(["hydra.sweeper.params.seed=1,2"])
 
 
-CANARY_PY = "#!/bin/sh\ntouch {canary}\nexec python3 \"$@\"\n"
+CANARY_PY = '#!/bin/sh\ntouch {canary}\nexec python3 "$@"\n'
 
 
 def test_doctor_and_launch_never_run_a_recipes_interpreter(tmp_path, capsys, monkeypatch):

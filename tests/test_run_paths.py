@@ -40,7 +40,13 @@ def test_a_sweep_subdir_naming_an_existing_folder_is_not_touched(tmp_path):
     (mine / "run.sh").write_text("#!/bin/sh\n")
     (mine / "run.sh").chmod(0o755)
     r = run_topl(
-        "launch", "-m", "--dry-run", f"hydra.sweep.subdir={mine}", "seed=1", cwd=tmp_path, timeout=120
+        "launch",
+        "-m",
+        "--dry-run",
+        f"hydra.sweep.subdir={mine}",
+        "seed=1",
+        cwd=tmp_path,
+        timeout=120,
     )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert stat.S_IMODE((mine / "run.sh").stat().st_mode) == 0o755

@@ -110,10 +110,20 @@ def test_watch_prints_no_terminal_escapes_and_no_traceback_on_bad_records(tmp_pa
 
 def test_a_guard_record_that_says_ok_with_a_wrong_determinism_variable_is_not_ok(tmp_path, capsys):
     d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
-    manifest = {"env": {"VLLM_BATCH_INVARIANT": ["1", "TOP-ALN-001"]}, "modules": {}, "strict": True}
+    manifest = {
+        "env": {"VLLM_BATCH_INVARIANT": ["1", "TOP-ALN-001"]},
+        "modules": {},
+        "strict": True,
+    }
     (d / "invocation.json").write_text(json.dumps({"env": {"TOPL_GUARD": json.dumps(manifest)}}))
     (d / "guard").mkdir()
-    rec = {"role": "driver", "host": "h", "pid": 1, "missing": [], "env": {"VLLM_BATCH_INVARIANT": "0"}}
+    rec = {
+        "role": "driver",
+        "host": "h",
+        "pid": 1,
+        "missing": [],
+        "env": {"VLLM_BATCH_INVARIANT": "0"},
+    }
     (d / "guard" / "h-1.json").write_text(json.dumps(rec))
     topl(["watch", str(d), "--once"])
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("guard"))
