@@ -7,6 +7,10 @@ Verdicts
 - framework difference: weights or model config differ, boundaries do not map, or the first
   divergence is logic-level: an op applied at another point, a different epsilon or scale, a
   missing step.
+- dtype difference: the models' dtypes, or a boundary's stored dtype, differ (checked first: values
+  of different dtypes are not compared).
+- non-finite values: the first diverging boundary has NaN / inf on one side only (named with
+  counts and the first token and element); identical NaN / inf on both sides count as equal.
 - cannot tell: an input of the first diverging boundary was not dumped (the Megatron / vLLM hook
   maps have no q, k, v), so the divergence may have started upstream of it.
 
@@ -22,15 +26,15 @@ import re
 
 import torch
 
+from topl.kernels.diagnose_stats import (  # noqa: F401  (re-exported)
+    ROUNDING_ULPS,
+    _nonfinite_text,
+    compare_boundary,
+    strict_json,
+    systematic,
+    ulp_distance,
+)
 from topl.kernels.dump import LAYER_BOUNDARIES, canonical_order
-
-# Median ULP distance of the differing elements up to which a difference is "rounding level": a
-# reordered sum or a fused op moves results by one ULP here and there (median 1 for every switch of
-# the reference engines); a step applied at another point moves most of them by several.
-ROUNDING_ULPS = 2
-# A difference is systematic when at least this many elements differ and at least this fraction of
-# them moves the same way (signed, or in magnitude); reordered sums round up and down about equally.
-BIAS_MIN_ELEMENTS, BIAS_FRACTION = 64, 0.9
 
 # Alignment switches that change each boundary's operator, most likely first (kernels/model.py);
 # with the contract rules that enforce them.
@@ -112,70 +116,6 @@ def _inputs(boundary: str, num_layers: int, moe: bool) -> list[str]:
     }[b]
 
 
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Distance in units in the last place, in the tensors' own dtype (integer view)."""
-    if not a.is_floating_point():
-        return (a != b).long()
-    bits = {
-        torch.float32: torch.int32,
-        torch.bfloat16: torch.int16,
-        torch.float16: torch.int16,
-    }.get(a.dtype)
-    if bits is None:
-        a, b, bits = a.float(), b.float(), torch.int32
-    ia, ib = a.contiguous().view(bits).long(), b.contiguous().view(bits).long()
-    # map sign-magnitude to a monotonic integer line
-    top = 1 << (torch.iinfo(bits).bits - 1)
-    ia = torch.where(ia < 0, -top - ia, ia)
-    ib = torch.where(ib < 0, -top - ib, ib)
-    return (ia - ib).abs()
-
-
-def compare_boundary(ra: dict, rb: dict) -> dict | None:
-    keys = sorted(set(ra) & set(rb))
-    if not keys:
-        return None
-    if any(ra[k].numel() != rb[k].numel() for k in keys[:1]):
-        return {
-            "tokens": len(keys),
-            "shape_mismatch": [list(ra[keys[0]].shape), list(rb[keys[0]].shape)],
-            "equal": False,
-        }
-    a = torch.stack(
-        [ra[k].reshape(-1) for k in keys]
-    )  # per token, flattened: [KVH, D] maps to [KVH*D]
-    b = torch.stack([rb[k].reshape(-1) for k in keys])
-    if a.shape != b.shape:
-        return {
-            "tokens": len(keys),
-            "shape_mismatch": [list(a.shape), list(b.shape)],
-            "equal": False,
-        }
-    if a.dtype != b.dtype:
-        a, b = a.float(), b.float()
-    eq = a == b
-    ulp = ulp_distance(a, b)
-    diff = ulp[~eq].float()
-    out = {
-        "tokens": len(keys),
-        "equal": bool(eq.all()),
-        "fraction_equal": float(eq.float().mean()),
-        "max_abs": float((a.float() - b.float()).abs().max()),
-        "max_ulp": int(ulp.max()),
-        "median_ulp_of_diffs": float(diff.median()) if diff.numel() else 0.0,
-        "differing": int(diff.numel()),
-    }
-    if diff.numel() and a.is_floating_point():
-        fa, fb = a[~eq].float(), b[~eq].float()
-        eps = torch.finfo(a.dtype).eps
-        out.update(
-            sign_bias=float((fa > fb).float().mean()),  # share of A > B: 0.5 for rounding
-            magnitude_bias=float((fa.abs() > fb.abs()).float().mean()),  # share of |A| > |B|
-            median_rel_err_eps=float(((fa - fb).abs() / fb.abs().clamp_min(1e-30)).median() / eps),
-        )
-    return out
-
-
 class BoundaryMismatch(ValueError):
     """The two dumps do not record the same boundaries: comparing a subset would hide the rest."""
 
@@ -212,6 +152,7 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
         for k in set(ma["model"]) | set(mb["model"])
         if k not in ("name", "hf_path") and ma["model"].get(k) != mb["model"].get(k)
     }
+    report["dtype"] = [ma.get("dtype"), mb.get("dtype")]
     report["weights_differ"] = bad_w
     report["config_differ"] = {k: list(v) for k, v in cfg_diff.items()}
     for name in canonical_order(num_layers):
@@ -237,22 +178,7 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
     report["verdict"], report["reason"], report["remedy"], report["switches"] = _verdict(
         report, num_layers, moe, layouts
     )
-    return report
-
-
-def systematic(r: dict) -> str | None:
-    """Why the differing elements are not rounding noise, or None."""
-    if r["median_ulp_of_diffs"] > ROUNDING_ULPS:
-        return f"median {r['median_ulp_of_diffs']:.0f} ULPs over {1 - r['fraction_equal']:.0%} of elements"
-    if r.get("differing", 0) >= BIAS_MIN_ELEMENTS:
-        for key, what in (("sign_bias", "A > B"), ("magnitude_bias", "|A| > |B|")):
-            share = r.get(key, 0.5)
-            if max(share, 1 - share) >= BIAS_FRACTION:
-                return (
-                    f"{what} on {share:.0%} of {r['differing']} differing elements "
-                    f"(rounding goes both ways; relative error {r['median_rel_err_eps']:.1f} eps)"
-                )
-    return None
+    return strict_json(report)
 
 
 def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
@@ -276,6 +202,22 @@ def _verdict(report, num_layers, moe, layouts):
     """(verdict, reason, remedy, switches)."""
     rows = {r["boundary"]: r for r in report["boundaries"]}
     first = report["first_divergence"]
+    dt = report["dtype"]
+    stored = [r for r in report["boundaries"] if "dtype_mismatch" in r]
+    if (dt[0] and dt[1] and dt[0] != dt[1]) or stored:
+        what = f"A's model is {dt[0]}, B's {dt[1]}" if dt[0] != dt[1] else "same model dtype"
+        if stored:
+            x = stored[0]
+            what += (
+                f"; {len(stored)} boundaries stored in different dtypes, first {x['boundary']}: "
+                f"{x['dtype_mismatch'][0]} vs {x['dtype_mismatch'][1]}"
+            )
+        return (
+            "dtype difference",
+            f"{what}: values of different dtypes are not compared",
+            "run both engines in one dtype (train.dtype) and dump boundaries as computed",
+            [],
+        )
     if report["weights_differ"]:
         return (
             "framework difference",
@@ -300,8 +242,27 @@ def _verdict(report, num_layers, moe, layouts):
                 "check the name maps",
                 [],
             )
+        nf = [r for r in compared if r.get("nonfinite")]
+        if nf:
+            return (
+                "equal",
+                f"every mapped boundary is bitwise equal, non-finite values included (first at "
+                f"{nf[0]['boundary']}: {_nonfinite_text(nf[0])})",
+                "both engines produce the same NaN / inf: look upstream of "
+                f"{nf[0]['boundary']} on both",
+                [],
+            )
         return ("equal", "every mapped boundary is bitwise equal", "", [])
     r = rows[first]
+    if r.get("nonfinite_mismatch"):
+        return (
+            "non-finite values",
+            f"{first}: {r['nonfinite_mismatch']} of {r['elements']} elements are NaN / inf on "
+            f"one side only ({_nonfinite_text(r)})",
+            f"find what overflows or divides by zero at {first} on that side (fp16 range, a fully "
+            "masked softmax row, an epsilon)",
+            [],
+        )
     if "shape_mismatch" in r:
         return (
             "framework difference",
@@ -341,13 +302,33 @@ def _verdict(report, num_layers, moe, layouts):
     remedy = "; ".join(f"alignment.{s}=true: {WHAT[s]}" for s in found) or REMEDY.get(kind, "")
     if kind == "logprobs":
         remedy += "; rollout.logprobs_mode (TOP-LOGP-002)"
+    on = _all_on(first, moe, layouts)
+    if on:  # both dumps record every switch for this boundary on: none of them is the remedy
+        found, remedy = (
+            [],
+            (
+                f"the switches for {kind} ({', '.join(on)}) are already on in both dumps: compare "
+                "the two kernels of this step"
+            ),
+        )
     return (
         "operator path",
-        f"{first}: inputs equal, outputs differ at rounding level (median "
-        f"{r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no sign bias): kernel or reduction order",
+        f"{first}: inputs equal, {r['differing']} of {r['elements']} elements differ at "
+        f"rounding level (median {r['median_ulp_of_diffs']:.0f}, max {r['max_ulp']} ULP, no "
+        "sign bias): kernel or reduction order",
         remedy,
         found,
     )
+
+
+def _all_on(first: str, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
+    """The boundary's candidate switches when both dumps record all of them on, else []."""
+    kind = first.rsplit(".", 1)[-1]
+    cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
+    als = [lay.get("alignment") or {} for lay in layouts]
+    if cands and all(al and all(al.get(c) is True for c in cands) for al in als):
+        return cands
+    return []
 
 
 def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:

@@ -51,9 +51,8 @@ class Side:
     moe_order: str  # rank: top-k summed in rank order (fp32) | expert: index_add in expert-id order
     tp: int  # ways the row-parallel layers' partial sums are split
     order: str  # ring | tree all-reduce order of those partials
-    leaves: int = (
-        0  # aligned reduction: K-chunks both sides tree-sum (lcm of the TP degrees); 0: tp
-    )
+    # aligned reduction: K-chunks both sides sum in one fixed tree (lcm of the TP degrees); 0: tp
+    leaves: int = 0
 
 
 def sides(
@@ -70,10 +69,11 @@ def sides(
     if a.tp_aligned_reduction:
         # A ring all-reduce chunks the flattened output, so an element's order depends on the batch
         # shape (vllm-ascend #17169). The aligned reduction: each side keeps its own TP degree, but
-        # both cut K into the same lcm(train_tp, rollout_tp) chunks and sum them by one pairwise
-        # tree (ranks tree-sum their chunks, the collective tree-sums the ranks): the same order for
-        # every TP degree and batch shape. What an engine needs to implement it: a tree all-reduce
-        # and a GEMM split at the same K boundaries on the side with the smaller TP.
+        # both cut K into the same lcm(train_tp, rollout_tp) chunks and sum them by one fixed
+        # pairwise tree over those chunks (primitives.row_parallel): the same order for every TP
+        # degree and batch shape. What an engine needs: a GEMM split at the same K boundaries, a
+        # tree all-reduce, and where a rank's chunks are not one node of the tree (lcm / tp not a
+        # power of two, e.g. TP 2 vs 3) an all-gather of the unsummed chunk products.
         leaves, order = math.lcm(train_tp, rollout_tp), "tree"
     train = Side(
         a.batch_invariant, False, True, train_plan, train_plan, "rank", train_tp, order, leaves
@@ -324,6 +324,9 @@ class Model:
 
 
 def token_logprobs(logits: torch.Tensor, temperature: float, fp32: bool) -> torch.Tensor:
-    """log p over the vocabulary after temperature, at the chosen precision."""
+    """log p over the vocabulary after temperature, at the chosen precision. A temperature <= 0 is
+    clamped to 1e-8 as verl's trainer does (verl@0.9.1:verl/workers/engine/megatron/
+    transformer_impl.py:MegatronEngineWithLMHead._lm_head_logits_processor); TOP-SAMP-001 refuses it."""
+    temperature = temperature if temperature > 0 else 1e-8
     z = logits.float() / temperature if fp32 else logits / temperature
     return P.log_softmax(z, fp32)

@@ -52,19 +52,29 @@ def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
 
 
 # Real collectives, set inside a torch.distributed job (tests/test_collectives.py); None: emulate.
-# Each is a callable with `.rank` and `.size` that sum-all-reduces a tensor and returns it.
+# Each is a callable with `.rank` and `.size` that sum-all-reduces a tensor and returns it (for
+# order="tree": pairwise over the ranks, `_tree`'s order).
 ALLREDUCE = None  # tensor-parallel group: row-parallel partials
 EXPERT_PARALLEL = None  # expert-parallel group: experts e with e % size == rank live on this rank
 
 
 def _tree(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Pairwise sum ((p0 + p1) + (p2 + p3)): for 2^n parts any rank's contiguous block is a subtree."""
+    """Pairwise sum ((p0 + p1) + (p2 + p3)), an odd last part carried up a level: the one fixed tree
+    of the aligned reduction, for any number of parts."""
     while len(parts) > 1:
         parts = [
             parts[i] + parts[i + 1] if i + 1 < len(parts) else parts[i]
             for i in range(0, len(parts), 2)
         ]
     return parts[0]
+
+
+def _subtree_blocks(n: int, tp: int) -> bool:
+    """Whether every rank's n/tp contiguous leaves form one node of `_tree` over n leaves: true
+    exactly when n/tp is a power of two (the first levels then pair whole blocks, and the upper
+    levels are `_tree` over the tp block sums)."""
+    per = n // tp
+    return per & (per - 1) == 0
 
 
 def row_parallel(
@@ -76,10 +86,13 @@ def row_parallel(
     ring: gloo's ring all-reduce (checked against torch.distributed gloo bit for bit): the flattened
     output is cut into tp chunks and chunk c sums ranks c-1, c-2, ..., c (each add rounded), so an
     element's order depends on the output's shape.
-    tree: pairwise ((p0 + p1) + (p2 + p3)). With `leaves` (the aligned reduction: the lcm of both
-    sides' TP degrees) K is cut into `leaves` chunks, rank r tree-sums its leaves/tp chunks and the
-    collective tree-sums the ranks: the pairwise tree over the same chunks for every tp that
-    divides `leaves` (powers of two), and for every batch shape.
+    tree: one fixed pairwise tree `_tree` over n K-chunks (n = `leaves`, the aligned reduction's
+    finest common split lcm(train tp, rollout tp); else tp): the result is `_tree` of the n chunk
+    products for every tp dividing n and every batch shape. Where a rank's n/tp chunks form one
+    node of that tree (n/tp a power of two) the rank pre-sums them and the collective tree-sums the
+    ranks; otherwise (e.g. tp 2 of 6 chunks: blocks {0,1,2} and {3,4,5} are not nodes of the tree
+    that tp 3 needs, {0,1} {2,3} {4,5}) the ranks exchange their chunk products unsummed (an
+    all-gather) and every rank sums all n in the one tree.
     """
     n = max(leaves, tp) if order == "tree" else tp
     if n == 1:
@@ -87,20 +100,26 @@ def row_parallel(
     k = x.shape[1]
     if n % tp or k % n:
         raise ValueError(f"row-parallel: {n} K-chunks must split over tp={tp} and divide K={k}")
+    c, per = k // n, n // tp
 
-    def partial(rank: int) -> torch.Tensor:  # what rank `rank` holds before the collective
-        per, c = n // tp, k // n
-        return _tree(
-            [
-                linear(x[:, j * c : (j + 1) * c], w[:, j * c : (j + 1) * c], invariant)
-                for j in range(rank * per, (rank + 1) * per)
-            ]
-        )
+    def chunk(j: int) -> torch.Tensor:  # the product of K-chunk j (rank j // per holds it)
+        return linear(x[:, j * c : (j + 1) * c], w[:, j * c : (j + 1) * c], invariant)
 
-    if ALLREDUCE is not None and ALLREDUCE.size == tp:  # the other side's TP stays emulated
-        return ALLREDUCE(partial(ALLREDUCE.rank).contiguous())
-    parts = [partial(r) for r in range(tp)]
-    return _tree(parts) if order == "tree" else ring(parts)
+    collective = ALLREDUCE if ALLREDUCE is not None and ALLREDUCE.size == tp else None
+    if order != "tree":
+        if collective is not None:  # the other side's TP stays emulated
+            return collective(chunk(collective.rank).contiguous())
+        return ring([chunk(r) for r in range(tp)])
+    if collective is None:
+        return _tree([chunk(j) for j in range(n)])
+    mine = [chunk(j) for j in range(collective.rank * per, (collective.rank + 1) * per)]
+    if _subtree_blocks(n, tp):
+        return collective(_tree(mine).contiguous())
+    # All-gather through the sum all-reduce: each slot has one rank's chunk and zeros elsewhere,
+    # and x + 0 == x (only an exact -0.0 may come back as +0.0).
+    slots = x.new_zeros((n, x.shape[0], w.shape[0]))
+    slots[collective.rank * per : (collective.rank + 1) * per] = torch.stack(mine)
+    return _tree(list(collective(slots.contiguous()).unbind(0)))
 
 
 def ring(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import asdict
@@ -43,6 +44,46 @@ def make_requests(
         at = {"staggered": i // 2, "burst": 0, "reversed": (n - i) // 2}[arrival]
         reqs.append(Request(i, prompt, rnd.randint(max(1, max_new // 2), max_new), at))
     return reqs
+
+
+def tp_pair_arch(train_tp: int, rollout_tp: int):
+    """The smallest dense model whose heads and MLP width split over both TP degrees (heads =
+    lcm(train_tp, rollout_tp)): the TP-pair table (scripts/numerics_tables.py) and its tests."""
+    from types import SimpleNamespace
+
+    n = math.lcm(train_tp, rollout_tp)
+    return SimpleNamespace(
+        name=f"tp_pair_{n}",
+        num_layers=1,
+        hidden_size=32,
+        intermediate_size=8 * n,
+        num_heads=n,
+        num_kv_heads=n,
+        head_dim=8,
+        vocab_size=64,
+        rms_norm_eps=1e-6,
+        rope_theta=1e4,
+        tie_word_embeddings=False,
+        num_experts=0,
+        experts_per_token=0,
+        moe_intermediate_size=0,
+    )
+
+
+def tp_pair_logdiff(train_tp: int, rollout_tp: int, alignment: Alignment | None = None) -> float:
+    """Max |logdiff| of 4 requests on `tp_pair_arch` at (train_tp, rollout_tp), KV tile 8."""
+    model = Model.random(tp_pair_arch(train_tp, rollout_tp), seed=0)
+    reqs = make_requests(4, 64, seed=1, max_len=20, max_new=6)
+    out = probe(
+        model,
+        alignment or Alignment(kv_tile=8),
+        requests=reqs,
+        train_tp=train_tp,
+        rollout_tp=rollout_tp,
+        block_size=8,
+        max_num_batched_tokens=32,
+    )
+    return out["max_abs_logprob_diff"]
 
 
 def long_requests(

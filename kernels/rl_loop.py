@@ -59,6 +59,7 @@ class LoopConfig:
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     top_k: int = -1  # top-k sampling (-1: off)
+    logprobs_mode: str = "processed_logprobs"  # what the rollout records (vLLM's; auto resolved)
     adv_estimator: str = "grpo"  # grpo (group-normalised) | gae (critic + GAE)
     policy_loss: str = "vanilla"  # vanilla (token ratio) | gspo (sequence ratio)
     loss_agg_mode: str = "token-mean"  # verl's loss aggregation mode
@@ -103,7 +104,12 @@ def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
         for j in range(n)
     ]
     sp = SamplingParams(
-        cfg.temperature, cfg.top_p, cfg.top_k, seed=cfg.seed * 7919 + step + 100_003 * gen, eos=EOS
+        cfg.temperature,
+        cfg.top_p,
+        cfg.top_k,
+        seed=cfg.seed * 7919 + step + 100_003 * gen,
+        eos=EOS,
+        logprobs_mode=cfg.logprobs_mode,
     )
     rollout.generate(reqs, sp)
     acc = torch.tensor([task.reward(digits[r.id // n], r.output) for r in reqs])

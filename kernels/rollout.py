@@ -77,6 +77,9 @@ class PagedKVCache:
         return self.k[layer, b, o], self.v[layer, b, o]
 
 
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits")
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0
@@ -92,7 +95,23 @@ class SamplingParams:
 
     @property
     def mode(self) -> str:
-        return "processed_logprobs" if self.processed_logprobs else self.logprobs_mode
+        """The mode the engine records; `auto` as topl renders it for vLLM (launcher/
+        render_stack.py:logprobs_mode): raw_logprobs at temperature 1, else processed_logprobs."""
+        if self.processed_logprobs:
+            return "processed_logprobs"
+        if self.logprobs_mode == "auto":
+            return "raw_logprobs" if self.temperature == 1.0 else "processed_logprobs"
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(
+                f"logprobs_mode={self.logprobs_mode!r}; known: {', '.join(LOGPROBS_MODES)}, auto"
+            )
+        return self.logprobs_mode
+
+    @property
+    def greedy(self) -> bool:
+        """vLLM samples greedily below this temperature (vllm@0.18.0:vllm/sampling_params.py:
+        _SAMPLING_EPS, SamplingParams.sampling_type); topl's contract refuses it (TOP-SAMP-001)."""
+        return self.temperature < 1e-5
 
 
 class RolloutEngine:
@@ -188,6 +207,9 @@ class RolloutEngine:
         """
         fp32 = self.side.fp32_logits
         raw = logits.float() if fp32 else logits  # vLLM: logits.to(torch.float32) first
+        if sp.greedy:  # vLLM: argmax, and processed_* are those of the logits at temperature 1
+            # (vllm@0.18.0:vllm/v1/sample/sampler.py:Sampler.sample, the all_greedy return)
+            return self._record(r, raw, raw, P.log_softmax(raw, fp32), int(raw.argmax()), sp)
         z = raw / sp.temperature
         keep = torch.ones(z.shape, dtype=torch.bool, device=z.device)
         if sp.top_k > 0:
@@ -202,6 +224,11 @@ class RolloutEngine:
         processed = P.log_softmax(masked, fp32)
         g = torch.Generator().manual_seed(sp.seed * 1_000_003 + r.id * 10_007 + len(r.output))
         tok = int(torch.multinomial(processed.exp().cpu(), 1, generator=g))
+        return self._record(r, raw, masked, processed, tok, sp)
+
+    def _record(self, r: Request, raw, masked, processed, tok: int, sp: SamplingParams) -> int:
+        """Append what `logprobs_mode` returns for the sampled token; returns the token."""
+        fp32 = self.side.fp32_logits
         value = {
             "raw_logprobs": lambda: P.log_softmax(raw, fp32)[tok],
             "processed_logprobs": lambda: processed[tok],

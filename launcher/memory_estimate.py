@@ -48,23 +48,20 @@ def megatron_train_bytes(s) -> float:
 
 
 def fsdp_train_bytes(s) -> float:
-    """ZeRO-3 model states per device: DeepSpeed's own estimator when DeepSpeed is installed (the
-    `fsdp` extra), else the same closed form (`zero3_gpu_bytes`); a test keeps the two equal."""
+    """ZeRO-3 model states per device: the closed form of DeepSpeed's estimator
+    (`zero3_gpu_bytes`). DeepSpeed is never imported here (it pulls in torch: seconds on every
+    `check`); tests/test_front_door.py proves the two equal where DeepSpeed is installed."""
     pc = param_counts(s.model)
-    offload = s.train.param_offload or s.train.optimizer_offload
-    kw = dict(
-        total_params=pc["total"],
-        largest_layer_params=pc["largest_layer"],
-        num_gpus_per_node=s.cluster.devices_per_node,
-        num_nodes=s.cluster.nodes,
-        cpu_offload=offload,
-        cpu_offload_params=s.train.param_offload,
+    return float(
+        zero3_gpu_bytes(
+            total_params=pc["total"],
+            largest_layer_params=pc["largest_layer"],
+            num_gpus_per_node=s.cluster.devices_per_node,
+            num_nodes=s.cluster.nodes,
+            cpu_offload=s.train.param_offload or s.train.optimizer_offload,
+            cpu_offload_params=s.train.param_offload,
+        )
     )
-    estimator = _zero3_estimator()
-    if estimator is None:
-        return float(zero3_gpu_bytes(**kw))
-    _, gpu, _ = estimator(**kw)
-    return float(gpu)
 
 
 def zero3_gpu_bytes(
@@ -84,22 +81,6 @@ def zero3_gpu_bytes(
     if cpu_offload and cpu_offload_params:
         return largest
     return largest + int((2 if cpu_offload else 18) * total_params / gpus)
-
-
-def _zero3_estimator():
-    """DeepSpeed's estimator, or None without DeepSpeed; its import-time accelerator notice is
-    kept off our output."""
-    import importlib.util
-    import logging
-
-    if importlib.util.find_spec("deepspeed") is None:
-        return None
-    logging.disable(logging.WARNING)
-    try:
-        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
-    finally:
-        logging.disable(logging.NOTSET)
-    return estimate_zero3_model_states_mem_needs
 
 
 def train_bytes(s) -> float:

@@ -7,14 +7,13 @@ spec (typed like Hydra would) and runs the contract: thousands of points per sec
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import itertools
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
@@ -26,7 +25,8 @@ from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
-from topl.launcher.tree import get_path, parent_of
+from topl.launcher.sweep_memo import BaseMemo, copy_on_write
+from topl.launcher.tree import get_path
 
 _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
@@ -41,8 +41,16 @@ class Verdict:
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
+        return {
+            "overrides": list(self.overrides),
+            "valid": self.valid,
+            "rules": list(self.rules),
+            "warnings": list(self.warnings),
+            "train_gb": self.train_gb,
+            "rollout_gb": self.rollout_gb,
+            "devices": self.devices,
+        }
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)
@@ -64,6 +72,11 @@ def _parse(overrides: list[str]):
 def expand_items(overrides: list[str]) -> list[list[Item]]:
     """The sweep's points as typed items, in the order and with the override strings that
     Hydra's BasicSweeper.split_arguments produces (parsed once, not once per point)."""
+    return [list(p) for p in iter_items(overrides)]
+
+
+def iter_items(overrides: list[str]) -> Iterator[tuple[Item, ...]]:
+    """`expand_items` one point at a time (a 100k-point sweep is never held in memory)."""
     final: dict[str, list[Item]] = {}
     for ov in _parse(overrides):
         key = ov.get_key_element()
@@ -83,27 +96,16 @@ def expand_items(overrides: list[str]) -> list[list[Item]]:
             final[key] = [(f"{key}={t}", ov.key_or_group, o.value()) for t, o in zip(texts, typed)]
         else:
             final[key] = [(f"{key}={ov.get_value_element_as_str()}", ov.key_or_group, ov.value())]
-    return [list(p) for p in itertools.product(*final.values())]
+    return itertools.product(*final.values())
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
     """Cartesian product of the sweep as override strings (what each job receives)."""
-    return [[t for t, _, _ in p] for p in expand_items(overrides)]
+    return list(iter_expand(overrides))
 
 
-def _set(obj, dotted: str, value: Any) -> None:
-    obj, leaf = parent_of(obj, dotted)
-    if isinstance(obj, dict):
-        obj[leaf] = value
-        return
-    fields = {f.name: f for f in dataclasses.fields(obj)}
-    if leaf not in fields:
-        raise ToplError(
-            f"unknown key {dotted}",
-            where=f"`{dotted}=...`",
-            fix="check the spelling (`topl launch --cfg job` lists every key)",
-        )
-    setattr(obj, leaf, _coerce(value, _hints(type(obj))[leaf], dotted))
+def iter_expand(overrides: list[str]) -> Iterator[list[str]]:
+    return ([t for t, _, _ in p] for p in iter_items(overrides))
 
 
 @functools.cache
@@ -137,10 +139,14 @@ def _coerce(value, typ, key: str):
 
 
 class Planner:
-    """Validates points; composes each distinct set of group choices once."""
+    """Validates points; composes each distinct set of group choices once, and reuses across a
+    sweep whatever a point does not change (launcher/sweep_memo.py)."""
 
-    def __init__(self):
+    def __init__(self, memo: bool = True):
         self._bases: dict[tuple, tuple[Composed, Any, list[tuple[str, str]]]] = {}
+        self._memos: dict[tuple, Any] = {}
+        self._items: dict[str, tuple] = {}  # override text -> (kind, typed value)
+        self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
     def _base(self, group_overrides: list[str]):
         key = tuple(group_overrides)
@@ -150,46 +156,112 @@ class Planner:
             self._bases[key] = (c, c.to_object(), interp)
         return self._bases[key]
 
+    def _kind(self, item: Item) -> tuple[str, Any]:
+        """("hydra" | "group" | "value" | "compose", typed value), once per override text."""
+        text, k, v = item
+        got = self._items.get(text)
+        if got is None or got[2] != k:
+            if k.startswith("hydra."):
+                got = ("hydra", None, k)  # Hydra's own settings (sweeper, run dir): not the job's
+            elif k.lstrip("+~") in GROUPS or "/" in k or "@" in k:
+                got = ("group", None, k)
+            elif not _replayable(text, k, v):
+                # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted
+                # number, a dict entry, an interpolation...): the point is composed through Hydra
+                got = ("compose", None, k)
+            else:
+                got = ("value", _typed(k, v), k)
+            self._items[text] = got
+        return got[0], got[1]
+
+    def _split(self, point: list[Item]):
+        groups, values, composed = [], [], False
+        for item in point:
+            kind, typed = self._kind(item)
+            if kind == "group":
+                groups.append(item[0])
+            elif kind == "value":
+                values.append((item[0], item[1], typed))
+            composed |= kind == "compose"
+        return groups, values, composed
+
+    def _fast_spec(self, groups, values):
+        """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
+        base = self._base(groups)
+        _, obj, interp = base
+        spec = copy_on_write(obj, [(k, v) for _, k, v in values])
+        swept = {k for _, k, _ in values}
+        again = [(k, raw) for k, raw in interp if k not in swept]
+        if again:  # re-resolve ${a.b} references after the point's values are set
+            spec = copy_on_write(spec, [(k, _typed(k, _resolve(raw, spec))) for k, raw in again])
+        return base, spec, [k for k, _ in again]
+
     def spec(self, point: list[Item]):
         """(spec object, sources) for one point."""
-        groups, values = [], []
-        for text, k, v in point:
-            if k.startswith("hydra."):
-                continue  # Hydra's own settings (sweeper, run dir): not part of the job spec
-            (groups if (k.lstrip("+~") in GROUPS or "/" in k or "@" in k) else values).append(
-                (text, k, v)
-            )
-        if any(not _replayable(text, k, v) for text, k, v in values):
-            # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted number,
-            # a dict entry, an interpolation...): compose this point through Hydra, like `check`
+        groups, values, composed = self._split(point)
+        if composed:
             c = compose_job([t for t, k, _ in point if not k.startswith("hydra.")])
             return c.to_object(), c.sources
-        base, obj, interp = self._base([g[0] for g in groups])
-        spec = copy.deepcopy(obj)
+        (base, _, _), spec, _ = self._fast_spec(groups, values)
         sources = dict(base.sources)
-        for text, k, v in values:
-            _set(spec, k, v)
+        for text, k, _ in values:
             sources[k] = f"command line `{text}`"
-        for k, raw in interp:  # re-resolve ${a.b} references after the point's values are set
-            if not any(k == vk for _, vk, _ in values):
-                _set(spec, k, _resolve(raw, spec))
         return spec, sources
 
     def verdict(self, point: list[Item]) -> Verdict:
-        from topl.launcher.memory_estimate import estimate
+        overrides = [t for t, _, _ in point]
+        groups, values, composed = self._split(point)
+        if composed or not self.memo:
+            spec, _ = self.spec(point)
+            return _full_verdict(overrides, spec)
+        _, spec, interp = self._fast_spec(groups, values)
+        varying = (*(k for _, k, _ in values), *interp)
+        memo_key = (tuple(groups), varying)
+        memo = self._memos.get(memo_key)
+        if memo is None:
+            memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
+        vals = {k: get_path(spec, k) for k in varying}
+        errs, warns = memo.verdict(spec, vals)
+        tg, rg = memo.estimate(spec, vals)
+        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
 
-        spec, _ = self.spec(point)
-        errs, warns = [], []
-        for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
-            bucket = errs if severity == ERROR else warns
-            if r.id not in bucket:
-                bucket.append(r.id)
-        try:
-            e = estimate(spec)
-            tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
-        except (ValueError, ZeroDivisionError):
-            tg = rg = None
-        return Verdict([t for t, _, _ in point], not errs, errs, warns, tg, rg, world_size(spec))
+
+def _full_verdict(overrides: list[str], spec) -> Verdict:
+    """A point's verdict from the whole contract (the reference the memoised path must equal)."""
+    from topl.launcher.memory_estimate import estimate
+
+    errs, warns = [], []
+    for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
+        bucket = errs if severity == ERROR else warns
+        if r.id not in bucket:
+            bucket.append(r.id)
+    try:
+        e = estimate(spec)
+        tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
+    except (ValueError, ZeroDivisionError):
+        tg = rg = None
+    return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
+
+
+def _typed(dotted: str, value: Any):
+    """`value` as the spec field `dotted` holds it (inside a dict field: as it is)."""
+    cls = JobSpec
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        hints = _hints(cls)
+        if part not in hints:
+            raise ToplError(
+                f"unknown key {dotted}",
+                where=f"`{dotted}=...`",
+                fix="check the spelling (`topl launch --cfg job` lists every key)",
+            )
+        typ = hints[part]
+        if i == len(parts) - 1:
+            return _coerce(value, typ, dotted)
+        if not dataclasses.is_dataclass(typ):
+            return value  # an entry of a dict field
+        cls = typ
+    return value
 
 
 def _replayable(text: str, key: str, value) -> bool:
@@ -250,10 +322,15 @@ def _resolve(raw: str, spec):
 
 def plan(overrides: list[str]) -> list[Verdict]:
     """Every point of the sweep with its verdict."""
+    return list(iter_plan(overrides))
+
+
+def iter_plan(overrides: list[str]) -> Iterator[Verdict]:
+    """`plan` one verdict at a time, as each point is checked."""
     from topl.launcher.untrusted import guard_overrides
 
     planner = Planner()
-    return [planner.verdict(p) for p in expand_items(guard_overrides(overrides))]
+    return (planner.verdict(list(p)) for p in iter_items(guard_overrides(overrides)))
 
 
 def swept_keys(overrides: list[str]) -> list[str]:

@@ -117,3 +117,40 @@ def validate_on_verl_091(spec, invocation) -> None:
         use_reference_policy=spec.algorithm.use_kl_loss,
         use_critic=spec.algorithm.use_critic,
     )
+
+
+def run_topl_inproc(*args, cwd=None, env=None, timeout=None):
+    """`run_topl` in this process: the same exit code, stdout and stderr, without a Python start
+    and imports per call. For tests whose subject is not the process boundary (exit through
+    signals, a child's environment at start-up, stdin). `env` is set in os.environ for the call
+    and its PYTHONPATH put in front of sys.path, as a child would see them; `timeout` is ignored."""
+    import contextlib
+    import io
+
+    from topl.launcher.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_path, saved_cwd = dict(os.environ), list(sys.path), os.getcwd()
+    saved_modules = set(sys.modules)
+    os.environ.update(env or {})
+    os.environ.pop("HYDRA_FULL_ERROR", None)
+    extra = [p for p in (env or {}).get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = extra
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main(list(args))
+            except SystemExit as e:  # Hydra's own exits
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        for name in set(sys.modules) - saved_modules:  # modules from `env`'s PYTHONPATH
+            mod = sys.modules[name]
+            if any(str(getattr(mod, "__file__", "") or "").startswith(p) for p in extra):
+                del sys.modules[name]
+    return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())

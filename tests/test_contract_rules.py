@@ -57,6 +57,7 @@ CASES = {
         B + ["rollout.top_p=0.9", "rollout.logprobs_mode=raw_logprobs"],
     ),
     # raw log-probs are pre-temperature: wrong at T != 1 even without top-p (facts)
+    "TOP-SAMP-001": (B + ["rollout.temperature=0"], B + ["rollout.temperature=0.7"]),
     "TOP-LOGP-003": (B + ["rollout.log_prob_micro_batch_size_per_gpu=4"], B),
     "TOP-LOGP-004": (B + ["train.use_dynamic_bsz=true"], B),
     "TOP-STACK-001": (B + ["cluster.versions.verl_patches=[]"], B),
@@ -72,6 +73,19 @@ CASES = {
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
     "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B),
     "TOP-STACK-007": (B + ["cluster.versions.mindspeed=master"], B),
+    "TOP-GRAPH-002": (  # vllm-ascend 0.21.0rc1's FA3 docs: enforce_eager=True
+        B
+        + [
+            "stack=release",
+            "cluster.versions.vllm_ascend=0.21.0rc1",
+            "rollout.graph_mode=piecewise",
+        ],
+        B + ["stack=release", "rollout.graph_mode=piecewise"],
+    ),
+    "TOP-VER-001": (
+        B + ["cluster.versions.cann=CANN900B160"],
+        B + ["cluster.versions.cann=9.0.0.B160"],
+    ),
     "TOP-SEED-001": (
         B + ["cluster.versions.verl_patches=[vllm_pp]", "rollout.per_request_seed=true"],
         B + ["rollout.per_request_seed=true"],

@@ -9,19 +9,14 @@ import json
 import signal
 import typing
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topl.launcher.cli import main
 from topl.launcher.spec import JobSpec
 
-BUDGET = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+# the budget is the loaded hypothesis profile (tests/conftest.py): `ci` 150 fixed examples, `dev` 30
+BUDGET = settings()
 HANG_S = 60  # one composition takes well under a second; this catches a hang, not slowness
 
 
@@ -173,7 +168,7 @@ def test_check_json_is_always_json(overrides):
         assert doc["error"]["message"]
 
 
-@settings(BUDGET, max_examples=40)
+@settings(BUDGET, max_examples=min(40, BUDGET.max_examples))
 @given(st.lists(override(), min_size=1, max_size=2))
 def test_plan_json_is_always_json(overrides):
     rc, out, err = run(["plan", "--json", "recipe=qwen3_4b_grpo_a3_strict", *overrides])

@@ -1,6 +1,7 @@
 """GPU (Triton) kernels: bitwise parity between training, prefill and paged decode, batch
 invariance, and the reference engines on CUDA. Skipped without CUDA (CI has none)."""
 
+import itertools
 import types
 
 import pytest
@@ -58,17 +59,19 @@ LENS = [1, 127, 128, 129, 700, 1500, 2333]
 
 def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
     """Training (packed), prefill (paged) and decode (every token as its own decode query, split-KV
-    or not) at every launch setting the engine may pick (CONFIGS): all 4,918 rows, all heads."""
+    or not) at every launch setting the engine may pick (CONFIGS), with whole tiles on their own
+    unmasked path (K/V through the tensor-memory engine, or pointer loads): all 4,918 rows, all
+    heads, against the kernel that masks every tile and loads through pointers."""
     from topl.kernels.gpu.attention import CONFIGS, attention
 
     q, k, v, starts, ck, cv, table, q_seq, q_pos = _packed_and_paged(LENS)
-    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
+    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False, whole=False, tma=False)
     rows = list(
         range(len(q_seq))
     )  # decode: every row is a sequence of its own (its request's pages)
     dtable = table[torch.tensor(q_seq, device="cuda")]
-    for r, warps, stages in CONFIGS:
-        kw = {"q_tokens": r // 8, "warps": warps, "stages": stages}
+    for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False)):
+        kw = {"q_tokens": r // 8, "warps": warps, "stages": stages, "tma": tma}
         for split in (False, True):
             got = {
                 "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=split, **kw),
@@ -78,7 +81,7 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
             for path, out in got.items():
                 bad = (out != ref).any(-1).any(-1)
                 assert not bad.any(), (
-                    f"{path} rows={r} warps={warps} stages={stages} split={split}: "
+                    f"{path} rows={r} warps={warps} stages={stages} split={split} tma={tma}: "
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
 

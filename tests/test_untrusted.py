@@ -8,7 +8,7 @@ every command that reads a recipe or overrides.
 import time
 
 import pytest
-from helpers import run_topl
+from helpers import run_topl, run_topl_inproc
 
 from topl.launcher import untrusted
 from topl.launcher.errors import ToplError
@@ -116,7 +116,7 @@ def _args(tmp_path, name):
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_attack_is_refused_and_runs_nothing(tmp_path, attack_env, attack, command):
     start = time.monotonic()
-    r = run_topl(
+    r = run_topl_inproc(
         *COMMANDS[command], *_args(tmp_path, attack), cwd=tmp_path, env=attack_env, timeout=120
     )
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -133,7 +133,7 @@ def test_recipe_by_name_through_topl_recipe_path_is_checked_too(tmp_path, attack
     (tmp_path / "mine" / "friendly.yaml").write_text(LOGGING_FACTORY)
     env = {**attack_env, "TOPL_RECIPE_PATH": str(tmp_path / "mine")}
     for cmd in (["check"], ["launch", "--dry-run"]):
-        r = run_topl(*cmd, "recipe=friendly", cwd=tmp_path, env=env)
+        r = run_topl_inproc(*cmd, "recipe=friendly", cwd=tmp_path, env=env)
         assert r.returncode == 2 and "names code" in r.stderr, r.stderr
     assert not (tmp_path / "CANARY").exists()
 

@@ -25,173 +25,14 @@ import os
 
 import torch
 import triton
-import triton.language as tl
+
+from topl.kernels.gpu.attention_kernels import _attn, _combine
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
 CONFIGS = ((128, 8, 3), (128, 8, 2), (128, 4, 3), (64, 4, 3), (64, 4, 2), (64, 8, 2))
 NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V prefetch depth (numerics: none)
 INF = float("inf")
-
-
-@triton.jit
-def _tile_state(q, K, V, rows, kmask, n, pos, valid, d, skt, skh, kvh, scale_log2):
-    """(max, sum, unnormalised P @ V) of one KV tile for every row, from scratch (log2 units)."""
-    k = tl.load(K + rows[:, None] * skt + kvh * skh + d[None, :], mask=kmask[:, None], other=0.0)
-    v = tl.load(V + rows[:, None] * skt + kvh * skh + d[None, :], mask=kmask[:, None], other=0.0)
-    s = tl.dot(q, tl.trans(k)) * scale_log2
-    s = tl.where((n[None, :] <= pos[:, None]) & valid[:, None], s, float("-inf"))
-    m = tl.max(s, 1)
-    p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
-    return m, tl.sum(p, 1), tl.dot(p.to(v.dtype), v)
-
-
-@triton.jit
-def _fold(m, l, acc, mt, lt, acct):
-    """Merge the next tile's state into the running one (explicit fma: no contraction choices)."""
-    m_new = tl.maximum(m, mt)
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    a = tl.exp2(m - m_safe)
-    b = tl.exp2(mt - m_safe)
-    l = tl.fma(l, a, lt * b)
-    acc = tl.fma(
-        acc, tl.broadcast_to(a[:, None], acc.shape), acct * tl.broadcast_to(b[:, None], acc.shape)
-    )
-    return m_new, l, acc
-
-
-@triton.jit
-def _attn(
-    Q,
-    K,
-    V,
-    O,
-    QPOS,
-    BSEQ,
-    BQ0,
-    BNQ,
-    KV0,
-    BT,
-    WM,
-    WL,
-    WA,
-    sqt,
-    sqh,
-    skt,
-    skh,
-    sot,
-    soh,
-    sbt,
-    swt,
-    swh,
-    scale_log2,
-    TILES_PER_PROG,
-    G: tl.constexpr,
-    QT: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    D: tl.constexpr,
-    PAGED: tl.constexpr,
-    SPLIT: tl.constexpr,
-):
-    blk, kvh = tl.program_id(0), tl.program_id(1)
-    seq, q0, nq = tl.load(BSEQ + blk), tl.load(BQ0 + blk), tl.load(BNQ + blk)
-    r = tl.arange(0, QT * G)
-    t, g = r // G, r % G
-    valid = t < nq
-    pos = tl.load(QPOS + q0 + t, mask=valid, other=0)
-    d = tl.arange(0, D)
-    q = tl.load(
-        Q + (q0 + t)[:, None] * sqt + (kvh * G + g)[:, None] * sqh + d[None, :],
-        mask=valid[:, None],
-        other=0.0,
-    )
-    max_pos = tl.max(tl.where(valid, pos, 0), 0)
-    kv0 = tl.load(KV0 + seq)
-    nb = tl.arange(0, BLOCK_N)
-    last = max_pos // BLOCK_N
-    if SPLIT:  # tiles [j0, j0 + TILES_PER_PROG): each tile's state stored for _combine
-        j0 = tl.program_id(2) * TILES_PER_PROG
-        hrow = (q0 + t) * swt + (kvh * G + g) * swh
-        for j in range(j0, tl.minimum(j0 + TILES_PER_PROG, last + 1)):
-            n = j * BLOCK_N + nb
-            if PAGED:
-                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
-            else:
-                rows = kv0 + n
-            mt, lt, acct = _tile_state(
-                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
-            )
-            tl.store(WM + hrow + j, mt, mask=valid)
-            tl.store(WL + hrow + j, lt, mask=valid)
-            tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
-    else:
-        m = tl.full([QT * G], float("-inf"), tl.float32)
-        l = tl.zeros([QT * G], tl.float32)
-        acc = tl.zeros([QT * G, D], tl.float32)
-        for j in range(last + 1):
-            n = j * BLOCK_N + nb
-            if PAGED:
-                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
-            else:
-                rows = kv0 + n
-            mt, lt, acct = _tile_state(
-                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
-            )
-            m, l, acc = _fold(m, l, acc, mt, lt, acct)
-        out = acc / l[:, None]
-        tl.store(
-            O + (q0 + t)[:, None] * sot + (kvh * G + g)[:, None] * soh + d[None, :],
-            out.to(O.dtype.element_ty),
-            mask=valid[:, None],
-        )
-
-
-@triton.jit
-def _combine(
-    O,
-    QPOS,
-    WM,
-    WL,
-    WA,
-    sot,
-    soh,
-    swt,
-    swh,
-    G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    D: tl.constexpr,
-    DC: tl.constexpr,
-    U: tl.constexpr,
-):
-    """Fold one query token's stored tile states (G heads, DC of the D channels) in tile order,
-    with `_fold`: the training loop replayed. U tiles are loaded at once (independent loads
-    overlap), then folded one by one; picking tile u out of the U loaded is exact (a max, or a sum
-    with zeros). Channels are independent in the fold: splitting them changes no bits."""
-    tok, kvh = tl.program_id(0), tl.program_id(1)
-    g = tl.arange(0, G)
-    u = tl.arange(0, U)
-    d = tl.program_id(2) * DC + tl.arange(0, DC)
-    n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
-    base = tok * swt + (kvh * G + g) * swh  # [G]
-    m = tl.full([G], float("-inf"), tl.float32)
-    l = tl.zeros([G], tl.float32)
-    acc = tl.zeros([G, DC], tl.float32)
-    for j0 in range(0, n_tiles, U):
-        live = (j0 + u < n_tiles)[None, :]  # [1, U]
-        idx = base[:, None] + j0 + u[None, :]  # [G, U]
-        ms = tl.load(WM + idx, mask=live, other=float("-inf"))
-        ls = tl.load(WL + idx, mask=live, other=0.0)
-        accs = tl.load(
-            WA + idx[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0
-        )
-        for k in tl.static_range(U):
-            pick = (u == k)[None, :]
-            mt = tl.max(tl.where(pick, ms, float("-inf")), 1)
-            lt = tl.sum(tl.where(pick, ls, 0.0), 1)
-            acct = tl.sum(tl.where(pick[:, :, None], accs, 0.0), 1)
-            m, l, acc = _fold(m, l, acc, mt, lt, acct)
-    out = acc / l[:, None]
-    tl.store(O + tok * sot + (kvh * G + g)[:, None] * soh + d[None, :], out.to(O.dtype.element_ty))
 
 
 def blocks_for(q_seq, q_tokens: int = 16):
@@ -223,6 +64,22 @@ def launch_config(
     return qt, warps or min(8, max(4, 4 * qt * group // 64)), stages or NUM_STAGES
 
 
+def _tma_ok(dev) -> bool:
+    """Hopper or newer, and a Triton that takes host-side tensor descriptors."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability(dev)[0] >= 9
+
+
+def _kv_desc(x: torch.Tensor, tile: int):
+    """A [rows, KVH * D] view of packed or paged K/V, read a whole tile [tile, D] at a time."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
+
+
 def _sms(dev) -> int:
     return torch.cuda.get_device_properties(dev).multi_processor_count
 
@@ -245,14 +102,18 @@ def attention(
     tiles_per_prog: int | None = None,
     descriptors=None,
     check: bool = True,
+    tma: bool | None = None,
+    whole: bool = True,
 ) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
     with `block_table` [S, max_pages] (prefill, decode).
 
     split: None picks split-KV when few programs would walk the tiles (small decode batches); the
-    result has the same bits either way. `check=False` allows launch settings outside CONFIGS (to
-    show that they change the bits)."""
+    result has the same bits either way, and so do `tma` (None: K/V tiles seen whole by every row
+    load through the tensor-memory engine on Hopper) and `whole` (False: every tile takes the
+    masked path, the kernel before whole tiles were split off). `check=False` allows launch
+    settings outside CONFIGS (to show that they change the bits)."""
     tq, h, dim = q.shape
     kvh = k.shape[-2]
     group = h // kvh
@@ -294,10 +155,22 @@ def attention(
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)
         grid = (n_blk, kvh, triton.cdiv(tiles, tpp))
+    if tma is None:
+        # over 128 rows the Q tile leaves no room for the tensor-memory buffers; the descriptors
+        # cost ~70 us of launch on an H200, so small calls (launch-bound) keep pointer loads
+        big = (
+            tq >= 2048 if max_pos is None else n_blk * kvh * (max_pos // tile + 1) >= 32 * _sms(dev)
+        )
+        tma = (
+            big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
+        )
+    kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
     _attn[grid](
         q,
         kf,
         vf,
+        kd,
+        vd,
         o,
         pos,
         bseq,
@@ -321,8 +194,11 @@ def attention(
         tpp,
         PAGED=paged,
         SPLIT=split,
+        TMA=tma,
+        WHOLE=whole,
         num_warps=nw,
         num_stages=ns,
+        enable_fp_fusion=False,  # the masked and whole-tile paths must round alike (_full_tile)
         **kw,
     )
     if split:

@@ -37,6 +37,7 @@ def loop_config(spec):
         temperature=r.temperature,
         top_p=r.top_p,
         top_k=r.top_k,
+        logprobs_mode=r.logprobs_mode,
         adv_estimator=a.adv_estimator,
         policy_loss=a.policy_loss,
         loss_agg_mode=a.loss_agg_mode,

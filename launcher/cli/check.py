@@ -1,7 +1,10 @@
-"""`topl check [OVERRIDES] [--json]`: validate only; exit 0 when no error, 2 when rejected."""
+"""`topl check [OVERRIDES] [--json] [--fix[=warnings]]`: validate only; exit 0 when no error, 2
+when rejected. `--fix` also searches for the smallest override set that makes the spec accepted
+(launcher/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from topl.launcher.cli.argv import parse
@@ -12,19 +15,61 @@ def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
     from topl.launcher.contract import check, errors
 
-    flags, overrides = parse(args, flags=("--json",))
     from topl.launcher.meaning import settings
 
+    fix_mode = None
+    if "--fix=warnings" in args:
+        fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
+    flags, overrides = parse(args, flags=("--json", "--fix"))
+    fix_mode = fix_mode or ("errors" if flags.fix else None)
     composed = compose_job(overrides)
     vs = check(composed)
     ok = not errors(vs)
     chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
+    out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
+    fix = after = None
+    if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
+        from topl.launcher.fix import find_fix
+
+        fix = find_fix(overrides, warnings=fix_mode == "warnings")
+        if fix.found:
+            after = check(compose_job(overrides + [c.override for c in fix.changes]))
+        out["fix"] = fix.to_dict() | {
+            "command": _command(overrides, fix) if fix.found else None,
+            "after": None
+            if after is None
+            else {"ok": not errors(after), "violations": [v.to_dict() for v in after]},
+        }
     if flags.json:
-        print_json({"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen})
+        print_json(out)
     else:
         print_violations(vs, sys.stdout)
         for s in chosen:
             print(f"note: {s['key']}={s['value']} chooses what runs; set by {s['source']}")
         n_err = len(errors(vs))
         print(f"{'OK' if ok else 'REJECTED'}: {n_err} error(s), {len(vs) - n_err} warning(s)")
+        if fix is not None:
+            _print_fix(fix, after, overrides)
     return 0 if ok else 2
+
+
+def _command(overrides: list[str], fix) -> str:
+    return shlex.join(["topl", "check", *overrides, *(c.override for c in fix.changes)])
+
+
+def _print_fix(fix, after, overrides: list[str]) -> None:
+    if not fix.found:
+        print(f"\nno fix within {fix.evaluated} candidate sets; what blocks it:")
+        for rule, msg in fix.blocking.items():
+            print(f"  {rule}: {msg}")
+        return
+    n_after = len(after or [])
+    print(f"\nfix: {len(fix.changes)} change(s), {fix.evaluated} candidate sets judged")
+    for c in fix.changes:
+        who = "  (you set this)" if c.user else ""
+        clears = ", ".join(c.clears) if c.clears else "with the others"
+        print(f"  {c.override:<40} was {c.old!r}; clears {clears}{who}")
+    errs = [v for v in after or [] if v.severity == "error"]
+    verdict = "OK" if not errs else f"still REJECTED by {', '.join(v.rule for v in errs)}"
+    print(f"after the fix: {verdict}, {n_after - len(errs)} warning(s)")
+    print(f"  {_command(overrides, fix)}")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.cli.output import print_table
 
 
 def main(args: list[str]) -> int:
@@ -40,14 +41,24 @@ def main(args: list[str]) -> int:
         ) from None
     if plots:
         report["plots"] = [str(p) for p in plot(report, loaded[0][1], loaded[1][1], plots)]
-    if as_json:
-        print_json(report)
+    if as_json:  # strict JSON: the report carries non-finite floats as strings
+        print(json.dumps(report, indent=1, allow_nan=False))
         return 0
     rows = []
     for r in report["boundaries"]:
         if "equal" not in r:
-            rows.append((r["boundary"], r.get("mapped", "-"), "", "", "", "", ""))
+            rows.append((r["boundary"], r.get("mapped", "-"), "", "", "", "", "", ""))
             continue
+        if "dtype_mismatch" in r or "shape_mismatch" in r:
+            what = " vs ".join(map(str, r.get("dtype_mismatch") or r["shape_mismatch"]))
+            rows.append((r["boundary"], f"[red]{what}[/]", "", "", "", "", "", ""))
+            continue
+        nf = r.get("nonfinite", {})
+        nonfinite = (
+            " / ".join(str(nf[s]["nan"] + nf[s]["inf"]) if s in nf else "0" for s in "AB")
+            if nf
+            else ""
+        )
         mark = "[green]yes[/]" if r["equal"] else "[red]no[/]"
         bias = f"{r['sign_bias']:.2f} / {r['magnitude_bias']:.2f}" if "sign_bias" in r else ""
         rows.append(
@@ -59,6 +70,7 @@ def main(args: list[str]) -> int:
                 f"{r.get('fraction_equal', 0):.3f}",
                 f"{r.get('median_ulp_of_diffs', 0):.0f}",
                 bias,
+                nonfinite,
             )
         )
     # median ULP and the shares A > B / |A| > |B| of the differing elements: rounding ~1 and 0.5 / 0.5
@@ -70,6 +82,7 @@ def main(args: list[str]) -> int:
         "fraction equal",
         "median ULP",
         "A>B / |A|>|B|",
+        "NaN+inf A / B",
     )
     console = print_table(f"topl diagnose: A={report['a']}  B={report['b']}", columns, rows)
     console.print(

@@ -1,10 +1,151 @@
-"""`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] [--dump DIR]`."""
+"""`topl probe [OVERRIDES] [--json] [--prompts N] [--arrival staggered|burst|reversed] [--dump DIR]`.
+
+The contract runs first: what `topl check` rejects, the probe rejects with the same rule messages,
+except the rules in RUNS_PAST, which concern the cluster rather than the numbers the probe
+reproduces on this CPU; the probe then says which of them fired and why it ran anyway.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
+import textwrap
 from pathlib import Path
 
 from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.errors import ToplError
+
+_CLUSTER = (
+    "about the cluster's devices and world size; the probe runs one replica of each side here"
+)
+_NOT_TRAINED = "about the training job; the probe only samples and recomputes log-probs"
+# Rule id (or id prefix) -> why the probe can run a spec that `topl check` rejects.
+RUNS_PAST = {
+    "TOP-TP-001": "it emulates the aligned TP reduction (one tree over lcm(train tp, rollout tp) "
+    "K-chunks), which the launched engines lack: this verdict is the emulation's",
+    "TOP-COLL-": "HCCL settings; the probe emulates collective.order on this CPU",
+    "TOP-ENG-001": "the probe emulates TP whatever train.engine",
+    "TOP-ENG-003": _NOT_TRAINED,
+    "TOP-ENG-004": "the probe generates its own prompts (kernels/probe.py:default_prompt_length)",
+    "TOP-ENG-005": "pipeline parallel is not emulated (see the pp/ep note)",
+    "TOP-ENG-006": "expert parallel is not emulated (see the pp/ep note)",
+    "TOP-ENG-007": _NOT_TRAINED,
+    "TOP-ALG-": _NOT_TRAINED,
+    "TOP-ALN-003": _NOT_TRAINED,
+    "TOP-RES-001": _CLUSTER,
+    "TOP-RES-002": "expert parallel is not emulated (see the pp/ep note)",
+    "TOP-RES-004": _CLUSTER,
+    "TOP-RES-005": _CLUSTER,
+    "TOP-RES-006": _CLUSTER,
+    "TOP-RES-009": "the probe has its own size guard (the same limit)",
+    "TOP-MEM-": _CLUSTER + " (the probe's own size guard applies)",
+    "TOP-STACK-": "about the installed stack; the probe runs topl's reference engines",
+    "TOP-ENV-": "about the job's environment variables",
+    "TOP-VERL-": "about verl overrides; the probe does not run verl",
+    "TOP-SEED-": "about a verl patch; the probe seeds every request itself",
+    "TOP-CLUS-": _CLUSTER,
+}
+VERL_UNCHUNKED = (
+    "verl@0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py:"
+    "vLLMHttpServer._validate_configs"
+)
+
+
+def _runs_past(rule_id: str) -> str | None:
+    return next((why for k, why in RUNS_PAST.items() if rule_id.startswith(k)), None)
+
+
+def progress(msg: str) -> None:
+    """Progress for people, on stderr (stdout stays the table or the JSON)."""
+    print(f"topl probe: {msg}", file=sys.stderr, flush=True)
+
+
+def preflight(composed) -> tuple[object, list[str], dict]:
+    """(spec, notes, contract summary), or ToplError with check's messages when the probe refuses."""
+    from topl.launcher.contract import ERROR, check
+
+    vs = check(composed)
+    blocking = [v for v in vs if v.severity == ERROR and not _runs_past(v.rule)]
+    if blocking:
+        raise ToplError(
+            "the contract rejects this spec (as `topl check` does):\n"
+            + "\n".join(v.render() for v in blocking),
+            fix="each error's own fix above (`topl check` with the same overrides agrees)",
+        )
+    spec = composed.to_object()
+    past = [v for v in vs if v.severity == ERROR]
+    notes = [
+        f"{v.rule} (check rejects it for a launch): {v.message}; probe runs it: "
+        f"{_runs_past(v.rule)}"
+        for v in past
+    ]
+    notes += [f"warning {v.rule}: {v.message}" for v in vs if v.severity != ERROR]
+    notes += _layout_notes(spec)
+    contract = {
+        "launch_ok": not past,
+        "run_past": [
+            {"rule": v.rule, "message": v.message, "why": _runs_past(v.rule)} for v in past
+        ],
+        "warnings": [{"rule": v.rule, "message": v.message} for v in vs if v.severity != ERROR],
+    }
+    size_guard(spec)
+    return spec, notes, contract
+
+
+def _layout_notes(spec) -> list[str]:
+    t, r = spec.train, spec.rollout
+    other = {
+        k: v
+        for k, v in (
+            ("train.pp", t.pp),
+            ("train.ep", t.ep),
+            ("train.cp", t.cp),
+            ("rollout.pp", r.pp),
+            ("rollout.ep", r.ep),
+            ("rollout.dp", r.dp),
+        )
+        if v > 1
+    }
+    if not other:
+        return []
+    return [
+        "the probe emulates tensor parallel only; "
+        + ", ".join(f"{k}={v}" for k, v in other.items())
+        + " run as 1 (pipeline stages hand activations on unchanged; data-parallel replicas are "
+        "independent; expert parallel is an exact gather only with moe_fixed_combine, "
+        "tests/test_collectives.py, and its native order is not emulated)"
+    ]
+
+
+def size_guard(spec) -> None:
+    """Refuse before building what this CPU cannot hold: launch's limit for the local backend
+    (TOP-RES-009, the same parameter count), and K splits the TP emulation needs."""
+    from topl.launcher.contract.resources import LOCAL_MAX_PARAMS
+    from topl.launcher.memory_estimate import param_counts
+
+    m = spec.model
+    total = param_counts(m)["total"]
+    if total > LOCAL_MAX_PARAMS:
+        width = {"float32": 4}.get(spec.train.dtype, 2)
+        raise ToplError(
+            f"model {m.name} has {total / 1e9:.1f}B parameters ({total * width / 1e9:.0f} GB in "
+            f"{spec.train.dtype}); the probe builds its model on this CPU and takes at most "
+            f"{LOCAL_MAX_PARAMS / 1e6:.0f}M (the local backend's limit, TOP-RES-009)",
+            where="model",
+            fix="probe the same layout on a small model: add model=tiny_moe (or model=tiny_dense)",
+        )
+    n = math.lcm(spec.train.tp, spec.rollout.tp)
+    ks = {"o_proj": m.num_heads * m.head_dim}
+    if not m.num_experts:
+        ks["down_proj"] = m.intermediate_size
+    bad = {k: v for k, v in ks.items() if v % n}
+    if bad:
+        raise ToplError(
+            f"the TP emulation cuts K into lcm(train.tp, rollout.tp)={n} chunks, which do not "
+            "divide " + ", ".join(f"{k} K={v}" for k, v in bad.items()),
+            where="train.tp, rollout.tp",
+            fix="choose train.tp and rollout.tp whose lcm divides those widths",
+        )
 
 
 def model_for(spec):
@@ -22,11 +163,20 @@ def model_for(spec):
     return Model.random(spec.model, seed=spec.local.seed, dtype=dtype)
 
 
-def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | None = None) -> dict:
+def run(
+    spec,
+    prompts: int = 16,
+    arrival: str = "staggered",
+    dump_dir: str | None = None,
+    report=None,
+) -> dict:
+    """The probe on a spec (the contract is the caller's: `main` runs `preflight` first).
+    `report(msg)`: progress lines."""
     from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
     from topl.launcher.backends.local import threads_for, torch_threads
 
+    report = report or (lambda msg: None)
     r = spec.rollout
     sp = SamplingParams(
         r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode
@@ -41,31 +191,42 @@ def run(spec, prompts: int = 16, arrival: str = "staggered", dump_dir: str | Non
         max_len=max_len,
         max_new=24,
     )
+    budget, notes = r.max_num_batched_tokens, []
+    longest = max(len(q.prompt) + q.max_new_tokens for q in reqs)
+    if not r.chunked_prefill and budget < longest:
+        # verl raises an unchunked budget below max_model_len to it (VERL_UNCHUNKED); the probe's
+        # own prompts must fit one step likewise
+        budget = max(longest, min(spec.model.max_position_embeddings, 1 << 16))
+        notes.append(
+            f"rollout.chunked_prefill=false with max_num_batched_tokens="
+            f"{r.max_num_batched_tokens} < a probe sequence of {longest} tokens: the budget is "
+            f"raised to {budget}, as verl raises it to max_model_len ({VERL_UNCHUNKED})"
+        )
     with torch_threads(threads_for(spec)) as n:
-        out = _probe(spec, reqs, sp, dump_dir, probe)
+        report(f"building {spec.model.name} ({spec.train.dtype}, seed {spec.local.seed})")
+        model = model_for(spec)
+        report(f"rollout of {prompts} prompts, then the training recompute")
+        out = probe(
+            model,
+            spec.alignment,
+            requests=reqs,
+            train_tp=spec.train.tp,
+            rollout_tp=r.tp,
+            order=spec.collective.order,
+            block_size=r.block_size,
+            chunked_prefill=r.chunked_prefill,
+            max_num_batched_tokens=budget,
+            max_num_seqs=r.max_num_seqs,
+            micro_batch=spec.train.log_prob_micro_batch_size_per_gpu,
+            sampling=sp,
+            dump_dir=dump_dir,
+        )
     out["threads"] = n
     out["alignment"] = spec.alignment.mode
     out["switches_off"] = [s for s in spec.alignment.SWITCHES if not getattr(spec.alignment, s)]
+    if notes:
+        out["notes"] = notes
     return out
-
-
-def _probe(spec, reqs, sp, dump_dir, probe) -> dict:
-    r = spec.rollout
-    return probe(
-        model_for(spec),
-        spec.alignment,
-        requests=reqs,
-        train_tp=spec.train.tp,
-        rollout_tp=r.tp,
-        order=spec.collective.order,
-        block_size=r.block_size,
-        chunked_prefill=r.chunked_prefill,
-        max_num_batched_tokens=r.max_num_batched_tokens,
-        max_num_seqs=r.max_num_seqs,
-        micro_batch=spec.train.log_prob_micro_batch_size_per_gpu,
-        sampling=sp,
-        dump_dir=dump_dir,
-    )
 
 
 def _fmt(key: str, v) -> str:
@@ -81,23 +242,33 @@ def main(args: list[str]) -> int:
     options = {"--prompts": "16", "--arrival": "staggered", "--dump": ""}
     flags, overrides = parse(args, flags=("--json",), options=options)
     as_json, prompts, arrival, dump_dir = flags.json, flags.prompts, flags.arrival, flags.dump
-    spec = compose_job(overrides).to_object()
-    out = run(spec, int(prompts), arrival, dump_dir or None)
+    if arrival not in ("staggered", "burst", "reversed"):
+        raise ToplError(f"--arrival {arrival}", fix="--arrival staggered|burst|reversed")
+    if not prompts.isdigit() or int(prompts) < 1:
+        raise ToplError(f"--prompts {prompts}", fix="--prompts N with N >= 1")
+    spec, notes, contract = preflight(compose_job(overrides))
+    out = run(spec, int(prompts), arrival, dump_dir or None, report=progress)
+    notes += out.pop("notes", [])
     if dump_dir:
         out["dumps"] = [f"{dump_dir}/rollout", f"{dump_dir}/training"]
+    exact = out["max_abs_logprob_diff"] == 0
     if as_json:
-        print_json(out)
+        print_json({**out, "contract": contract, "notes": notes})
     else:
+        for note in notes:  # wrapped: piped lines stay short
+            print(
+                textwrap.fill(note, 100, initial_indent="note: ", subsequent_indent="  "),
+                file=sys.stderr,
+            )
         title = (
             f"topl probe: {spec.model.name}, alignment={out['alignment']}, "
             f"train tp={spec.train.tp} / rollout tp={spec.rollout.tp}"
         )
         rows = [(k, _fmt(k, v)) for k, v in out.items()]
         print_table(title, ("metric", "value"), rows, justify={"value": "right"})
-        verdict = (
-            "bitwise equal: on-policy"
-            if out["max_abs_logprob_diff"] == 0
-            else "log-probs differ: off-policy"
-        )
+        verdict = "bitwise equal: on-policy" if exact else "log-probs differ: off-policy"
+        if exact and not contract["launch_ok"]:
+            ids = ", ".join(sorted({p["rule"] for p in contract["run_past"]}))
+            verdict += f" in the emulation; `topl check` rejects this spec for a launch ({ids})"
         print(verdict)
-    return 0 if (out["max_abs_logprob_diff"] == 0 or spec.alignment.mode != "strict") else 1
+    return 0 if (exact or spec.alignment.mode != "strict") else 1

@@ -15,6 +15,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     fields,
     memory_fit,
     resources,
+    sampling,
     stack,
     verl_keys,
 )

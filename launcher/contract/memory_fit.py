@@ -55,8 +55,8 @@ ROLLOUT_FIT_KEYS = (
 def train_fit(s):
     """Megatron: shard = dense/(tp*pp) + expert/(ep*etp*pp); bytes = 2 (bf16 weights) + 4 (fp32
     grads) per shard parameter + 12 (fp32 master, Adam m, v) / dp with the distributed optimizer.
-    FSDP: DeepSpeed's ZeRO-3 estimator (estimate_zero3_model_states_mem_needs), or its closed
-    form without DeepSpeed (memory_estimate.zero3_gpu_bytes)."""
+    FSDP: the closed form of DeepSpeed's ZeRO-3 estimator (estimate_zero3_model_states_mem_needs,
+    memory_estimate.zero3_gpu_bytes; a test proves them equal, DeepSpeed is not imported here)."""
     need, device = train_bytes(s) / GB, s.cluster.device_memory_gb
     if need > HEADROOM * device:
         return f"training needs ~{need:.1f} GB per device, {HEADROOM * device:.1f} GB usable"

@@ -150,6 +150,9 @@ def sp_needs_tp(s):
         return "sequence_parallel is on with train.tp=1"
 
 
+LOCAL_MAX_PARAMS = 50e6  # the embedded engines (local backend, `topl probe`) build at most this
+
+
 @rule(
     "TOP-RES-009",
     ERROR,
@@ -177,7 +180,7 @@ def local_model_size(s):
 
     if s.cluster.backend == "local":
         total = param_counts(s.model)["total"]
-        if total > 50e6:
+        if total > LOCAL_MAX_PARAMS:
             return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"
         if s.cluster.device == "npu":
             return (

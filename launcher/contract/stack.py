@@ -124,12 +124,14 @@ def patch_module(s):
         "cluster.soc",
         "collective.hccl_deterministic",
     ),
-    "use CANN >= 9.0 on A3 (stack=seed or later)",
+    "use CANN 9.0.0-beta.2 or later on A3 (a final 9.0.0 or newer: stack=release)",
     facts=("hccl_strict_orders_on_a3",),
 )
 def cann_version(s):
-    """On A3, CANN 8.5 runs HCCL_DETERMINISTIC=strict as `true` (deterministic but without a fixed
-    reduction order); CANN 9.0 keeps the order (sum, rank size >= 3)."""
+    """On A3, CANN 8.5 and 9.0.0-beta.1 run HCCL_DETERMINISTIC=strict as `true` (deterministic
+    but without a fixed reduction order); from 9.0.0-beta.2 strict keeps the order (sum, rank
+    size >= 3). A build such as 9.0.0.B160 counts as older than 9.0.0's betas (no public mapping
+    from build numbers to betas)."""
     strict_hccl = s.collective.hccl_deterministic == "strict"
     if (
         is_strict(s)
@@ -189,3 +191,44 @@ def ray_address(s):
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
     if s.cluster.backend == "ray_job" and not s.cluster.ray_address:
         return "backend=ray_job without cluster.ray_address"
+
+
+@rule(
+    "TOP-GRAPH-002",
+    ERROR,
+    "FA3 runs eager where vllm-ascend's FA3 docs ask for it",
+    ("alignment.mode", "cluster.device", "rollout.graph_mode", "cluster.versions.vllm_ascend"),
+    "set rollout.graph_mode=eager, or use vllm-ascend 0.22.1rc1 or later (stack=release), whose "
+    "FA3 docs allow cudagraph_mode PIECEWISE",
+    facts=("fa3_docs_eager_only", "fa3_docs_piecewise_only"),
+)
+def fa3_eager(s):
+    """vllm-ascend 0.20.2rc1 and 0.21.0rc1 document FA3 without ACL graph capture and ask for
+    enforce_eager=True; the same page asks for cudagraph_mode PIECEWISE only from 0.22.1rc1."""
+    v = s.cluster.versions
+    if (
+        is_strict(s)
+        and on_npu(s)
+        and s.rollout.graph_mode != "eager"
+        and facts.supports("fa3_docs_eager_only", v)
+    ):
+        return (
+            f"graph_mode={s.rollout.graph_mode} on vllm-ascend {v.vllm_ascend}: its FA3 docs ask "
+            "for enforce_eager=True"
+        )
+
+
+@rule(
+    "TOP-VER-001",
+    ERROR,
+    "every declared version is one topl can order",
+    tuple(f"cluster.versions.{k}" for k in facts.VERSION_KEYS),
+    "declare each version as its vendor writes it: vllm_ascend=0.23.0.post1, "
+    "torch_npu=2.8.0.post4, cann=9.0.0-beta.2 / 8.5.RC1 / 9.0.0.B160, mindspeed=core_r0.16.0",
+)
+def readable_versions(s):
+    """A version topl cannot read would make every fact about that package silently false; the
+    parser (topl.launcher.versions) refuses unknown forms instead of truncating them."""
+    bad = facts.unreadable(s.cluster.versions)
+    if bad:
+        return "; ".join(bad.values())

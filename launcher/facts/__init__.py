@@ -13,29 +13,45 @@ No torch, no I/O: the launcher paths (check / render / doctor) import this freel
 
 from __future__ import annotations
 
-import re
+from functools import lru_cache
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from topl.launcher.facts.table import FACTS, Evidence, Fact
-from topl.launcher.versions import parse
+from topl.launcher.versions import VersionError, parse, problem
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
-_NUM = re.compile(r"(\d+(?:\.\d+)*)(?:\.?(rc|RC)\.?(\d+))?(\.post\d+)?")
+# the cluster.versions keys that hold a version (the others: profile name, patch lists, flags)
+VERSION_KEYS = ("verl", "vllm", "vllm_ascend", "cann", "torch", "torch_npu", "mindspeed")
 
 
 def version(package: str, text: Any) -> Version | None:
-    """A declared version as PEP 440: `core_r0.16.0` -> 0.16.0 (MindSpeed branches), `9.0.0.B160`
-    -> 9.0.0 and `8.5.RC1` -> 8.5rc1 (CANN), `2.9.0+cpu` -> 2.9.0; None when unreadable."""
-    s = str(text or "").strip().removeprefix("core_r").removeprefix("v")
-    if package == "mindspeed" and s in ("master", "main"):
-        return Version("9999")
-    m = _NUM.match(s)
-    if not m:
-        return None
-    return parse(m.group(1) + (f"rc{m.group(3)}" if m.group(2) else "") + (m.group(4) or ""))
+    """A declared version as PEP 440, read by `topl.launcher.versions` (one parser for every
+    package): `core_r0.16.0` -> 0.16.0 (MindSpeed branches), `9.0.0.B160` -> 9.0.0.dev160 (a
+    CANN build, before 9.0.0's betas), `8.5.RC1` -> 8.5rc1, `2.9.0+cpu` -> 2.9.0 (a local build
+    label names a build of the same release); None when unreadable (`unreadable` says why)."""
+    return _version(package, "" if text is None else str(text).strip())
+
+
+@lru_cache(maxsize=4096)
+def _version(package: str, text: str) -> Version | None:
+    v = parse(text, package)
+    return v if v is None or v.local is None else Version(v.public)
+
+
+@lru_cache(maxsize=None)
+def ranges(when: str) -> tuple[SpecifierSet, ...]:
+    """`when` as its ranges: PEP 440 specifier sets joined by ` || ` (any one holds). A feature
+    back-ported to several release lines (torch_npu 2.7.1.post4, 2.8.0.post4, ...) is a union."""
+    return tuple(SpecifierSet(part.strip()) for part in when.split("||"))
+
+
+@lru_cache(maxsize=4096)
+def in_range(when: str, v: Version) -> bool:
+    """Whether `v` is in `when` (cached: packaging re-parses the specifier's version per test)."""
+    return any(r.contains(v, prereleases=True) for r in ranges(when))
 
 
 def fact(fid: str) -> Fact:
@@ -63,7 +79,18 @@ def holds(fid: str, versions: Any) -> bool:
     if not f.when:
         return True
     v = version(f.package, _declared(versions, f.package))
-    return v is not None and SpecifierSet(f.when).contains(v, prereleases=True)
+    return v is not None and in_range(f.when, v)
+
+
+def unreadable(versions: Any) -> dict[str, str]:
+    """{cluster.versions key: why} for each declared version a fact reads that cannot be read:
+    such a fact does not hold, and TOP-STACK-008 says why instead of a silent `no`."""
+    out = {}
+    for k in VERSION_KEYS:
+        text = _declared(versions, k)
+        if text not in (None, "") and (why := problem(k, text)):
+            out[k] = why
+    return out
 
 
 def supports(fid: str, versions: Any) -> bool:
@@ -108,9 +135,14 @@ __all__ = [
     "FACTS",
     "Evidence",
     "Fact",
+    "VERSION_KEYS",
+    "VersionError",
     "cites",
     "fact",
     "holds",
+    "in_range",
+    "ranges",
+    "unreadable",
     "supports",
     "value",
     "version",

@@ -9,10 +9,22 @@ from dataclasses import dataclass
 from typing import Any
 
 # GitHub sources, pinned: a branch or short name as the user declares it -> the commit read.
+# MindSpeed's releases are branches (`core_r<Megatron core line>`): every core_r branch and master
+# at the snapshot read (master's last commit 2026-07-21), so the checker finds the branches on
+# both sides of a fact's range without GitHub (`topl.launcher.facts.bounds`).
 COMMITS = {
     "Ascend/MindSpeed": {
+        "core_r0.6.0": "199daaa776cd90fac55ca1b0e27cf27d48333229",
+        "core_r0.7.0": "ffc055fceecf7e23e79a1a68aa173f42b45185ee",
+        "core_r0.8.0": "46f6ca8c3d04d9abd591f80346db8a8ebdb2eccd",
+        "core_r0.9.0": "2c920f7e8eb5af004e2c006cd22979b2072cf8ce",
+        "core_r0.10.0": "341447fa2143949feb0ef6e4a276a7ad70cbe080",
+        "core_r0.14.0": "71b9e055b2183f5e0247c2e9d869f7c4890bdb45",
+        "core_r0.15.3": "d0d5809d4323eb908f89e87958de254465eb57b4",
         "core_r0.16.0": "e4772499f7eb9fa9a68919dd1eaddef00e915b2d",
-        "master": "028de58c",
+        "core_r0.17.0": "1f5feb86da9e6ccc6f8e981f5f0ac655a2d00ae5",
+        "core_r0.18.0": "4213c91313fe4de6da12794109515f6275572750",
+        "master": "028de58ca629d035185b00ff7d1eb7eff4f7fd48",
     },
     "psyloy/verl-ascend-recipe": {"6823af18": "6823af180b31b3b83dee4098281169ad2bac8693"},
 }
@@ -48,6 +60,11 @@ class Fact:
     patch: str = ""  # "<versions list>:<name>" that makes it hold on any version
     source: str = ""  # a source that is not a package file (docs, announcement)
     unchecked: str = ""  # why the checker cannot re-read it, when it cannot
+    # what the checker reads at the edges of `when` (the releases just inside and just outside,
+    # from the registry's release list): (path, needle) pairs, present inside and absent outside.
+    # Empty: the present evidence of the fact's own package (see `topl.launcher.facts.bounds`)
+    probe: tuple[tuple[str, str], ...] = ()
+    range_note: str = ""  # why the range cannot be checked at its edges, where it cannot
     # how an installed package shows it, for `topl doctor`: (module, file in it, needle); the
     # same needle is cited in `evidence` for a real release
     detect: tuple[str, str, str] = ()

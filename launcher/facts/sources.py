@@ -15,6 +15,7 @@ Used by `scripts/check_facts.py` and the `facts_sources` tests; never by the lau
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -25,6 +26,8 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from topl.launcher.facts.table import COMMITS, Evidence
 
@@ -64,15 +67,46 @@ def _get(url: str, headers: dict | None = None, timeout: float = 60) -> bytes:
         raise Unreachable(f"{url}: {e}") from e
 
 
-def _files(package: str, version: str) -> list[dict]:
-    """The release's files from PyPI's JSON simple index (PEP 691)."""
+@functools.lru_cache(maxsize=None)
+def _simple(package: str) -> dict:
+    """The package's page of the JSON simple index (PEP 691 / 700), read once per run."""
     index = _index()
     body = _get(f"{index}/{package}/", {"Accept": "application/vnd.pypi.simple.v1+json"})
     if not body:
         raise Unreachable(f"{package} not on {index}")
+    return json.loads(body)
+
+
+def releases(package: str) -> list[str]:
+    """Every release of `package` the index lists with a file that is not yanked (pre-releases
+    included, as `pip index versions --pre` lists them)."""
+    page = _simple(package)
+    norm = re.sub(r"[-_.]+", "_", package).lower()
+    live = set()
+    for f in page["files"]:
+        if f.get("yanked"):
+            continue
+        name = f["filename"]
+        stem = name[: -len(".tar.gz")] if name.endswith(".tar.gz") else name
+        parts = stem.split("-")
+        if len(parts) >= 2 and re.sub(r"[-_.]+", "_", parts[0]).lower() == norm:
+            live.add(_canon(parts[1]))
+    listed = page.get("versions") or sorted(live)
+    return [v for v in listed if _canon(v) in live]
+
+
+def _canon(v: str) -> str:
+    try:
+        return str(Version(v))
+    except InvalidVersion:
+        return v
+
+
+def _files(package: str, version: str) -> list[dict]:
+    """The release's files from PyPI's JSON simple index (PEP 691)."""
     norm = re.sub(r"[-_.]+", "_", package).lower()
     out = []
-    for f in json.loads(body)["files"]:
+    for f in _simple(package)["files"]:
         name = f["filename"].lower()
         if (
             name.startswith(f"{norm}-{version.lower()}-")
@@ -160,13 +194,14 @@ def _read_github(repo: str, ref: str, paths: set[str]) -> dict[str, str | None]:
     for p in paths:
         if mirror:
             git = Path(mirror) / repo.replace("/", "+") / "repo"
+            if not git.is_dir():
+                raise Unreachable(f"github:{repo}: no mirror at {git}")
             r = subprocess.run(
                 ["git", "--git-dir", str(git), "show", f"{commit}:{p}"],
                 capture_output=True,
-                text=True,
                 check=False,
-            )
-            out[p] = r.stdout if r.returncode == 0 else None
+            )  # bytes: the text exactly as committed (no newline translation)
+            out[p] = r.stdout.decode("utf-8", "replace") if r.returncode == 0 else None
         elif os.environ.get("TOPL_FACTS_GITHUB") == "1":
             body = _get(f"{RAW}/{repo}/{commit}/{p}")
             out[p] = body.decode("utf-8", "replace") if body else None
@@ -193,7 +228,9 @@ def read_all(evidence: list[Evidence]) -> tuple[dict, dict]:
     out: dict[tuple[str, str, str], str | None] = {}
     skipped: dict[tuple[str, str], str] = {}
     for (pkg, ver), paths in want.items():
-        base = cache_dir() / pkg.replace("/", "+").replace(":", "_") / ver
+        # a GitHub ref is cached under its pinned commit: a moved branch is a new entry
+        ref = COMMITS.get(pkg.removeprefix("github:"), {}).get(ver, ver)
+        base = cache_dir() / pkg.replace("/", "+").replace(":", "_") / ref
         todo = {p for p in paths if not (base / p).is_file()}
         try:
             got = _fetch(pkg, ver, todo) if todo else {}
@@ -203,9 +240,11 @@ def read_all(evidence: list[Evidence]) -> tuple[dict, dict]:
         if got:
             for p, text in got.items():
                 (base / p).parent.mkdir(parents=True, exist_ok=True)
-                (base / p).write_text(MISSING if text is None else text)
+                with open(base / p, "w", encoding="utf-8", newline="") as fh:
+                    fh.write(MISSING if text is None else text)
         for p in paths:
-            text = (base / p).read_text()
+            with open(base / p, encoding="utf-8", newline="") as fh:  # as read: no newline rewrite
+                text = fh.read()
             out[(pkg, ver, p)] = None if text == MISSING else text
     return out, skipped
 

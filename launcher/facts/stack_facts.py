@@ -14,6 +14,13 @@ STACK_FACTS: tuple[Fact, ...] = (
         "rollout.full_determinism gives every request of a replica the same seed "
         "(replica_rank + seed): the n samples of a prompt on one replica are identical",
         ">=0.9.0",
+        # HCCL_DETERMINISTIC=true is older (0.8.0): the edge is where the replica seed starts
+        probe=(
+            (
+                "verl/workers/rollout/vllm_rollout/vllm_async_server.py",
+                'sampling_params.setdefault("seed", self.replica_rank + self.config.seed)',
+            ),
+        ),
         evidence=(
             verl("0.8.0", "trainer/config/rollout/rollout.yaml", "full_determinism", present=False),
             verl(
@@ -69,7 +76,7 @@ STACK_FACTS: tuple[Fact, ...] = (
         "verl",
         "verl asks vLLM for cudagraph_mode FULL_AND_PIECEWISE unless "
         "engine_kwargs.vllm.compilation_config sets it",
-        ">=0.8.0",
+        ">=0.7.1",
         evidence=(
             verl(
                 "0.8.0",
@@ -88,7 +95,7 @@ STACK_FACTS: tuple[Fact, ...] = (
         "verl",
         "every module in VERL_USE_EXTERNAL_MODULES is imported at `import verl` (a missing one "
         "raises)",
-        ">=0.8.0",
+        ">=0.6.0",
         evidence=(
             verl("0.8.0", "__init__.py", 'os.getenv("VERL_USE_EXTERNAL_MODULES", "")'),
             verl("0.9.1", "__init__.py", 'os.getenv("VERL_USE_EXTERNAL_MODULES", "")'),
@@ -98,7 +105,10 @@ STACK_FACTS: tuple[Fact, ...] = (
         "verl_defaults_cache_and_chunking_on",
         "verl",
         "verl turns chunked prefill and prefix caching on by default",
-        ">=0.8.0",
+        ">=0.6.0",
+        # chunked prefill is on earlier (0.5.0: trainer/config/ppo_trainer.yaml); prefix caching
+        # first in 0.6.0's rollout.yaml: the edge is where both are on
+        probe=(("verl/trainer/config/rollout/rollout.yaml", "enable_prefix_caching: True"),),
         evidence=(
             verl("0.8.0", "trainer/config/rollout/rollout.yaml", "enable_chunked_prefill: True"),
             verl("0.8.0", "trainer/config/rollout/rollout.yaml", "enable_prefix_caching: True"),
@@ -106,11 +116,16 @@ STACK_FACTS: tuple[Fact, ...] = (
         ),
     ),
     # ---- torch_npu
+    # Back-ported per release line: read in every torch_npu wheel from 2.6.0.post5 to 2.14.0
+    # (torch_npu/npu/__init__.py): absent before 2.7.1.post4, 2.8.0rc1-2.8.0.post2, 2.9.0rc1,
+    # 2.9.0, 2.10.0rc1 and 2.10.0rc2; present in every other release since. The checker reads the
+    # wheels on both sides of each edge.
     Fact(
         "set_deterministic_level",
         "torch_npu",
         "torch_npu.npu.set_deterministic_level exists",
-        ">=2.8.0.post5,!=2.9.0,!=2.10.0rc1",
+        ">=2.7.1.post4,<2.8.0rc1 || >=2.8.0.post4,<2.9.0rc1 || >=2.9.0.post2,<2.10.0rc1"
+        " || >=2.10.0",
         evidence=(
             Evidence(
                 "torch-npu",
@@ -183,10 +198,19 @@ STACK_FACTS: tuple[Fact, ...] = (
     Fact(
         "hccl_strict_orders_on_a3",
         "cann",
-        "on A3, HCCL_DETERMINISTIC=strict fixes the reduction order (CANN 8.5: same as true)",
-        ">=9.0",
-        source="CANN 8.5.0 and 9.0 docs, env HCCL_DETERMINISTIC (hiascend envref_07_0099)",
+        "on A3, HCCL_DETERMINISTIC=strict fixes the reduction order (sum, rank size >= 3); before "
+        "9.0.0-beta.2 strict behaves as true there",
+        ">=9.0.0b2",
+        source="CANN docs, env HCCL_DETERMINISTIC (hiascend envref_07_0099): "
+        "CANNCommunityEdition/900beta1 and canncommercial/850 'A3: strict = true in single-op "
+        "mode'; canncommercial/900 'A3: AllReduce/ReduceScatter, sum, rank size >= 3'; the "
+        "order-preserving text first in 9.0.0-beta.2 (issue 32; the beta.2 page is not in topl's "
+        "document index). Betas ordered by cann/asc-devkit CHANGELOG.md (v9.0.0-beta.1 "
+        "2026/02/25, v9.0.0-beta.2 2026/03/31); a B-build (9.0.0.B160) orders before the betas "
+        "(topl.launcher.versions: no public mapping)",
         unchecked="CANN is not distributed through PyPI; read from its environment-variable docs",
+        range_note="CANN has no registry the checker can list or read: the edge (9.0.0-beta.1 "
+        "without, 9.0.0-beta.2 with) is from the docs named in the source",
     ),
     Fact(
         "deterministic_level_2",
@@ -195,6 +219,8 @@ STACK_FACTS: tuple[Fact, ...] = (
         ">=8.5.1",
         source="CANN 8.5.0 ATC docs, --deterministic_level: 'applies only to 8.5.1 and later'",
         unchecked="CANN is not distributed through PyPI; read from its ATC docs",
+        range_note="CANN has no registry the checker can list or read: the edge is the docs' "
+        "own statement",
     ),
     # ---- the seed's evidence
     Fact(

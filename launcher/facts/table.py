@@ -4,8 +4,14 @@ the `needle` (a substring, or a regex after `re:`) is in `path` (or absent, pres
 that release's sdist / wheel (`METADATA` is the wheel's metadata file) or at that GitHub commit.
 
 `package` is the `cluster.versions` key whose version decides (`profile`: the profile name);
-`when` is a PEP 440 specifier over it ("" always, None: in no release); `patch` names an entry
-of a declared patch list (`verl_patches:vllm_pp`) that makes the fact hold on any version.
+`when` is a PEP 440 specifier over it, or several joined by ` || ` (a feature back-ported to
+several release lines); "" always, None: in no release. Versions are read by
+`topl.launcher.versions` (each vendor's order). `patch` names an entry of a declared patch list
+(`verl_patches:vllm_pp`) that makes the fact hold on any version.
+
+The checker also proves `when` at its edges (`topl.launcher.facts.bounds`): the releases on both
+sides of every boundary, from the registry's release list, must have / lack each `probe` (default:
+the fact's present evidence in its own package); `range_note` says why a range cannot be read so.
 
 The facts live by package in `vllm_facts` (vLLM, vllm-ascend) and `stack_facts` (verl, torch_npu,
 MindSpeed, CANN, the seed); their types and citation helpers in `evidence`. This module is the
@@ -19,6 +25,7 @@ from topl.launcher.facts.stack_facts import SEED_SCRIPT, STACK_FACTS
 from topl.launcher.facts.vllm_facts import (
     BI_DOC,
     FA3_DOC,
+    FA3_EAGER,
     FA3_PATCH,
     FA3_PIECEWISE,
     RAW_BEFORE_T,
@@ -31,6 +38,7 @@ __all__ = [
     "BI_DOC",
     "COMMITS",
     "FA3_DOC",
+    "FA3_EAGER",
     "FA3_PATCH",
     "FA3_PIECEWISE",
     "FACTS",

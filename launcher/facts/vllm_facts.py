@@ -13,6 +13,9 @@ RAW_BEFORE_T = (
 )
 FA3_DOC = "docs/source/user_guide/feature_guide/flash_attention.md"
 FA3_PIECEWISE = 'Please use `compilation_config={"cudagraph_mode": "PIECEWISE"}` when enabling FA3.'
+FA3_EAGER = (
+    "Please use `enforce_eager=True` when enabling FA3."  # the same docs, 0.20.2rc1-0.21.0rc1
+)
 BI_DOC = "docs/source/user_guide/feature_guide/batch_invariance.md"
 
 VLLM_FACTS: tuple[Fact, ...] = (
@@ -130,11 +133,21 @@ VLLM_FACTS: tuple[Fact, ...] = (
         ),
     ),
     Fact(
+        "fa3_docs_eager_only",
+        "vllm_ascend",
+        "vllm-ascend's FA3 docs: no ACL graph capture, use enforce_eager=True with FA3",
+        ">=0.20.2rc1,<0.22.1rc1",
+        evidence=(
+            Evidence("vllm-ascend", "0.21.0rc1", FA3_DOC, FA3_EAGER),
+            Evidence("vllm-ascend", "0.23.0.post1", FA3_DOC, FA3_EAGER, present=False),
+        ),
+    ),
+    # the seed's FA3 patch ships no docs (and its scripts run enforce_eager=True): no patch here
+    Fact(
         "fa3_docs_piecewise_only",
         "vllm_ascend",
         "vllm-ascend's FA3 docs: no ACL graph capture, use cudagraph_mode PIECEWISE with FA3",
-        ">=0.20.2rc1",
-        patch="vllm_ascend_patches:true_on_policy",
+        ">=0.22.1rc1",
         evidence=(
             Evidence("vllm-ascend", "0.23.0.post1", FA3_DOC, FA3_PIECEWISE),
             Evidence("vllm-ascend", "0.30.0rc2", FA3_DOC, FA3_PIECEWISE),
@@ -178,6 +191,8 @@ VLLM_FACTS: tuple[Fact, ...] = (
         "vllm_ascend",
         "additional_config.weight_nz_mode sets the NZ layout (0: off)",
         ">=0.20.2rc1",
+        # the RL-config message is later (0.27.1rc1): the edge is where the key is read
+        probe=(("vllm_ascend/ascend_config.py", '"weight_nz_mode",'),),
         evidence=(
             va("0.18.0", "ascend_config.py", "weight_nz_mode", present=False),
             va("0.23.0.post1", "ascend_config.py", '"weight_nz_mode",'),
@@ -188,9 +203,12 @@ VLLM_FACTS: tuple[Fact, ...] = (
         "bi_sets_hccl_strict",
         "vllm_ascend",
         "batch invariance sets HCCL_DETERMINISTIC=strict and LCCL_DETERMINISTIC=1 in vLLM workers",
-        ">=0.18.0",
+        ">=0.15.0rc1",
+        # LCCL_DETERMINISTIC=1 is older (0.13.0): the edge is where HCCL strict starts
+        probe=(("vllm_ascend/batch_invariant.py", 'os.environ["HCCL_DETERMINISTIC"] = "strict"'),),
         evidence=(
             va("0.18.0", "batch_invariant.py", 'os.environ["HCCL_DETERMINISTIC"] = "strict"'),
+            va("0.18.0", "batch_invariant.py", 'os.environ["LCCL_DETERMINISTIC"] = "1"'),
             va("0.30.0rc2", "batch_invariant.py", 'os.environ["LCCL_DETERMINISTIC"] = "1"'),
         ),
     ),

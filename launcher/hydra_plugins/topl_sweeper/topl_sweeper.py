@@ -6,6 +6,7 @@ is configured (basic, joblib, ray, submitit); invalid points never start.
 # no `from __future__ import annotations`: Hydra imports plugins outside sys.modules (dataclass needs it)
 
 import csv
+import itertools
 import json
 import logging
 from dataclasses import dataclass
@@ -37,42 +38,60 @@ ConfigStore.instance().store(
 )
 
 
-def write_reports(sweep_dir: Path, verdicts) -> None:
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    rows = [v.to_dict() for v in verdicts]
-    (sweep_dir / "sweep_report.json").write_text(
-        json.dumps(
-            {"points": len(rows), "valid": sum(r["valid"] for r in rows), "verdicts": rows},
-            indent=1,
-        )
-    )
-    with (sweep_dir / "sweep_report.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(
+CSV_COLUMNS = [
+    "point",
+    "overrides",
+    "valid",
+    "rules",
+    "warnings",
+    "train_gb",
+    "rollout_gb",
+    "devices",
+]
+
+
+class ReportWriter:
+    """sweep_report.json and .csv written point by point (a sweep's verdicts are never all held
+    in memory); `close` ends the JSON with the counts."""
+
+    def __init__(self, sweep_dir: Path):
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        self._json = (sweep_dir / "sweep_report.json").open("w")
+        self._csv_file = (sweep_dir / "sweep_report.csv").open("w", newline="")
+        self._csv = csv.writer(self._csv_file)
+        self._csv.writerow(CSV_COLUMNS)
+        self._json.write('{\n "verdicts": [')
+        self.points = self.valid = 0
+
+    def add(self, v) -> None:
+        r = v.to_dict()
+        sep = "\n  " if not self.points else ",\n  "
+        self._json.write(sep + json.dumps(r, default=str))
+        self._csv.writerow(
             [
-                "point",
-                "overrides",
-                "valid",
-                "rules",
-                "warnings",
-                "train_gb",
-                "rollout_gb",
-                "devices",
+                self.points,
+                " ".join(r["overrides"]),
+                r["valid"],
+                " ".join(r["rules"]),
+                " ".join(r["warnings"]),
+                r["train_gb"],
+                r["rollout_gb"],
+                r["devices"],
             ]
         )
-        for i, r in enumerate(rows):
-            w.writerow(
-                [
-                    i,
-                    " ".join(r["overrides"]),
-                    r["valid"],
-                    " ".join(r["rules"]),
-                    " ".join(r["warnings"]),
-                    r["train_gb"],
-                    r["rollout_gb"],
-                    r["devices"],
-                ]
-            )
+        self.points, self.valid = self.points + 1, self.valid + r["valid"]
+
+    def close(self) -> None:
+        self._json.write(f'\n ],\n "points": {self.points},\n "valid": {self.valid}\n}}\n')
+        self._json.close()
+        self._csv_file.close()
+
+
+def write_reports(sweep_dir: Path, verdicts) -> None:
+    w = ReportWriter(sweep_dir)
+    for v in verdicts:
+        w.add(v)
+    w.close()
 
 
 class ToplSweeper(BasicSweeper):
@@ -97,38 +116,42 @@ class ToplSweeper(BasicSweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from topl.launcher.errors import ToplError
-        from topl.launcher.plan import Planner, expand, expand_items
+        from topl.launcher.plan import Planner, iter_expand, iter_items
 
         params = self._parse_config()
-        to_launch = expand(params + list(arguments))
-        items = expand_items(params + [self._as_user_wrote(a) for a in arguments])
-        if len(items) != len(to_launch):
-            raise HydraException("topl sweeper: sweep expansion mismatch")
-        planner = Planner()
+        to_launch = iter_expand(params + list(arguments))
+        items = iter_items(params + [self._as_user_wrote(a) for a in arguments])
+        planner, valid = Planner(), []
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        report = ReportWriter(sweep_dir)
         try:
-            verdicts = [planner.verdict(p) for p in items]
+            # one point at a time: only the valid points' overrides are kept (the launcher's input)
+            for launch_ov, p in itertools.zip_longest(to_launch, items):
+                if launch_ov is None or p is None:
+                    raise HydraException("topl sweeper: sweep expansion mismatch")
+                v = planner.verdict(list(p))
+                if v.valid:
+                    valid.append(launch_ov)
+                else:
+                    log.warning(
+                        "topl sweeper: dropped point %d (%s): %s",
+                        report.points,
+                        " ".join(v.overrides),
+                        ", ".join(v.rules),
+                    )
+                report.add(v)
         except ToplError as e:
             log.error(e.render())
             raise SystemExit(2) from None  # a readable message, not a traceback
-        sweep_dir = Path(self.config.hydra.sweep.dir)
-        write_reports(sweep_dir, verdicts)
+        finally:
+            report.close()
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # as BasicSweeper.sweep does
-        valid = [launch_ov for launch_ov, v in zip(to_launch, verdicts) if v.valid]
-        for i, v in enumerate(verdicts):
-            if not v.valid:
-                log.warning(
-                    "topl sweeper: dropped point %d (%s): %s",
-                    i,
-                    " ".join(v.overrides),
-                    ", ".join(v.rules),
-                )
-        log.info(
-            "topl sweeper: %d points, %d valid; report in %s", len(verdicts), len(valid), sweep_dir
-        )
-        if len(valid) < len(verdicts) and self.on_invalid == "fail":
+        n = report.points
+        log.info("topl sweeper: %d points, %d valid; report in %s", n, len(valid), sweep_dir)
+        if len(valid) < n and self.on_invalid == "fail":
             log.error(
                 "topl sweeper: %d invalid point(s) and on_invalid=fail; nothing started (see %s)",
-                len(verdicts) - len(valid),
+                n - len(valid),
                 sweep_dir / "sweep_report.csv",
             )
             raise SystemExit(2)

@@ -1,0 +1,226 @@
+"""The Triton kernels of kernels/gpu/attention.py (numerics described there)."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_state(q, K, V, rows, kmask, n, pos, valid, d, skt, skh, kvh, scale_log2):
+    """(max, sum, unnormalised P @ V) of one KV tile for every row, from scratch (log2 units)."""
+    k = tl.load(K + rows[:, None] * skt + kvh * skh + d[None, :], mask=kmask[:, None], other=0.0)
+    v = tl.load(V + rows[:, None] * skt + kvh * skh + d[None, :], mask=kmask[:, None], other=0.0)
+    s = tl.dot(q, tl.trans(k)) * scale_log2
+    s = tl.where((n[None, :] <= pos[:, None]) & valid[:, None], s, float("-inf"))
+    m = tl.max(s, 1)
+    p = tl.exp2(s - tl.where(m == float("-inf"), 0.0, m)[:, None])
+    return m, tl.sum(p, 1), tl.dot(p.to(v.dtype), v)
+
+
+@triton.jit
+def _full_tile(
+    q,
+    K,
+    V,
+    KD,
+    VD,
+    row0,
+    d,
+    skt,
+    skh,
+    kvh,
+    scale_log2,
+    D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    """`_tile_state` of a tile every row sees whole (no key past any row's position): no mask, no
+    masked loads, K/V by the tensor-memory engine where available. The same bits as the masked form:
+    there every comparison is true and the max is finite (the kernel runs without FP contraction,
+    so `s - m` is not fused into the scaling multiply here and not there)."""
+    if TMA:
+        k = KD.load([row0, kvh * D])
+        v = VD.load([row0, kvh * D])
+    else:
+        r = row0 + tl.arange(0, BLOCK_N)
+        k = tl.load(K + r[:, None] * skt + kvh * skh + d[None, :])
+        v = tl.load(V + r[:, None] * skt + kvh * skh + d[None, :])
+    s = tl.dot(q, tl.trans(k)) * scale_log2
+    m = tl.max(s, 1)
+    p = tl.exp2(s - m[:, None])
+    return m, tl.sum(p, 1), tl.dot(p.to(v.dtype), v)
+
+
+@triton.jit
+def _fold(m, l, acc, mt, lt, acct):
+    """Merge the next tile's state into the running one (explicit fma: no contraction choices)."""
+    m_new = tl.maximum(m, mt)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    a = tl.exp2(m - m_safe)
+    b = tl.exp2(mt - m_safe)
+    l = tl.fma(l, a, lt * b)
+    acc = tl.fma(
+        acc, tl.broadcast_to(a[:, None], acc.shape), acct * tl.broadcast_to(b[:, None], acc.shape)
+    )
+    return m_new, l, acc
+
+
+@triton.jit
+def _attn(
+    Q,
+    K,
+    V,
+    KD,
+    VD,
+    O,
+    QPOS,
+    BSEQ,
+    BQ0,
+    BNQ,
+    KV0,
+    BT,
+    WM,
+    WL,
+    WA,
+    sqt,
+    sqh,
+    skt,
+    skh,
+    sot,
+    soh,
+    sbt,
+    swt,
+    swh,
+    scale_log2,
+    TILES_PER_PROG,
+    G: tl.constexpr,
+    QT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    PAGED: tl.constexpr,
+    SPLIT: tl.constexpr,
+    TMA: tl.constexpr,
+    WHOLE: tl.constexpr,
+):
+    blk, kvh = tl.program_id(0), tl.program_id(1)
+    seq, q0, nq = tl.load(BSEQ + blk), tl.load(BQ0 + blk), tl.load(BNQ + blk)
+    r = tl.arange(0, QT * G)
+    t, g = r // G, r % G
+    valid = t < nq
+    pos = tl.load(QPOS + q0 + t, mask=valid, other=0)
+    d = tl.arange(0, D)
+    q = tl.load(
+        Q + (q0 + t)[:, None] * sqt + (kvh * G + g)[:, None] * sqh + d[None, :],
+        mask=valid[:, None],
+        other=0.0,
+    )
+    max_pos = tl.max(tl.where(valid, pos, 0), 0)
+    kv0 = tl.load(KV0 + seq)
+    nb = tl.arange(0, BLOCK_N)
+    last = max_pos // BLOCK_N
+    # tiles [0, whole) lie at or before every valid row's position: seen whole by every row
+    whole = tl.min(tl.where(valid, pos, max_pos), 0) // BLOCK_N
+    if SPLIT:  # tiles [j0, j0 + TILES_PER_PROG): each tile's state stored for _combine
+        j0 = tl.program_id(2) * TILES_PER_PROG
+        j1 = tl.minimum(j0 + TILES_PER_PROG, last + 1)
+        hrow = (q0 + t) * swt + (kvh * G + g) * swh
+        if WHOLE:
+            for j in range(j0, tl.minimum(j1, whole)):
+                row0 = tl.load(BT + seq * sbt + j) * BLOCK_N if PAGED else kv0 + j * BLOCK_N
+                mt, lt, acct = _full_tile(
+                    q, K, V, KD, VD, row0, d, skt, skh, kvh, scale_log2, D, BLOCK_N, TMA
+                )
+                tl.store(WM + hrow + j, mt, mask=valid)
+                tl.store(WL + hrow + j, lt, mask=valid)
+                tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
+        else:
+            whole = 0
+        for j in tl.range(tl.maximum(j0, whole), j1, num_stages=1 if WHOLE else None):
+            n = j * BLOCK_N + nb
+            if PAGED:
+                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
+            else:
+                rows = kv0 + n
+            mt, lt, acct = _tile_state(
+                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            )
+            tl.store(WM + hrow + j, mt, mask=valid)
+            tl.store(WL + hrow + j, lt, mask=valid)
+            tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
+    else:
+        m = tl.full([QT * G], float("-inf"), tl.float32)
+        l = tl.zeros([QT * G], tl.float32)
+        acc = tl.zeros([QT * G, D], tl.float32)
+        if WHOLE:
+            for j in range(whole):
+                row0 = tl.load(BT + seq * sbt + j) * BLOCK_N if PAGED else kv0 + j * BLOCK_N
+                mt, lt, acct = _full_tile(
+                    q, K, V, KD, VD, row0, d, skt, skh, kvh, scale_log2, D, BLOCK_N, TMA
+                )
+                m, l, acc = _fold(m, l, acc, mt, lt, acct)
+        else:
+            whole = 0
+        # the masked tiles (prefill: the diagonal one) are few: no second prefetch buffer
+        for j in tl.range(whole, last + 1, num_stages=1 if WHOLE else None):
+            n = j * BLOCK_N + nb
+            if PAGED:
+                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
+            else:
+                rows = kv0 + n
+            mt, lt, acct = _tile_state(
+                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            )
+            m, l, acc = _fold(m, l, acc, mt, lt, acct)
+        out = acc / l[:, None]
+        tl.store(
+            O + (q0 + t)[:, None] * sot + (kvh * G + g)[:, None] * soh + d[None, :],
+            out.to(O.dtype.element_ty),
+            mask=valid[:, None],
+        )
+
+
+@triton.jit
+def _combine(
+    O,
+    QPOS,
+    WM,
+    WL,
+    WA,
+    sot,
+    soh,
+    swt,
+    swh,
+    G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    DC: tl.constexpr,
+    U: tl.constexpr,
+):
+    """Fold one query token's stored tile states (G heads, DC of the D channels) in tile order,
+    with `_fold`: the training loop replayed. U tiles are loaded at once (independent loads
+    overlap), then folded one by one; picking tile u out of the U loaded is exact (a max, or a sum
+    with zeros). Channels are independent in the fold: splitting them changes no bits."""
+    tok, kvh = tl.program_id(0), tl.program_id(1)
+    g = tl.arange(0, G)
+    u = tl.arange(0, U)
+    d = tl.program_id(2) * DC + tl.arange(0, DC)
+    n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
+    base = tok * swt + (kvh * G + g) * swh  # [G]
+    m = tl.full([G], float("-inf"), tl.float32)
+    l = tl.zeros([G], tl.float32)
+    acc = tl.zeros([G, DC], tl.float32)
+    for j0 in range(0, n_tiles, U):
+        live = (j0 + u < n_tiles)[None, :]  # [1, U]
+        idx = base[:, None] + j0 + u[None, :]  # [G, U]
+        ms = tl.load(WM + idx, mask=live, other=float("-inf"))
+        ls = tl.load(WL + idx, mask=live, other=0.0)
+        accs = tl.load(
+            WA + idx[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0
+        )
+        for k in tl.static_range(U):
+            pick = (u == k)[None, :]
+            mt = tl.max(tl.where(pick, ms, float("-inf")), 1)
+            lt = tl.sum(tl.where(pick, ls, 0.0), 1)
+            acct = tl.sum(tl.where(pick[:, :, None], accs, 0.0), 1)
+            m, l, acc = _fold(m, l, acc, mt, lt, acct)
+    out = acc / l[:, None]
+    tl.store(O + tok * sot + (kvh * G + g)[:, None] * soh + d[None, :], out.to(O.dtype.element_ty))

@@ -1,0 +1,344 @@
+"""`topl check --fix`: from a rejected spec to the nearest accepted one.
+
+Candidates come from the rules that reject the spec: the keys each violated rule read (other
+values of a bool or a choice field, neighbouring sizes of a parallel degree or batch size) and the
+`key=value` settings its fix text names. Every candidate set is judged by the contract itself
+(`evaluate`, the same rules `check` runs), on specs built the way `plan` builds sweep points, in a
+bounded beam search: one change at a time, keeping the sets that leave the fewest errors. The
+smallest set that leaves no error wins: fewest keys the user typed on the command line, then
+fewest keys, then the least change to each value. The winner is composed through Hydra and
+checked again in full, so the verdict printed is `check`'s own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from topl.launcher.compose import GROUPS, compose_job
+from topl.launcher.constraints import violated
+from topl.launcher.contract import ERROR, RULES, evaluate
+from topl.launcher.contract.view import Reads, View
+from topl.launcher.errors import ToplError
+from topl.launcher.plan import (
+    Item,
+    Planner,
+    _hints,
+    _interpolated,
+    _raw,
+    _replayable,
+    _resolve,
+    expand_items,
+)
+from topl.launcher.plan import (
+    _typed as _field_typed,
+)
+from topl.launcher.sweep_memo import copy_on_write
+from topl.launcher.tree import parent_of
+
+# Integer fields whose valid values are divisors or multiples of others: try the powers of two.
+SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes", "rollout_n", "n"}
+POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
+DEPTH = 8  # keys a fix may change
+# What a fix never changes: the model being trained, the alignment being asked for (turning it
+# down "fixes" every strict rule and defeats the point), the declared stack and the cluster's
+# hardware, and the settings that choose what runs (docs/security.md).
+PROTECTED = (
+    "model.",
+    "alignment.",
+    "cluster.versions.",
+    "cluster.device",
+    "cluster.external_modules",
+    "cluster.python",
+    "cluster.env",
+    "cluster.backend",
+    "algorithm.",
+    # the experiment itself: what is sampled and how much is learned from it
+    "train.max_prompt_length",
+    "train.max_response_length",
+    "train.train_batch_size",
+    "train.steps",
+    "rollout.n",
+    "rollout.temperature",
+    "rollout.top_p",
+    "rollout.top_k",
+)
+PROTECTED_GROUPS = {"model", "alignment", "stack", "cluster", "algorithm", "recipe"}
+_SETTING = re.compile(r"(?<![\w.$/+-])([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)=([^\s,;)`'\"]+)")
+
+
+@dataclass
+class Change:
+    key: str
+    value: Any
+    old: Any = None
+    user: bool = False  # the user set this key on the command line
+    clears: list[str] = field(default_factory=list)  # error rules this change clears
+
+    @property
+    def override(self) -> str:
+        return f"{self.key}={_text(self.value)}"
+
+
+@dataclass
+class Fix:
+    changes: list[Change]  # empty when the spec is already accepted, None-like when not found
+    found: bool
+    evaluated: int  # candidate sets judged by the contract
+    blocking: dict[str, str] = field(default_factory=dict)  # rule id -> message, when not found
+
+    def to_dict(self) -> dict:
+        return {
+            "found": self.found,
+            "overrides": [c.override for c in self.changes],
+            "changes": [
+                {"key": c.key, "from": c.old, "to": c.value, "user_set": c.user, "clears": c.clears}
+                for c in self.changes
+            ],
+            "evaluated": self.evaluated,
+            "blocking": self.blocking,
+        }
+
+
+def _text(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    return str(v)
+
+
+def _typed(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip("'\"")
+
+
+class Search:
+    """The beam search over override sets, on top of `plan`'s fast point builder."""
+
+    def __init__(self, overrides: list[str], warnings: bool = False, budget: int = 1500):
+        points = expand_items(overrides)
+        if len(points) != 1:
+            raise ToplError(
+                "--fix takes one spec, not a sweep",
+                where=" ".join(overrides),
+                fix="drop the comma lists / ranges, or use `topl plan` to find the valid points",
+            )
+        self.base: list[Item] = points[0]
+        self.user = {k for _, k, _ in self.base if k != "recipe"}
+        self.warnings, self.budget = warnings, budget
+        self.planner = Planner()
+        base = compose_job([t for t, _, _ in self.base])  # once: the base may not be replayable
+        self.spec0 = base.to_object()
+        self.interp = [(k, _raw(base.cfg, k)) for k in _interpolated(base.cfg)]
+        self.evaluated = 0
+        self._memo: dict[tuple, tuple[frozenset, frozenset, Any]] = {}
+
+    def judge(self, changes: tuple) -> tuple[frozenset, frozenset, Any]:
+        """(errors, warnings, spec) for the base spec with `changes` applied."""
+        key = tuple(sorted((c.key, repr(c.value)) for c in changes))
+        if key not in self._memo:
+            self.evaluated += 1
+            try:
+                spec = self._build(changes)
+                got = evaluate(spec)
+            except (ToplError, ValueError, TypeError, KeyError, AttributeError):
+                self._memo[key] = (frozenset({"(does not compose)"}), frozenset(), None)
+                return self._memo[key]
+            errs = frozenset(r.id for r, sev, _ in got if sev == ERROR)
+            warns = frozenset(r.id for r, sev, _ in got if sev != ERROR)
+            self._memo[key] = (errs, warns, spec)
+        return self._memo[key]
+
+    def _build(self, changes: tuple):
+        """The base spec with `changes` set, typed as Hydra would; through Hydra for group
+        choices and values the fast path cannot type exactly (as `plan` does)."""
+        items = [(c.override, c.key, c.value) for c in changes]
+        if any(k in GROUPS or not _replayable(t, k, v) for t, k, v in items):
+            return self.planner.spec(self.base + items)[0]
+        spec = copy_on_write(self.spec0, [(k, _field_typed(k, v)) for _, k, v in items])
+        changed = {c.key for c in changes}
+        again = [(k, raw) for k, raw in self.interp if k not in changed]
+        if again:  # ${a.b} references follow the values just set
+            spec = copy_on_write(
+                spec, [(k, _field_typed(k, _resolve(raw, spec))) for k, raw in again]
+            )
+        return spec
+
+    def targets(self, errs: frozenset, warns: frozenset) -> frozenset:
+        return errs | warns if self.warnings else errs
+
+    def candidates(self, spec, bad: frozenset, taken: set[str], allow_user: bool) -> list[tuple]:
+        """Moves (one change, or a train/rollout pair that must stay equal) suggested by the rules
+        in `bad`: the fields they read, the settings their fix text names."""
+        out: dict[tuple, tuple] = {}
+        for r in RULES:
+            if r.id not in bad:
+                continue
+            reads = Reads()
+            r.run(View(spec, reads))
+            for k in reads:
+                for v in _neighbours(spec, k):
+                    side, _, leaf = k.partition(".")
+                    twin = {"train": "rollout", "rollout": "train"}.get(side)
+                    move = [Change(k, v)]
+                    if twin and leaf in SIZES and _has(spec, f"{twin}.{leaf}"):
+                        out.setdefault(((k, repr(v)),), (Change(k, v),))
+                        move.append(Change(f"{twin}.{leaf}", v))
+                    out.setdefault(tuple((c.key, repr(c.value)) for c in move), tuple(move))
+            for k, v in _SETTING.findall(f"{r.fix} {r.title}"):
+                out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
+        return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
+
+    def _usable(self, c: Change, spec, taken: set[str], allow_user: bool) -> bool:
+        if c.key in taken or (c.key in self.user and not allow_user):
+            return False
+        if c.key in PROTECTED_GROUPS or c.key.startswith(PROTECTED) or c.key in PROTECTED:
+            return False
+        if c.key in GROUPS:
+            c.old = None
+        elif not _has(spec, c.key):
+            return False  # not a spec key (a verl key named in a fix text)
+        else:
+            c.old = _current(spec, c.key)
+        c.user = c.key in self.user
+        return not (c.old == c.value and type(c.old) is type(c.value))
+
+    def run(self) -> Fix:
+        errs, warns, spec = self.judge(())
+        if not self.targets(errs, warns):
+            return Fix([], True, self.evaluated)
+        for allow_user in (False, True):
+            fix = self._beam(errs, warns, spec, allow_user)
+            if fix.found or self.evaluated >= self.budget:
+                return fix
+        return fix
+
+    def _beam(self, errs, warns, spec, allow_user: bool) -> Fix:
+        """Best-first: always extend the set that leaves the fewest errors (then the cheapest);
+        a move may add one error on the way (rollout.pp=1 frees the pipeline but needs a larger
+        rollout.tp). After the first accepted set, only cheaper sets are explored."""
+        start = len(self.targets(errs, warns))
+        heap = [(start, _cost((), warns), 0, (), errs, warns, spec)]
+        seen, tick, best, closest = set(), 0, None, heap[0]
+        while heap and self.evaluated < self.budget:
+            n, cost, _, changes, e, w, s = heapq.heappop(heap)
+            if best is not None and cost[:2] >= _cost(best, self.judge(best)[1])[:2]:
+                continue
+            if len(changes) >= DEPTH:
+                continue
+            taken = {c.key for c in changes}
+            for move in self.candidates(s, self.targets(e, w), taken, allow_user):
+                new = changes + move
+                sig = frozenset((c.key, repr(c.value)) for c in new)
+                if sig in seen or self.evaluated >= self.budget:
+                    continue
+                seen.add(sig)
+                e2, w2, s2 = self.judge(new)
+                if s2 is None:
+                    continue
+                left = len(self.targets(e2, w2))
+                c2 = _cost(new, w2)
+                if not left:
+                    if best is None or c2 < _cost(best, self.judge(best)[1]):
+                        best = new
+                elif left <= n + 1:
+                    tick += 1
+                    item = (left, c2, tick, new, e2, w2, s2)
+                    heapq.heappush(heap, item)
+                    closest = min(closest, item, key=lambda t: (t[0], t[1]))
+        if best is not None:
+            return Fix(self._explain(list(best), errs), True, self.evaluated)
+        blocking = self.targets(closest[4], closest[5])
+        return Fix(
+            [], False, self.evaluated, {r: _message(r, closest[6] or spec) for r in blocking}
+        )
+
+    def _explain(self, changes: list[Change], errs: frozenset) -> list[Change]:
+        """Which of the original errors each change clears on its own."""
+        for c in changes:
+            alone = self.judge((c,))[0]
+            c.clears = sorted(errs - alone)
+        return sorted(changes, key=lambda c: c.key)
+
+
+def _cost(changes: tuple, warns: frozenset) -> tuple:
+    """Fewest user keys touched, fewest keys, least change, fewest warnings."""
+    dist = 0.0
+    for c in changes:
+        a, b = c.old, c.value
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
+            dist += abs(math.log2(b / a)) if not isinstance(a, bool) else 1.0
+        else:
+            dist += 1.0
+    return (sum(c.user for c in changes), len(changes), dist, len(warns))
+
+
+def _has(spec, key: str) -> bool:
+    try:
+        _current(spec, key)
+    except (AttributeError, KeyError, TypeError):
+        return False
+    return True
+
+
+def _current(spec, key: str):
+    obj, leaf = parent_of(spec, key)
+    return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
+
+
+def _neighbours(spec, key: str) -> list:
+    """Other values worth trying for a field a violated rule read."""
+    try:
+        obj, leaf = parent_of(spec, key)
+    except (AttributeError, KeyError, TypeError):
+        return []
+    if isinstance(obj, dict) or not dataclasses.is_dataclass(obj):
+        return []
+    meta = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
+    typ = _hints(type(obj)).get(leaf)
+    value = getattr(obj, leaf)
+    out: list = []
+    if "one_of" in meta:
+        out += [v for v in meta["one_of"] if v != value]
+    if isinstance(value, bool) or typ is bool:
+        out.append(not value)
+    elif isinstance(value, int):
+        # sizes, batch sizes, sequence budgets: the powers of two up to 4x, and x2 / /2
+        top = max(POW2[-1] if leaf in SIZES else 4 * value, 1)
+        out += [
+            p
+            for p in (1 << i for i in range(top.bit_length()))
+            if p <= top and p != value and 32 * p >= value
+        ]
+        out += [v for v in (value * 2, value // 2) if v > 0 and v != value and v not in out]
+    elif isinstance(value, float):
+        out += [value * 2, value / 2]
+    if value is not None and "Optional" in str(typ):
+        out.append(None)
+    return [v for v in out if not (meta.get("src") is not None and violated(v, meta))]
+
+
+def _message(rule_id: str, spec) -> str:
+    for r in RULES:
+        if r.id == rule_id:
+            got = r.run(spec)
+            return got[1] if got else r.title
+    return rule_id
+
+
+def find_fix(overrides: list[str], warnings: bool = False, budget: int = 1500) -> Fix:
+    return Search(overrides, warnings, budget).run()

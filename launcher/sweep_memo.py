@@ -1,0 +1,184 @@
+"""Per-sweep reuse for `topl plan` and the sweeper: a point's spec shares every section it does
+not change with its base, and each rule runs once per distinct value of the keys it reads.
+
+Within one base (one set of group choices) only the swept keys and the base's interpolated keys
+can differ between points. A rule whose declared keys (the catalog's, which
+tests/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
+whole base; one that reads some of them has one answer per distinct value of those. A rule that
+reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
+is keyed on every varying key. tests/test_speed.py compares every verdict with a full `evaluate`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+from topl.launcher.constraints import fields as constrained_fields
+from topl.launcher.constraints import problems, violated
+from topl.launcher.contract import ERROR, RULES, view
+from topl.launcher.contract.fields import FIELD_RULE
+from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
+from topl.launcher.spec import JobSpec
+
+CACHE_MAX = 8192  # distinct inputs kept per rule group: past it, rules run (memory stays bounded)
+# what memory_estimate.estimate reads: TOP-MEM-001's inputs (train_bytes) and rollout_fit's
+_ESTIMATE_KEYS = (
+    *next(r.keys for r in RULES if r.id == "TOP-MEM-001"),
+    *ROLLOUT_FIT_KEYS,
+    *MODEL_SIZE_KEYS,
+)
+_CONSTRAINTS = {k: f.metadata for k, f in constrained_fields(JobSpec)}
+
+
+def _reads_whole_spec(rule, spec) -> bool:
+    """True when the rule reads the spec outside the recording view (`view.unwrap`, directly or
+    through a helper such as the command map) on `spec`, or when its source says it may: its
+    answer then depends on keys it does not declare. Unknown (it raised) counts as true."""
+    try:
+        if "unwrap(" in inspect.getsource(inspect.getmodule(rule.check)):
+            return True
+    except (OSError, TypeError):
+        return True
+    escaped = []
+
+    class Probe(view.View):
+        __slots__ = ()
+
+        @property
+        def _obj(self):
+            if sys._getframe(1).f_code not in _VIEW_CODE:
+                escaped.append(True)  # read by something other than the view itself
+            return _SLOT.__get__(self)
+
+        @_obj.setter
+        def _obj(self, value):
+            _SLOT.__set__(self, value)
+
+    real = view.View
+    view.View = Probe  # sections the view hands out (view.wrap) are probes too
+    try:
+        rule.check(Probe(spec, view.Reads()))
+    except Exception:  # noqa: BLE001 - a rule that fails on the base is not memoised
+        return True
+    finally:
+        view.View = real
+    return bool(escaped)
+
+
+_SLOT = view.View.__dict__["_obj"]
+_VIEW_CODE = {f.__code__ for f in vars(view.View).values() if inspect.isfunction(f)}
+
+
+_OPAQUE: dict[str, bool] = {}  # rule id -> reads the whole spec (probed once per process)
+
+
+def opaque(rule, spec) -> bool:
+    if rule.id not in _OPAQUE:
+        _OPAQUE[rule.id] = _reads_whole_spec(rule, spec)
+    return _OPAQUE[rule.id]
+
+
+def _touches(declared, varying: str) -> bool:
+    return any(
+        varying == d or varying.startswith(d + ".") or d.startswith(varying + ".") for d in declared
+    )
+
+
+def _relevant(declared, varying: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for v in varying if _touches(declared, v))
+
+
+def _hashable(v: Any):
+    """A memo key part: the type as well (1, 1.0 and True are equal as dict keys)."""
+    return (type(v), v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
+
+
+class BaseMemo:
+    """The reusable answers for one base spec and one set of varying keys."""
+
+    def __init__(self, base, varying: tuple[str, ...]):
+        self.varying = varying
+        vset = set(varying)
+        # field constraints: the fixed fields are checked once, the varying ones per point
+        fixed_bad = [p for p in problems(base) if p.key not in vset]
+        self.fields_bad = bool(fixed_bad)
+        self.constrained = [(k, _CONSTRAINTS[k]) for k in varying if k in _CONSTRAINTS]
+        # rules grouped by the varying keys they read: one lookup per group and point
+        groups: dict[tuple[str, ...], list[tuple[int, Any]]] = {}
+        for i, r in enumerate(r for r in RULES if r is not FIELD_RULE):
+            keys = varying if opaque(r, base) else _relevant(r.keys, varying)
+            groups.setdefault(keys, []).append((i, r))
+        # a group keyed on every varying key answers each point once: nothing to keep (memory
+        # stays flat in the number of points)
+        self.groups = [(k, rules, {} if k != varying else None) for k, rules in groups.items()]
+        self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
+        self.estimates: dict[tuple, Any] = {}
+
+    def verdict(self, spec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """(error rule ids, warning rule ids) in `evaluate`'s order."""
+        if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
+            return [FIELD_RULE.id], []
+        hv = {k: _hashable(v) for k, v in values.items()}
+        broken = []
+        for keys, rules, cache in self.groups:
+            memo = tuple(hv[k] for k in keys) if cache is not None else None
+            got = cache.get(memo) if cache is not None else None
+            if got is None:  # (rule index, rule id, severity) of the rules this input breaks
+                got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
+                if cache is not None and len(cache) < CACHE_MAX:
+                    cache[memo] = got
+            broken += got
+        errs, warns = [], []
+        for _, rid, severity in sorted(broken):
+            bucket = errs if severity == ERROR else warns
+            if rid not in bucket:
+                bucket.append(rid)
+        return errs, warns
+
+    def estimate(self, spec, values: dict[str, Any]):
+        from topl.launcher.memory_estimate import estimate
+
+        memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
+        if memo not in self.estimates:
+            try:
+                e = estimate(spec)
+                self.estimates[memo] = (round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2))
+            except (ValueError, ZeroDivisionError):
+                self.estimates[memo] = (None, None)
+        return self.estimates[memo]
+
+
+def copy_on_write(root, sets: list[tuple[str, Any]]) -> Any:
+    """A copy of `root` with each (dotted key, typed value) set: the sections on those paths are
+    copied, everything else is shared with `root` (which stays as it was)."""
+    copies: dict[str, Any] = {}
+
+    def writable(path: str, obj):
+        if path not in copies:
+            if isinstance(obj, dict):
+                copies[path] = dict(obj)
+            else:
+                copies[path] = new = object.__new__(type(obj))
+                new.__dict__.update(obj.__dict__)
+        return copies[path]
+
+    new_root = writable("", root)
+    for dotted, value in sets:
+        *parents, leaf = dotted.split(".")
+        obj, path = new_root, ""
+        for part in parents:
+            path = f"{path}.{part}"
+            old = obj[part] if isinstance(obj, dict) else obj.__dict__[part]
+            child = writable(path, old)
+            if isinstance(obj, dict):
+                obj[part] = child
+            else:
+                obj.__dict__[part] = child
+            obj = child
+        if isinstance(obj, dict):
+            obj[leaf] = value
+        else:
+            obj.__dict__[leaf] = value
+    return new_root

@@ -1,0 +1,172 @@
+"""The everyday commands stay light: what `check` / `render` / `rules` / `plan` import, and `plan`'s
+per-sweep reuse (no per-point compose, no per-point deep copy of the spec)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from topl.launcher.contract.view import unwrap as _plain  # another name: no source scan sees it
+
+# Heavy stacks the launcher must never load to validate or render: torch (seconds of import),
+# DeepSpeed (pulls torch), Ray, transformers. The closed forms in memory_estimate are the rules.
+HEAVY = ("torch", "deepspeed", "ray", "transformers", "triton", "vllm")
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level packages a CLI command imports, from `python -X importtime` (a child process:
+    this test process has imported torch already)."""
+    p = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "topl.launcher.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert p.returncode in (0, 2), p.stderr[-2000:]
+    mods = set()
+    for line in p.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            mods.add(name.split(".")[0])
+    assert "topl" in mods  # the timing really was read
+    return mods
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check"],
+        ["check", "train=fsdp", "--json"],  # the ZeRO-3 rule: closed form, no DeepSpeed
+        ["check", "recipe=qwen3_30b_a3b_grpo_a3_strict"],
+        ["render", "--json"],
+        ["rules", "--json"],
+        ["plan", "rollout.tp=1,2", "train=fsdp,megatron"],
+    ],
+    ids=" ".join,
+)
+def test_no_heavy_imports(args):
+    heavy = _imported(*args) & set(HEAVY)
+    assert not heavy, f"`topl {' '.join(args)}` imports {sorted(heavy)}"
+
+
+def test_fsdp_rule_never_imports_deepspeed(compose, monkeypatch):
+    """Even where DeepSpeed is installed, TOP-MEM-001 on FSDP is the closed form."""
+    import builtins
+
+    from topl.launcher.contract import evaluate
+
+    real = builtins.__import__
+
+    def guard(name, *a, **k):
+        assert not name.startswith(("deepspeed", "torch")), f"imported {name}"
+        return real(name, *a, **k)
+
+    spec = compose(["train=fsdp"]).to_object()
+    monkeypatch.setattr(builtins, "__import__", guard)
+    list(evaluate(spec))
+
+
+ENV_RECIPE = """\
+# @package _global_
+defaults:
+  - override /alignment: strict
+  - _self_
+cluster:
+  env: {HCCL_DETERMINISTIC: "true", VLLM_BATCH_INVARIANT: "1"}
+algorithm:
+  extra_overrides:
+    actor_rollout_ref.rollout.tensor_model_parallel_size: 2
+"""
+# an extra override of a key topl renders only when rollout.per_request_seed is on: TOP-VERL-002
+# depends on a key it does not declare (it renders the whole command)
+SEED_RECIPE = """\
+# @package _global_
+defaults:
+  - override /alignment: "off"
+  - _self_
+algorithm:
+  extra_overrides:
+    actor_rollout_ref.rollout.per_request_seed: true
+"""
+MEMO_SWEEPS = [
+    # recipe x engine group x layout x lengths (TOP-MEM-*, TOP-ENG-*, TOP-RES-*, interpolations)
+    [
+        "recipe=qwen3_30b_a3b_grpo_a3_strict,qwen3_4b_grpo_a2_mitigated",
+        "train=fsdp,megatron",
+        "train.tp=1,2,8",
+        "rollout.tp=1,4",
+        "train.max_response_length=1024,65536",
+    ],
+    # out-of-range values (TOP-SPEC-001 alone), alignment groups, block size / kv_tile interpolation
+    ["alignment=strict,off", "rollout.block_size=16,128", "train.tp=0,2", "rollout.top_p=0.5,2.0"],
+    # the rules that read the whole spec (env, verl keys) against a base that sets both
+    ["recipe={env_recipe}", "alignment.mode=strict,mitigated,off", "rollout.tp=1,2"],
+    ["recipe={env_recipe}", "collective.hccl_algo=null,level0:ring", "alignment.mode=strict,off"],
+    ["recipe={seed_recipe}", "rollout.per_request_seed=false,true", "rollout.tp=1,2"],
+]
+
+
+@pytest.mark.parametrize("sweep", MEMO_SWEEPS, ids=range(len(MEMO_SWEEPS)))
+def test_memoised_verdicts_equal_the_whole_contract(sweep, tmp_path):
+    """Every point, errors and warnings and estimates: the per-sweep reuse changes nothing."""
+    from topl.launcher.plan import Planner, expand_items
+
+    recipes = {"env_recipe": ENV_RECIPE, "seed_recipe": SEED_RECIPE}
+    for name, text in recipes.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    fast, full = Planner(), Planner(memo=False)
+    points = expand_items([o.format(**{n: tmp_path / f"{n}.yaml" for n in recipes}) for o in sweep])
+    got = [fast.verdict(p).to_dict() for p in points]
+    want = [full.verdict(p).to_dict() for p in points]
+    assert got == want
+    assert len({(*v["rules"], "/", *v["warnings"]) for v in want}) > 1  # verdicts really move
+
+
+def test_rules_run_once_per_distinct_input():
+    """A rule that reads none of the swept keys runs once for the whole sweep."""
+    from topl.launcher import sweep_memo
+    from topl.launcher.plan import Planner, expand_items
+
+    planner = Planner()
+    for p in expand_items(
+        ["rollout.max_num_seqs=range(1,41)", "train.ppo_micro_batch_size_per_gpu=1,2"]
+    ):
+        planner.verdict(p)
+    (memo,) = planner._memos.values()
+    runs = {r.id: len(c) for _, rules, c in memo.groups if c is not None for _, r in rules}
+    assert runs["TOP-ATTN-004"] == 1  # reads neither key
+    assert runs["TOP-MEM-003"] == 40  # reads max_num_seqs only
+    assert runs["TOP-LOGP-003"] == 2  # reads the micro batch only
+    whole = {r.id for keys, rules, c in memo.groups if keys == memo.varying for _, r in rules}
+    assert {r for r, w in sweep_memo._OPAQUE.items() if w} <= whole  # run for every point
+
+
+def test_points_share_what_they_do_not_change():
+    """No deep copy per point: untouched sections are the base's, and the base stays as it was."""
+    from topl.launcher.plan import Planner, expand_items
+
+    planner = Planner()
+    a, b = expand_items(["rollout.tp=1,2"])
+    sa, sb = planner.spec(a)[0], planner.spec(b)[0]
+    assert (sa.rollout.tp, sb.rollout.tp) == (1, 2)
+    assert sa.model is sb.model and sa.train is sb.train
+    assert sa.rollout is not sb.rollout
+    ((_, base, _),) = planner._bases.values()
+    assert base.rollout.tp not in (None,) and base.rollout is not sa.rollout
+
+
+def test_a_rule_reading_outside_the_view_is_found_by_probing(compose):
+    """Whole-spec rules are found by running them, not only by reading their source."""
+    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import Rule
+    from topl.launcher.sweep_memo import _reads_whole_spec
+
+    spec = compose([]).to_object()
+    hidden = Rule("X", "error", "", ("rollout.tp",), "", lambda s: str(_plain(s).train.tp))
+    plain = Rule("Y", "error", "", ("rollout.tp",), "", lambda s: str(s.rollout.tp))
+    assert _reads_whole_spec(hidden, spec) and not _reads_whole_spec(plain, spec)
+    assert all(r is not hidden for r in RULES)
