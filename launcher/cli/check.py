@@ -14,7 +14,6 @@ from topl.launcher.cli.output import print_json, print_violations
 def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
     from topl.launcher.contract import check, errors
-
     from topl.launcher.meaning import settings
 
     fix_mode = None
