@@ -229,6 +229,10 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
+        untrusted.check_no_secret_on_argv(
+            OmegaConf.to_container(cfg, resolve=True),
+            f"overrides: {' '.join(overrides) or '(none)'}",
+        )
     except OmegaConfBaseException as e:
         raise _friendly(e, overrides) from None
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
@@ -252,6 +256,8 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
         raise _friendly(e, plain) from None
     finally:
         GlobalHydra.instance().clear()
+    for d in dirs:
+        untrusted.check_run_path(d, "hydra.run.dir / hydra.sweep.dir (run_root, experiment)")
     return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
 
 
@@ -262,6 +268,9 @@ def from_hydra_job(
     typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
     _check_no_code(typed, user_overrides)
     redact.remember(OmegaConf.to_container(typed.cluster.env))
+    untrusted.check_no_secret_on_argv(
+        OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
+    )
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
     sources = _sources(loader_for(root), hydra_overrides, root)
     recipe = str(root.source_of(chosen.get("recipe"))) if root else None

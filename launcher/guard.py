@@ -157,6 +157,22 @@ def write(rec: dict, folder: str | None) -> str:
     return "stderr"
 
 
+def _check_shape(manifest) -> None:
+    """The renderer's shape, or ValueError: {"strict": bool, "env": {NAME: [value, rule]},
+    "modules": {name: [how, rule]}} (JSON that parses but is not this is tampering too)."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("strict", False), bool):
+        raise ValueError(manifest)
+    for part in ("env", "modules"):
+        entries = manifest.get(part, {})
+        if not isinstance(entries, dict):
+            raise ValueError(part)
+        for name, pair in entries.items():
+            if not (
+                isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+            ):
+                raise ValueError(name)
+
+
 def run(environ=os.environ) -> dict | None:
     """Record this process; raise GuardError in a strict run when a requirement is missing."""
     raw, folder = environ.get(MANIFEST_ENV), environ.get(DIR_ENV)
@@ -164,7 +180,8 @@ def run(environ=os.environ) -> dict | None:
         return None
     try:
         manifest = json.loads(raw) if raw else {}
-    except ValueError:
+        _check_shape(manifest)
+    except (ValueError, TypeError, RecursionError):
         manifest = {"strict": True}  # the renderer wrote it: garbage means tampering
         bad = [  # a run-time rule: in the catalog through launcher/contract/runtime.py
             {

@@ -40,7 +40,9 @@ def _import_error(
     is missing, and a child keeps our process clean."""
     cmd = [python or sys.executable, "-c", f"import {module}"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        from topl.launcher import children  # its own group: a stopped topl takes it down
+
+        r = children.run(cmd, timeout=300, env=env)
     except subprocess.TimeoutExpired:
         return "import did not finish in 300 s"
     except OSError as e:  # the interpreter itself is missing or not executable

@@ -10,9 +10,7 @@ call that may never answer (a silent Ray head).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -77,13 +75,17 @@ def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False
     try:
         with signals_interrupt():
             # a dead pid on this host with the state still running: topl was killed (`topl watch`)
-            rundir.set_status(
-                run_dir, "running", pid=os.getpid(), host=socket.gethostname(), **details
-            )
+            # with what proves it is this topl later (boot, start time, executable: watch_io)
+            from topl.launcher.watch_io import identity
+
+            rundir.set_status(run_dir, "running", **identity(), **details)
             rc = start()
         state = {**({"state": "submitted"} if detached and rc == 0 else status_of(rc)), **details}
         return exit_code(rc)
     except (Interrupted, KeyboardInterrupt) as e:
+        from topl.launcher import children
+
+        children.kill_all()  # the doctor's interpreter, still running in a deadline thread
         signum = getattr(e, "signum", signal.SIGINT)
         state = {
             "state": "interrupted",

@@ -35,7 +35,8 @@ def available() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for d in reversed(search_dirs()):
         for f in sorted(d.glob("*.yaml")) if d.is_dir() else []:
-            found[f.stem] = f
+            if f.is_file():  # a FIFO named x.yaml would hang whoever reads it
+                found[f.stem] = f
     return dict(sorted(found.items()))
 
 
@@ -74,7 +75,11 @@ def load_checked(path: Path) -> untrusted.Recipe:
 
 def description(path: Path) -> str:
     """The first comment line of a recipe file (its one-line description)."""
-    for line in path.read_text().splitlines():
+    try:
+        text = untrusted.read_capped(path, 4096).decode("utf-8", errors="replace")
+    except ToplError:
+        return ""
+    for line in text.splitlines():
         if line.startswith("#") and "@package" not in line:
             return line.lstrip("# ").strip()
     return ""

@@ -40,7 +40,12 @@ _NOT_SECRET = {"PWD", "OLDPWD"}  # the shell's working directories
 _SHAPES = [
     # scheme://user:PASSWORD@host (DATABASE_URL, REDIS_URL, git remotes)
     (
-        re.compile(r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']+:)[^@\s\"'/]+(?=@)"),
+        # (an empty user, and a password with `/` or `@` in it, are still userinfo: it ends at
+        # the last `@` before the host)
+        re.compile(
+            r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s\"']*:)[^\s\"']+?"
+            r"(?=@[^@\s\"'/]+(?:[/\s\"'?#]|$))"
+        ),
         r"\g<keep>" + REDACTED,
     ),
     (
@@ -103,6 +108,7 @@ class Redactor:
 
     def __init__(self, values=()):
         self.values: set[str] = set()
+        self.quoted: dict[str, re.Pattern] = {}  # values with quote characters, any quoting
         self.add(values)
 
     def add(self, values) -> None:
@@ -111,6 +117,8 @@ class Redactor:
             if len(v) >= MIN_VALUE_LEN:
                 self.values.add(v)
                 self.values.add(json.dumps(v)[1:-1])  # as it appears inside a JSON string
+                if _QUOTING.search(v) and len(_QUOTING.sub("", v)) >= MIN_VALUE_LEN:
+                    self.quoted[v] = _any_quoting(v)
 
     def remember(self, env: dict) -> None:
         """Add the values of the secret-named entries of an environment mapping."""
@@ -120,6 +128,8 @@ class Redactor:
         for v in sorted(self.values, key=len, reverse=True):
             if v in s:
                 s = s.replace(v, REDACTED)
+        for pattern in self.quoted.values():
+            s = pattern.sub(REDACTED, s)
         return _ASSIGN.sub(_assign, _shapes(s))
 
     def env(self, env: dict) -> dict:
@@ -141,6 +151,16 @@ class Redactor:
         if isinstance(o, (list, tuple)):
             return [self.obj(v) for v in o]
         return self.text(o) if isinstance(o, str) else o
+
+
+# A value with a quote or backslash is escaped differently by each writer (shlex's '"'"', JSON's
+# \", Hydra's \'): match it with any run of quoting characters between its characters.
+_QUOTING = re.compile(r"[\\'\"]")
+_QUOTE_RUN = r"[\\'\"]*"
+
+
+def _any_quoting(v: str) -> re.Pattern:
+    return re.compile(_QUOTE_RUN.join(re.escape(c) for c in _QUOTING.sub("", v)))
 
 
 def _assign(m: re.Match) -> str:

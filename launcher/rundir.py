@@ -51,16 +51,29 @@ def write_file(path: Path, text: str) -> None:
 
 def create(run_dir: Path) -> Path:
     """Make the run directory atomically and exclusively (mode 0700) before anything is written."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         run_dir.mkdir(mode=0o700)
     except FileExistsError:
-        raise ToplError(
-            f"run directory {run_dir} already exists; refusing to overwrite it",
-            where="hydra.run.dir / hydra.sweep.dir",
-            fix="let topl pick a new directory (leave hydra.run.dir unset) or give a new path",
-        ) from None
+        if run_dir.parent.is_dir():
+            raise ToplError(
+                f"run directory {run_dir} already exists; refusing to overwrite it",
+                where="hydra.run.dir / hydra.sweep.dir",
+                fix="let topl pick a new directory (leave hydra.run.dir unset) or give a new path",
+            ) from None
+        raise _unwritable(run_dir, "a file is in the way") from None
+    except OSError as e:
+        raise _unwritable(run_dir, e.strerror or str(e)) from None
     return run_dir
+
+
+def _unwritable(path: Path, why: str) -> ToplError:
+    """A folder topl cannot write (read-only, full, not a folder): one message, exit 2."""
+    return ToplError(
+        f"cannot write the run directory {path}: {why}",
+        where="run_root / hydra.run.dir / hydra.sweep.dir",
+        fix="give a writable folder with free space (run_root=PATH)",
+    )
 
 
 def set_status(run_dir: Path, state: str, **details) -> None:
@@ -119,7 +132,14 @@ def versions() -> dict[str, str | None]:
 
 def write(run_dir: Path, composed, invocation, violations) -> None:
     """Write spec, sources, command, env and versions (secrets redacted, mode 0600). Refuses to
-    reuse a run directory."""
+    reuse a run directory; a folder that cannot take them (full, read-only) is one message."""
+    try:
+        _write(run_dir, composed, invocation, violations)
+    except OSError as e:
+        raise _unwritable(run_dir, e.strerror or str(e)) from None
+
+
+def _write(run_dir: Path, composed, invocation, violations) -> None:
     marker = run_dir / "topl.json"
     if marker.exists():
         raise ToplError(

@@ -25,6 +25,7 @@ MAX_BYTES = 256 * 1024  # a recipe is a page of YAML; the shipped ones are < 1 K
 MAX_ALIASES = 64  # YAML aliases (*name) in one file
 MAX_NODES = 20_000  # values after alias expansion
 MAX_INCLUDES = 8  # recipes including recipes, depth
+MAX_DEPTH = 32  # nesting of mappings / lists (the spec is 3 deep; verl keys are dotted)
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
 # The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
@@ -52,7 +53,9 @@ CLI_HYDRA = (
 CLI_LAUNCHERS = ("basic", "joblib")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
-_RESOLVER = re.compile(r"\$\{\s*[A-Za-z_][\w.]*\s*:")  # ${name:...}: a resolver call
+# `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
+# (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
+_RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
 _PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -82,6 +85,21 @@ def _count(node: Any, budget: list[int]) -> None:
             _count(v, budget)
 
 
+def _depth(node: Any) -> int:
+    """How deep mappings and lists nest, counted without recursion (a cycle counts as too deep)."""
+    deepest, todo = 0, [(node, 1)]
+    while todo:
+        n, d = todo.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            return d
+        if isinstance(n, dict):
+            todo += [(v, d + 1) for v in n.values()]
+        elif isinstance(n, list):
+            todo += [(v, d + 1) for v in n]
+    return deepest
+
+
 def load_yaml(text: bytes, where: str) -> Any:
     """Parse YAML as OmegaConf/Hydra would, refusing oversize, alias-heavy or exploding files."""
     fix = "recipes are small plain YAML: write values out instead of using anchors and aliases"
@@ -97,6 +115,10 @@ def load_yaml(text: bytes, where: str) -> Any:
             loader.dispose()
     except UnicodeDecodeError:
         raise ToplError("the file is not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise ToplError(
+            f"the YAML nests deeper than {MAX_DEPTH} levels", where=where, fix=fix
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
@@ -106,6 +128,8 @@ def load_yaml(text: bytes, where: str) -> Any:
         raise ToplError(
             f"YAML syntax error: {problem}", where=at, fix="fix the YAML syntax at that line"
         ) from None
+    if _depth(data) > MAX_DEPTH:
+        raise ToplError(f"the YAML nests deeper than {MAX_DEPTH} levels", where=where, fix=fix)
     try:
         _count(data, [MAX_NODES])
     except (ValueError, RecursionError):
@@ -154,6 +178,33 @@ def check_values(node: Any, where: str, *, resolvers: bool) -> None:
             )
 
 
+# Keys whose value never goes on a command line: the job's environment (secrets reach the job
+# there, launcher/render_env.py) and the Ray head topl itself talks to.
+OFF_ARGV = ("cluster.env", "cluster.ray_address")
+
+
+def check_no_secret_on_argv(node: Any, where: str) -> None:
+    """No value that becomes part of verl's command line (or a printed key) holds a secret: a known
+    secret value (a secret-named variable's) or a credential shape (URL password, token), anywhere
+    outside cluster.env. Everyone on the machine reads argv (`ps`)."""
+    from topl.launcher import redact
+
+    r = redact.current()
+    hits = [
+        p
+        for p, _, v in _walk(node)
+        if isinstance(v, str) and not p.startswith(OFF_ARGV) and r.text(v) != v
+    ]
+    if hits:
+        raise ToplError(
+            f"{', '.join(sorted(set(hits)))}: holds a secret (a secret variable's value, a URL "
+            "password or a token); it would be on verl's command line, readable by everyone (`ps`)",
+            where=where,
+            fix="remove it from that key; hand a secret to the job only through cluster.env "
+            "(`+cluster.env.MY_TOKEN='${oc.env:MY_TOKEN}'`)",
+        )
+
+
 def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
     """Validate a parsed recipe; return the names of the recipes it includes."""
     if not isinstance(data, dict):
@@ -167,6 +218,7 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
             fix=f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
         )
     _check_hydra(data.get("hydra"), where)
+    _check_meaning(data, where)
     return _check_defaults(data.get("defaults", []), where)
 
 
@@ -196,6 +248,22 @@ def _check_hydra(node: Any, where: str) -> None:
             "and environment settings run code or write outside the run directory)",
             where=where,
             fix=f"remove the `hydra:` keys; allowed: {allowed}",
+        )
+
+
+def _check_meaning(data: dict, where: str) -> None:
+    """Settings that choose what runs (meaning.py) are the user's own, at any nesting level."""
+    from topl.launcher import meaning
+
+    hits = meaning.recipe_hits(data)
+    if hits:
+        lines = "; ".join(f"{k}: {why}" for k, why in hits)
+        first = hits[0][0].removeprefix("hydra.sweeper.params.")
+        raise ToplError(
+            f"a recipe may not choose what runs: {lines}",
+            where=where,
+            fix=f"remove it from the recipe; if you trust it, type it yourself on the command "
+            f"line (`{first.lstrip('+~')}=...`); `topl check` shows each setting's source",
         )
 
 
@@ -233,13 +301,32 @@ class Recipe:
     includes: list[str]
 
 
-def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
-    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+def read_capped(path: Path, cap: int) -> bytes:
+    """At most `cap` bytes of a regular file: a FIFO or a device is refused, never waited on."""
+    import os
+    import stat
+
     try:
-        with path.open("rb") as f:
-            text = f.read(MAX_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ToplError(f"cannot read the recipe: {e.strerror}", where=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToplError(
+                "the recipe is not a regular file (a FIFO, a device or a folder)",
+                where=str(path),
+                fix="point at a .yaml file",
+            )
+        os.set_blocking(fd, True)
+        try:
+            return f.read(cap)
+        except OSError as e:
+            raise ToplError(f"cannot read the recipe: {e.strerror}", where=str(path)) from None
+
+
+def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
+    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+    text = read_capped(path, MAX_BYTES + 1)
     data = load_yaml(text, str(path)) or {}
     package = _PACKAGE.findall(text.decode("utf-8"))
     if package and package[0] != "_global_":
@@ -269,6 +356,13 @@ def guard_overrides(overrides: list[str]) -> list[str]:
             continue
         if key == "hydra/launcher" and o.split("=", 1)[-1].strip() in CLI_LAUNCHERS:
             continue
+        inner = key.removeprefix("hydra.sweeper.params.")
+        if inner != key and (inner == "hydra" or inner.startswith(("hydra.", "hydra/"))):
+            # a sweep parameter is an override too: Hydra applies it to its own config per job
+            guard_overrides([f"{inner}={o.split('=', 1)[-1]}"])
+            continue
+        if key in LABELS:
+            _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
@@ -281,6 +375,39 @@ def guard_overrides(overrides: list[str]) -> list[str]:
                 f"hydra/launcher={'|'.join(CLI_LAUNCHERS)})",
             )
     return overrides
+
+
+# Hydra settings that name a folder or file *inside* a run directory: labels, never paths.
+# hydra.sweep.subdir is a job's folder under the sweep dir (an absolute one replaces it, `..`
+# leaves it); hydra.job.name is the job's log file name (hydra/conf/hydra/job_logging/default.yaml:
+# ${hydra.runtime.output_dir}/${hydra.job.name}.log).
+LABELS = ("hydra.sweep.subdir", "hydra.job.name")
+_LABEL = re.compile(r"^(?:[A-Za-z0-9_=,+-]|\.(?!\.)|\$\{hydra\.job\.(?:num|id)\})+$")
+
+
+def _check_label(override: str, key: str, value: str) -> None:
+    if _LABEL.match(value) and value not in (".",) and not value.startswith("."):
+        return
+    raise ToplError(
+        f"`{override}`: {key} is a label inside the run directory, not a path",
+        where=f"command line `{override}`",
+        fix="use letters, digits, _ - = , + (and ${hydra.job.num} / ${hydra.job.id}); to "
+        "put runs elsewhere set hydra.sweep.dir / hydra.run.dir",
+    )
+
+
+def check_run_path(path: str, where: str) -> None:
+    """A run or sweep directory as Hydra resolves it: no `..` (a recipe's `experiment`, part of
+    the default run dir name, could otherwise climb out of run_root)."""
+    from pathlib import PurePath
+
+    if ".." in PurePath(path).parts or "\0" in path:
+        raise ToplError(
+            f"the run directory {path} climbs out of its folder (`..`)",
+            where=where,
+            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir without `..` "
+            "(an absolute path if you mean another folder)",
+        )
 
 
 def spec_fields() -> set[str]:

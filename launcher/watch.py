@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from topl.launcher import watch_io
+from topl.launcher.watch_io import clean
 from topl.launcher.watch_ray import RAY_ENDS, RayJob, ray_job  # noqa: F401 - watch.ray_job
 
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
@@ -69,14 +71,18 @@ class Tail:
         self.path, self.pos, self.buf = path, 0, ""
 
     def lines(self) -> list[str]:
-        if not self.path.is_file():
+        f = watch_io.open_regular(self.path)  # never a FIFO or a link; at most CHUNK_CAP a poll
+        if f is None:
             return []
-        with self.path.open() as f:
+        with f:
             f.seek(self.pos)
-            chunk = f.read()
+            chunk = f.read(watch_io.CHUNK_CAP).decode("utf-8", errors="replace")
             self.pos = f.tell()
         *done, self.buf = (self.buf + chunk).split("\n")
-        return done
+        if len(self.buf) > watch_io.LINE_CAP:  # an endless line: keep its head, drop the rest
+            done.append(self.buf[: watch_io.LINE_CAP])
+            self.buf = ""
+        return [line[: watch_io.LINE_CAP] for line in done]
 
 
 @dataclass
@@ -107,15 +113,39 @@ class Watcher:
                 yield from text[self._seen : end].splitlines()
                 self._seen = end
 
+    def judge(self, rec: dict) -> dict:
+        """A guard record as written by a process, checked again here against the run's own
+        manifest (invocation.json): a record that says nothing is missing while a determinism
+        variable it recorded differs from the rendered one is not ok."""
+        if not hasattr(self, "_manifest"):
+            self._manifest = _manifest(self.run_dir)
+        missing = rec.get("missing") if isinstance(rec.get("missing"), list) else []
+        env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
+        named = {m.get("what") for m in missing if isinstance(m, dict)}
+        for name, (value, rule) in self._manifest.items():
+            if name in env and env[name] != value and f"env {name}" not in named:
+                missing.append(
+                    {
+                        "rule": rule,
+                        "what": f"env {name}",
+                        "needed": value,
+                        "found": env[name],
+                        "seen_by": "topl watch",
+                    }
+                )
+        return {**rec, "missing": missing}
+
     def poll(self) -> list[tuple[str, object]]:
         new: list[tuple[str, object]] = []
-        for p in sorted((self.run_dir / "guard").glob("*.json")):
+        for p in sorted((self.run_dir / "guard").glob("*.json"))[:4096]:
             if p.name not in self.guards:
                 try:
-                    self.guards[p.name] = rec = json.loads(p.read_text())
-                except ValueError:
-                    continue  # still being written
-                new.append(("guard", rec))
+                    rec = json.loads(watch_io.read_text(p) or "")
+                except (ValueError, RecursionError):
+                    continue  # still being written (or not a record)
+                if isinstance(rec, dict):
+                    self.guards[p.name] = rec = self.judge(rec)
+                    new.append(("guard", rec))
         from_file = self.metrics.path.is_file()
         for line in self.metrics.lines():
             try:
@@ -128,10 +158,10 @@ class Watcher:
                 try:
                     rec = json.loads(line[len(PREFIX) + 1 :])
                     key = f"{rec['host']}-{rec['pid']}"
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):
                     continue  # a mangled line in a log is not a reason to stop watching
-                if key not in self.guards:
-                    self.guards[key] = rec
+                if key not in self.guards and isinstance(rec, dict):
+                    self.guards[key] = rec = self.judge(rec)
                     new.append(("guard", rec))
             elif not from_file and (parsed := parse_console(line)):
                 new.append(("step", parsed))
@@ -169,11 +199,25 @@ HEADER = " ".join(
 )
 
 
+def _manifest(run_dir: Path) -> dict:
+    """{NAME: (value, rule)} the rendered TOPL_GUARD manifest requires; {} when unreadable."""
+    try:
+        inv = json.loads(watch_io.read_text(run_dir / "invocation.json") or "{}")
+        env = json.loads(inv["env"]["TOPL_GUARD"])["env"]
+        return {str(k): (str(v[0]), str(v[1])) for k, v in env.items()}
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
+        return {}
+
+
 def guard_line(rec: dict) -> str:
-    miss = "; ".join(f"{m['rule']} {m['what']}" for m in rec.get("missing", [])) or "ok"
+    def get(d, k):
+        return d.get(k) if isinstance(d, dict) else None
+
+    missing = rec.get("missing") if isinstance(rec.get("missing"), list) else []
+    miss = "; ".join(f"{get(m, 'rule')} {get(m, 'what')}" for m in missing) or "ok"
     return (
         f"guard {rec.get('role')} {rec.get('host')}:{rec.get('pid')} "
-        f"verl {rec.get('versions', {}).get('verl')} {rec.get('accelerator', {}).get('kind')}: {miss}"
+        f"verl {get(rec.get('versions'), 'verl')} {get(rec.get('accelerator'), 'kind')}: {miss}"
     )
 
 
@@ -208,11 +252,14 @@ def _update(run_dir: Path, state: str, **details) -> None:
 
 def topl_gone(st: dict) -> bool:
     """A `running` status whose topl process (on this host) no longer exists."""
-    pid, host = st.get("pid"), st.get("host")
-    if not pid or host != socket.gethostname():
+    verdict, _ = watch_io.prove(st)
+    if verdict != "unknown":
+        return verdict == "gone"
+    pid = watch_io.valid_pid(st.get("pid"))  # an old status without identity: pid and host
+    if pid is None or st.get("host") != socket.gethostname():
         return False  # another machine's topl (or an old status without host): cannot tell
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
@@ -270,11 +317,14 @@ def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
     if ray is not None:
         ray.stop()
         return f"ray job {ray.job_id} stopped"
-    pid = status.get("pid")
-    if not pid:
-        return "no pid in status.json: nothing stopped"
+    verdict, why = watch_io.prove(status)  # never a process topl cannot prove is its own
+    if verdict == "gone":
+        return f"topl already gone ({why}): nothing stopped"
+    if verdict != "same":
+        return f"not stopped: {why}; topl cannot prove the process is the run's topl"
+    pid = status["pid"]
     try:
-        os.kill(int(pid), signal.SIGTERM)  # topl turns SIGTERM into a stop of the whole job group
+        os.kill(pid, signal.SIGTERM)  # topl turns SIGTERM into a stop of the whole job group
     except ProcessLookupError:
         return f"topl (pid {pid}) already gone"
     return f"SIGTERM to topl (pid {pid})"
@@ -290,22 +340,38 @@ def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
 
 def read_status(run_dir: Path) -> dict:
     try:
-        return json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
+        st = json.loads(watch_io.read_text(run_dir / "status.json", watch_io.STATUS_CAP) or "{}")
+    except (ValueError, RecursionError):
         return {}
+    return st if isinstance(st, dict) else {}
 
 
 def _spec_get(run_dir: Path, dotted: str):
-    from omegaconf import OmegaConf
+    import yaml
 
-    return OmegaConf.select(OmegaConf.load(run_dir / "spec.yaml"), dotted)
+    node = yaml.safe_load(watch_io.read_text(run_dir / "spec.yaml") or "{}")
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def is_strict_run(run_dir: Path) -> bool:
     try:
         return _spec_get(run_dir, "alignment.mode") == "strict"
-    except OSError:
-        return False
+    except (yaml_error(), RecursionError):
+        from topl.launcher.errors import ToplError
+
+        raise ToplError(
+            "spec.yaml in the run directory is not readable YAML",
+            where=str(run_dir / "spec.yaml"),
+            fix="watch with --strict (or --no-stop) to say how to judge the run",
+        ) from None
+
+
+def yaml_error():
+    import yaml
+
+    return yaml.YAMLError
 
 
 def follow(
@@ -328,10 +394,10 @@ def follow(
                 text = (
                     row(*item) if kind == "step" else item if kind == "note" else guard_line(item)
                 )
-                print(text, file=out, flush=True)
+                print(clean(text), file=out, flush=True)
         if w.reason:
             if not quiet:
-                print(f"topl watch: STOP {w.reason}", file=out, flush=True)
+                print(clean(f"topl watch: STOP {w.reason}"), file=out, flush=True)
             if on_stop:
                 on_stop(w.reason)
             return w

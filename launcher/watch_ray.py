@@ -43,13 +43,26 @@ class RayJob:
 
 def ray_job(run_dir: Path) -> RayJob | None:
     """The run's Ray job (None when the run is not one)."""
-    job = run_dir / "ray_job_id"
-    if not job.is_file():
-        return None
-    from omegaconf import OmegaConf
+    from topl.launcher import watch_io
 
-    cluster = OmegaConf.load(run_dir / "spec.yaml").cluster
-    return RayJob(cluster.ray_address, job.read_text().strip(), float(cluster.ray_timeout_s or 30))
+    job_id = watch_io.read_text(run_dir / "ray_job_id", 4096)  # a regular file, small, or none
+    if job_id is None:
+        return None
+    import yaml
+
+    try:
+        spec = yaml.safe_load(watch_io.read_text(run_dir / "spec.yaml") or "{}")
+        cluster = spec["cluster"]
+        address, timeout = str(cluster["ray_address"]), float(cluster.get("ray_timeout_s") or 30)
+    except (yaml.YAMLError, RecursionError, KeyError, TypeError, ValueError, AttributeError):
+        from topl.launcher.errors import ToplError
+
+        raise ToplError(
+            "the run names a Ray job but its spec.yaml gives no usable cluster.ray_address",
+            where=str(run_dir / "spec.yaml"),
+            fix="follow the job with `ray job logs` on its head",
+        ) from None
+    return RayJob(address, job_id.strip(), timeout)
 
 
 # Ray's terminal job states -> status.json's (ray@2.60.0:python/ray/dashboard/modules/job/common.py:

@@ -88,9 +88,11 @@ def test_no_secret_in_run_dir_stdout_or_render(tmp_path):
     forwarded = [
         "+cluster.env.MY_API_KEY=${oc.env:MY_API_KEY}",
         "+cluster.env.EXTRA_TOKEN=typed-token-99",
-        "project=${oc.env:MYSQL_PWD}",
     ]
     secrets = [*SECRETS.values(), "db-pass-42", "typed-token-99"]
+    # a secret copied into a value that goes on verl's argv (trainer.project_name) is refused
+    r = run_topl("check", *forwarded, "project=${oc.env:MYSQL_PWD}", cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "command line" in r.stderr and "hunter2" not in r.stderr
     r = run_topl("launch", "--dry-run", *forwarded, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     for rr in (

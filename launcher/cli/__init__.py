@@ -144,6 +144,13 @@ def _main(argv: list[str] | None) -> int:
             raise
         print(local_extra_error(f"topl {cmd}", e.name).render(), file=sys.stderr)
         return 2
+    except RecursionError:  # an override or file nested thousands deep (a parser recursed)
+        print(
+            "error: the input nests too deeply to read\n  fix: write plain values (recipes and "
+            "overrides are a few levels deep)",
+            file=sys.stderr,
+        )
+        return 2
     except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)

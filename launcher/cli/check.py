@@ -14,6 +14,7 @@ from topl.launcher.cli.output import print_json, print_violations
 def main(args: list[str]) -> int:
     from topl.launcher.compose import compose_job
     from topl.launcher.contract import check, errors
+    from topl.launcher.meaning import settings
 
     fix_mode = None
     if "--fix=warnings" in args:
@@ -23,7 +24,8 @@ def main(args: list[str]) -> int:
     composed = compose_job(overrides)
     vs = check(composed) + installed_verl(composed.to_object())
     ok = not errors(vs)
-    out = {"ok": ok, "violations": [v.to_dict() for v in vs]}
+    chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
+    out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
         from topl.launcher.fix import find_fix
@@ -41,6 +43,8 @@ def main(args: list[str]) -> int:
         print_json(out)
     else:
         print_violations(vs, sys.stdout)
+        for s in chosen:
+            print(f"note: {s['key']}={s['value']} chooses what runs; set by {s['source']}")
         n_err = len(errors(vs))
         print(f"{'OK' if ok else 'REJECTED'}: {n_err} error(s), {len(vs) - n_err} warning(s)")
         if fix is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from topl.launcher.cli.argv import parse
 from topl.launcher.errors import ToplError
+from topl.launcher.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
 
@@ -38,7 +39,7 @@ def main(args: list[str]) -> int:
     def on_stop(reason: str) -> None:
         stopped["how"] = how = watch.stop_job(run_dir, watch.read_status(run_dir), w.ray)
         watch.mark(run_dir, reason, how)
-        print(f"topl watch: {how}; status.json marked failed", file=sys.stderr)
+        print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout
     done = (lambda: watch.ended(w) or True) if flags.once else None
@@ -69,7 +70,7 @@ def main(args: list[str]) -> int:
     else:
         if png:
             print(f"plot: {png}")
-        print(f"topl watch: run {_describe(end)} (run dir {run_dir})")
+        print(clean(f"topl watch: run {_describe(end)} (run dir {run_dir})"))
     return 1 if w.reason or state in ("failed", "interrupted") else 0
 
 
@@ -108,6 +109,7 @@ def _dry_run(run_dir: Path, as_json: bool) -> int:
 def _describe(st: dict) -> str:
     """`succeeded`, `failed: exit code 3 (...)`, `still running` as a person reads it."""
     state = st.get("state")
+    state = None if state is None else str(state)  # a status.json edited by hand: any JSON
     if state in (None, "running", "submitted"):
         return f"not ended yet ({state or 'no status.json yet'})"
     extra = [f"{k} {st[k]}" for k in ("exit_code", "signal", "ray_status") if st.get(k) is not None]
