@@ -22,7 +22,10 @@ def main(args: list[str]) -> int:
 
         vs += installed_verl(composed.to_object())  # what `check` adds: the same answer
         if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
-            print_json({"ok": False, "violations": [v.to_dict() for v in vs]})
+            from topl.launcher.meaning import settings
+
+            out = {"ok": False, "violations": [v.to_dict() for v in vs]}
+            print_json(out | {"command_line_only": settings(composed)})
         print_violations(vs)
         print("topl render: the spec is rejected; fix the errors above", file=sys.stderr)
         return 2
