@@ -35,6 +35,9 @@ ALIGNMENTS = {
     "comm_alltoall": "the MoE communication method is always all-to-all",
 }
 
+# the alignments only a MoE model runs through (a dense model needs none of them)
+MOE_ONLY = frozenset({"moe_mlp", "expert_select", "dispatch", "combine", "comm_alltoall"})
+
 
 @dataclass(frozen=True)
 class Target:
@@ -176,6 +179,6 @@ def missing(vllm_ascend: object) -> dict[str, str]:
     key = version_key(vllm_ascend)
     if not key:
         supported = ", ".join(TARGETS)
-        return {a: f"topl's module supports vllm-ascend {supported} only" for a in ALIGNMENTS}
+        return {a: f"topl's alignment module has targets for vllm-ascend {supported} only" for a in ALIGNMENTS}
     done = {t.alignment for t in TARGETS[key]}
     return {a: NOT_PROVIDED.get(key, {}).get(a, "no target") for a in ALIGNMENTS if a not in done}
