@@ -132,8 +132,8 @@ def _moe_mlp(original):
             )[0]
 
         act = ops.silu_mul(gmm(hidden_states, w1, w1_bias))
-        if topk_scales is not None:  # Megatron: probs multiply the activation output
-            act = act * topk_scales
+        if topk_scales is not None:  # Megatron's experts: (act * probs).to(act dtype)
+            act = (act * topk_scales).to(act.dtype)
         return gmm(act, w2, w2_bias)
 
     return unquant_apply_mlp
