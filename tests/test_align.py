@@ -125,8 +125,10 @@ def test_logprobs_are_megatrons_cross_entropy(dtype):
     _, _, predicted, sum_exp, exp = CE.calculate_predicted_logits(x, target, m, 0, 1000)
     _, loss = CE.calculate_cross_entropy_loss(exp, predicted, sum_exp)
     assert torch.equal(lp, -loss)
-    # vLLM's own log_softmax is a different kernel: not bitwise the same everywhere
-    assert lp.dtype == torch.float32
+    # vLLM's own compute_logprobs (the fused log_softmax kernel, fact align_logprobs) is not
+    # bitwise Megatron's form even on CPU: the replacement matters
+    vllm_lp = logits.log_softmax(dim=-1, dtype=torch.float32).gather(-1, target.unsqueeze(-1))
+    assert not torch.equal(vllm_lp.squeeze(-1), -loss)
 
 
 def test_silu_mul_is_megatrons_swiglu():
@@ -335,3 +337,39 @@ def test_targets_match_each_release_by_ast():
         a = fn.args
         got = tuple(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
         assert got == t.params, (e.package, e.version, t.attr, got)
+
+
+# ---- the renderer adds the module
+
+
+@pytest.mark.parametrize(
+    "stack,want",
+    [
+        ("stack=release", ["topl.launcher.align.load", "topl.launcher.guard"]),
+        ("stack=prerelease", ["topl.launcher.align.load", "topl.launcher.guard"]),
+        ("stack=seed", ["verl_ascend_recipe.true_on_policy.patch", "topl.launcher.guard"]),
+    ],
+)
+def test_strict_npu_runs_load_the_alignment_module_before_the_guard(stack, want):
+    import json
+
+    from topl.launcher.compose import compose_job
+    from topl.launcher.render import render
+    from topl.launcher.render_env import without_guard
+
+    env = render(
+        compose_job(["recipe=qwen3_30b_a3b_grpo_a3_strict", stack, "rollout.pp=1"]).to_object()
+    ).env
+    assert env["VERL_USE_EXTERNAL_MODULES"].split(",") == want
+    assert json.loads(env["TOPL_GUARD"])["modules"][want[0]] == ["loaded", "TOP-STACK-005"]
+    assert "topl.launcher.align.load" not in without_guard(env).get("VERL_USE_EXTERNAL_MODULES", "")
+
+
+def test_the_module_is_not_loaded_off_npu_or_when_not_strict():
+    from topl.launcher.compose import compose_job
+    from topl.launcher.render import render
+
+    for extra in (["alignment=off"], ["cluster.device=cuda"]):
+        spec = compose_job(["recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release", *extra])
+        env = render(spec.to_object()).env
+        assert "topl.launcher.align" not in env.get("VERL_USE_EXTERNAL_MODULES", "")
