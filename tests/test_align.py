@@ -102,7 +102,9 @@ def test_weighted_combine_is_megatrons_unpermute(deterministic):
     old = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(deterministic)
     try:
-        want = mu.unpermute(expert_out, order, torch.Size([t, 8]), probs=probs, routing_map=routing_map)
+        want = mu.unpermute(
+            expert_out, order, torch.Size([t, 8]), probs=probs, routing_map=routing_map
+        )
         weighted = expert_out * ops.permute_weights(w, mapping)
         got = ops.unpermute(weighted, order, torch.Size([t, 8]))
         plain = mu.unpermute(weighted, order, torch.Size([t, 8]))
@@ -172,21 +174,22 @@ def test_padded_row_parallel_splits_as_megatron(rows, tp):
     total = parts[0].clone()
     for p in parts[1:]:
         total = total + p  # one order, as the collective's sum
+    padded_total = ops.pad_rows(total, tp)[0]
+    gathered = torch.cat(list(padded_total.chunk(tp)))
     for rank in range(tp):
-        chunks = {}
+        seen = []
 
-        def rs(x, rank=rank):
-            padded_total = ops.pad_rows(total, tp)[0]
+        def rs(x, rank=rank, seen=seen):  # this rank's chunk of the sum over ranks
             assert x.shape == padded_total.shape
-            chunks[rank] = padded_total.chunk(tp)[rank]
-            return chunks[rank]
+            seen.append(padded_total.chunk(tp)[rank])
+            return seen[-1]
 
         def ag(x):
-            return torch.cat([ops.pad_rows(total, tp)[0].chunk(tp)[r] for r in range(tp)])
+            return gathered
 
         out = ops.row_parallel_reduce(parts[rank], tp, rs, ag)
-        want = _split_along_first_dim(ops.pad_rows(total, tp)[0], _Group(tp, rank))
-        assert torch.equal(chunks[rank], want)
+        want = _split_along_first_dim(padded_total, _Group(tp, rank))
+        assert torch.equal(seen[0], want)
         assert torch.equal(out, total)
 
 

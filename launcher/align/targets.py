@@ -54,7 +54,11 @@ def _t(alignment, module, attr, params, fact):
 
 VA = "vllm_ascend"
 _SILU = _t(
-    "silu_mul", f"{VA}.ops.activation", "AscendSiluAndMul.forward_oot", ("self", "x"), "align_silu_mul"
+    "silu_mul",
+    f"{VA}.ops.activation",
+    "AscendSiluAndMul.forward_oot",
+    ("self", "x"),
+    "align_silu_mul",
 )
 _DISPATCH = _t(
     "dispatch",
@@ -179,6 +183,9 @@ def missing(vllm_ascend: object) -> dict[str, str]:
     key = version_key(vllm_ascend)
     if not key:
         supported = ", ".join(TARGETS)
-        return {a: f"topl's alignment module has targets for vllm-ascend {supported} only" for a in ALIGNMENTS}
+        return {
+            a: f"topl's alignment module has targets for vllm-ascend {supported} only"
+            for a in ALIGNMENTS
+        }
     done = {t.alignment for t in TARGETS[key]}
     return {a: NOT_PROVIDED.get(key, {}).get(a, "no target") for a in ALIGNMENTS if a not in done}

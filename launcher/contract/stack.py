@@ -130,9 +130,8 @@ def patch_module(s):
         if is_moe(s) or a not in align_targets.MOE_ONLY
     }
     if gaps:
-        return (
-            f"vllm-ascend {v.vllm_ascend}: nothing provides the alignment of "
-            + "; ".join(f"{a} ({why})" for a, why in gaps.items())
+        return f"vllm-ascend {v.vllm_ascend}: nothing provides the alignment of " + "; ".join(
+            f"{a} ({why})" for a, why in gaps.items()
         )
 
 

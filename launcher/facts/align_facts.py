@@ -41,7 +41,11 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         "vllm_ascend",
         "AscendSiluAndMul.forward_oot(self, x) runs the fused torch_npu.npu_swiglu",
         tuple(
-            va(v, "ops/activation.py", "re:class AscendSiluAndMul\\(SiluAndMul\\):\\s+def forward_oot\\(self, x")
+            va(
+                v,
+                "ops/activation.py",
+                "re:class AscendSiluAndMul\\(SiluAndMul\\):\\s+def forward_oot\\(self, x",
+            )
             for v in (REL, PRE)
         )
         + (va(REL, "ops/activation.py", "out = torch_npu.npu_swiglu(x)"),),
@@ -112,7 +116,9 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         "(0.30.0rc2 adds draft_moe_quant_type)",
         (
             va(REL, "ascend_forward_context.py", "def select_moe_comm_method(num_tokens: int"),
-            va(PRE, "ascend_forward_context.py", "draft_moe_quant_type: QuantType = QuantType.NONE"),
+            va(
+                PRE, "ascend_forward_context.py", "draft_moe_quant_type: QuantType = QuantType.NONE"
+            ),
             va(PRE, "ascend_forward_context.py", "def select_moe_comm_method("),
         ),
         "ascend_forward_context.select_moe_comm_method = ",
@@ -138,7 +144,11 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         "vLLM's RowParallelLinear.forward(self, input_) all-reduces; vllm-ascend's "
         "AscendRowParallelLinear falls back to it without a custom op",
         tuple(
-            vllm(v, "model_executor/layers/linear.py", "re:class RowParallelLinear\\(LinearBase\\):.*?def forward\\(\\s+self,\\s+input_,\\s+\\)")
+            vllm(
+                v,
+                "model_executor/layers/linear.py",
+                "re:class RowParallelLinear\\(LinearBase\\):.*?def forward\\(\\s+self,\\s+input_,\\s+\\)",
+            )
             for v in ("0.23.0", "0.30.0")
         )
         + tuple(va(v, "ops/linear.py", "return super().forward(input_)") for v in (REL, PRE)),
@@ -151,7 +161,11 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         "SwiGLU, log-prob and row-parallel paths do not read it (the alignments stay topl's)",
         "==0.30.0rc2",
         evidence=(
-            va(PRE, "platform.py", "if not (rl_config.enabled and rl_config.enable_training_consistency):"),
+            va(
+                PRE,
+                "platform.py",
+                "if not (rl_config.enabled and rl_config.enable_training_consistency):",
+            ),
             va(PRE, "ops/activation.py", "rl_config", present=False),
             va(PRE, MLP, "rl_config", present=False),
             va(PRE, TD, "rl_config", present=False),
