@@ -247,6 +247,22 @@ def test_every_target_is_patched_when_all_are_there(monkeypatch, version):
     assert torch.equal(sampler.compute_logprobs(x), ops.log_softmax(x))
 
 
+def test_a_function_imported_by_name_elsewhere_is_rebound(monkeypatch):
+    """vllm-ascend's model runner does `from vllm_ascend.ascend_forward_context import
+    select_moe_comm_method`; a module-attribute patch alone would leave its copy unaligned."""
+    from topl.launcher.align import patches
+
+    made = _stand_ins(monkeypatch, "0.23.0.post1")
+    ctx = made["vllm_ascend.ascend_forward_context"]
+    runner = types.ModuleType("vllm_ascend.worker.model_runner_v1")
+    runner.select_moe_comm_method = ctx.select_moe_comm_method
+    monkeypatch.setitem(sys.modules, runner.__name__, runner)
+    ctx.MoECommType = types.SimpleNamespace(ALLTOALL="alltoall")
+    patches.apply("0.23.0.post1")
+    assert runner.select_moe_comm_method is ctx.select_moe_comm_method
+    assert runner.select_moe_comm_method(1, None) == "alltoall"
+
+
 @pytest.mark.parametrize(
     "version,drop,rename",
     [

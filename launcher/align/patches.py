@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 from importlib import metadata
 
 from topl.launcher.align import ops
@@ -77,7 +78,20 @@ def apply(version: str | None = None) -> list[str]:
     for t, owner, name, original in found:
         new = REPLACEMENTS[t.alignment](original)
         setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
+        if "." not in t.attr:
+            _rebind(original, new, name)
     return [f"{t.module}:{t.attr}" for t, *_ in found]
+
+
+def _rebind(original, new, name: str) -> None:
+    """A module function is also held by modules that imported it by name before the patch
+    (vllm_ascend/worker/model_runner_v1.py: `from vllm_ascend.ascend_forward_context import
+    select_moe_comm_method`): rebind those too, or they keep calling the original."""
+    for mod in list(sys.modules.values()):
+        modname = getattr(mod, "__name__", "") or ""
+        if modname.split(".")[0] in ("vllm", "vllm_ascend", "verl"):
+            if vars(mod).get(name) is original:
+                setattr(mod, name, new)
 
 
 def _fn(original):
