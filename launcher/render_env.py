@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from topl.launcher import facts
+from topl.launcher.align import targets as align_targets
 from topl.launcher.redact import secret_entry
 from topl.launcher.spec import is_strict, on_npu
 
@@ -117,6 +118,16 @@ GUARDED_ENV = {
 GUARD_MODULE = "topl.launcher.guard"  # = guard.MODULE (not imported: render stays import-light)
 
 
+def align_module(s, patch: list[str]) -> list[str]:
+    """topl's alignment module (TOP-STACK-005), before the guard, on NPU strict runs whose
+    vllm-ascend it has targets for and where the seed's module is not declared."""
+    seed = "verl_ascend_recipe.true_on_policy.patch"  # = contract.stack.SEED_MODULE
+    v = s.cluster.versions.vllm_ascend
+    if on_npu(s) and seed not in patch and align_targets.version_key(v):
+        return [align_targets.LOAD_MODULE]
+    return []
+
+
 def guard_env(s, env: dict[str, str]) -> dict[str, str]:
     """Strict runs: topl's guard after the patch module in VERL_USE_EXTERNAL_MODULES (verl imports
     them in order in every process, verl@0.9.1:verl/__init__.py) and its manifest (TOPL_GUARD):
@@ -124,6 +135,7 @@ def guard_env(s, env: dict[str, str]) -> dict[str, str]:
     if not is_strict(s):
         return {}
     patch = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    patch += align_module(s, patch)
     modules = {m: ["loaded", "TOP-STACK-005"] for m in patch}
     if on_npu(s):
         modules["batch_invariant_ops"] = ["importable", "TOP-STACK-004"]
@@ -141,7 +153,8 @@ def guard_env(s, env: dict[str, str]) -> dict[str, str]:
 def without_guard(env: dict[str, str]) -> dict[str, str]:
     """The env as a launch script writes it: what guard_env adds taken back out (round trips)."""
     out = {k: v for k, v in env.items() if k != "TOPL_GUARD"}
-    mods = [m for m in out.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m != GUARD_MODULE]
+    added = (GUARD_MODULE, align_targets.LOAD_MODULE)
+    mods = [m for m in out.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m not in added]
     if "VERL_USE_EXTERNAL_MODULES" in out:
         out["VERL_USE_EXTERNAL_MODULES"] = ",".join(m for m in mods if m)
         if not out["VERL_USE_EXTERNAL_MODULES"]:

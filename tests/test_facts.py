@@ -370,7 +370,19 @@ def test_seed_patch_module_on_another_vllm_ascend_rejected(compose):
         compose, "stack=release", "cluster.external_modules=verl_ascend_recipe.true_on_policy.patch"
     )
     assert got.get("TOP-STACK-005") == "error"
-    assert severities(compose, "stack=release").get("TOP-STACK-005") == "warning"
+    # topl's alignment module covers vllm-ascend 0.23.0.post1 (the renderer adds it)
+    assert severities(compose, "stack=release").get("TOP-STACK-005") is None
+
+
+def test_alignments_nothing_provides_are_errors(compose):
+    """0.30.0rc2 has no target for the MoE MLP and expert selection (topl.launcher.align):
+    a MoE model is refused there, a dense one is not; the seed's 0.18.0 without its module
+    has nothing aligned at all."""
+    moe = severities(compose, "stack=prerelease", "model=tiny_moe")
+    assert moe.get("TOP-STACK-005") == "error"
+    assert severities(compose, "stack=prerelease", "model=qwen3_8b").get("TOP-STACK-005") is None
+    bare = severities(compose, "stack=seed", "cluster.external_modules=null")
+    assert bare.get("TOP-STACK-005") == "error"
 
 
 def test_readme_stack_table_matches_the_facts():

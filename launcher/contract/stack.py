@@ -1,7 +1,8 @@
 """The declared target stack supports what the spec asks for."""
 
 from topl.launcher import facts
-from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
+from topl.launcher.align import targets as align_targets
+from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 
@@ -81,7 +82,7 @@ def bi_ops(s):
 @rule(
     "TOP-STACK-005",
     ERROR,
-    "the alignment patch module fits the stack",
+    "every alignment the model needs is provided on the declared stack",
     (
         "alignment.mode",
         "cluster.device",
@@ -89,28 +90,49 @@ def bi_ops(s):
         "cluster.versions.vllm_ascend",
         "cluster.versions.vllm_ascend_patches",
         "cluster.versions.verl_patches",
+        "model.num_experts",
     ),
-    "use stack=seed (its module and versions together); on other stacks leave "
-    "cluster.external_modules unset until a module for that stack exists",
-    facts=("seed_patch_module", "verl_external_modules", "fa3_backend"),
+    "use stack=seed (the seed's module and its versions together) or stack=release (topl's "
+    "alignment module, vllm-ascend 0.23.0.post1); on stack=prerelease a dense model is aligned, "
+    "a MoE one is not yet",
+    facts=(
+        "seed_patch_module",
+        "verl_external_modules",
+        "align_moe_mlp",
+        "align_expert_select",
+        "training_consistency_only_selects_fa3",
+    ),
 )
 def patch_module(s):
-    """The declared source patches come only from the seed's module, which verl imports at
-    `import verl`; that module git-applies a vllm-ascend 0.18.0 patch and raises on any tree it
-    does not apply to. Without it, vLLM-Ascend's fused ops (swiglu, grouped MLP, routing,
-    log-softmax) stay unmatched to Megatron's: logdiff 0 is unproven (a warning)."""
+    """Rollout must compute what Megatron computes: plain SwiGLU, softmax-after-top-k routing,
+    Megatron's dispatch / combine order, its log-softmax and padded row-parallel reduction
+    (topl.launcher.align.targets.ALIGNMENTS). Three things can provide them: the seed's module
+    (vllm-ascend 0.18.0 only: it git-applies a 0.18.0 patch and raises on other trees), topl's
+    alignment module (added by the renderer on the versions it has targets for), or the version
+    itself (none does: 0.30.0rc2's rl_config.enable_training_consistency only selects FA3).
+    An alignment nothing provides is an error; a dense model needs no MoE alignment."""
     if not (is_strict(s) and on_npu(s)):
         return None
     v, mod = s.cluster.versions, s.cluster.external_modules
     patches = [*v.verl_patches, *v.vllm_ascend_patches]
-    if mod == SEED_MODULE and not v.vllm_ascend.startswith("0.18."):
+    seed_stack = str(v.vllm_ascend).startswith("0.18.")
+    if mod == SEED_MODULE and not seed_stack:
         return (
             f"the seed's patch module applies a vllm-ascend 0.18.0 patch; declared {v.vllm_ascend}"
         )
     if patches and not mod:
         return f"patches {patches} declared but no module (VERL_USE_EXTERNAL_MODULES) applies them"
-    if not mod:
-        return WARNING, "no patch module: vLLM-Ascend keeps fused ops that Megatron does not use"
+    if mod == SEED_MODULE:
+        return None
+    gaps = {
+        a: why
+        for a, why in align_targets.missing(v.vllm_ascend).items()
+        if is_moe(s) or a not in align_targets.MOE_ONLY
+    }
+    if gaps:
+        return f"vllm-ascend {v.vllm_ascend}: nothing provides the alignment of " + "; ".join(
+            f"{a} ({why})" for a, why in gaps.items()
+        )
 
 
 @rule(

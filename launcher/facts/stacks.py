@@ -7,6 +7,7 @@ from importlib import resources
 
 import yaml
 
+from topl.launcher.align import targets
 from topl.launcher.facts import supports
 
 FEATURES = (  # (row, fact id)
@@ -65,7 +66,20 @@ def stacks_markdown() -> str:
         (
             "patch module",
             [
-                f"`{p['external_modules']}`" if p.get("external_modules") else "none"
+                f"`{p['external_modules']}`"
+                if p.get("external_modules")
+                else f"`{targets.LOAD_MODULE}` (topl's, strict NPU runs)"
+                if targets.version_key(p["versions"]["vllm_ascend"])
+                else "none"
+                for p in ps.values()
+            ],
+        ),
+        (
+            "alignments nothing provides to a MoE model (TOP-STACK-005; docs/stacks.md)",
+            [
+                "none"
+                if p.get("external_modules")
+                else ", ".join(targets.missing(p["versions"]["vllm_ascend"])) or "none"
                 for p in ps.values()
             ],
         ),
