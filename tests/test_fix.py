@@ -3,7 +3,10 @@
 import json
 
 import pytest
-from helpers import STRICT_A3
+from helpers import STRICT_A3, verl_config_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_accepted_runs import accepted_runs
 from test_contract_rules import CASES
 
 from topl.launcher.compose import compose_job
@@ -103,14 +106,47 @@ STRICT_RECIPES = [
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 @pytest.mark.parametrize("stack", ["release", "prerelease"])
 @pytest.mark.parametrize("recipe", STRICT_RECIPES)
-def test_shipped_strict_recipes_on_the_stock_stacks_are_fixed_or_blocked(recipe, stack):
+def test_shipped_strict_recipes_on_the_stock_stacks_are_fixed_and_run(
+    recipe, stack, tmp_path, monkeypatch
+):
+    """Each shipped strict recipe moved to a stock stack: the fix is accepted by `check` and its
+    rendered command composes on that stack's verl (0.9.1) and passes its validate_config."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ovs = [recipe, f"stack={stack}"]
+    fix = find_fix(ovs)
+    assert fix.found, fix.blocking
+    fixed = ovs + [c.override for c in fix.changes]
+    assert accepted(fixed), fix.to_dict()
+    assert accepted_runs([fixed], tmp_path) == 1
+
+
+LAYOUT = {
+    "stack": ["seed", "release", "prerelease"],
+    "rollout.tp": [1, 2, 4],
+    "train.tp": [1, 2],
+    "rollout.pp": [1, 2],
+    "rollout.chunked_prefill": [True, False],
+    "train.use_dynamic_bsz": [True, False],
+    "rollout.max_num_seqs": [16, 64, 1024],
+    "rollout.prefix_caching": [True, False],
+}
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in LAYOUT.items()}))
+def test_random_rejected_specs_are_fixed_or_blocked(point):
+    ovs = ["recipe=qwen3_30b_a3b_grpo_a3_strict"] + [
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in point.items()
+    ]
     if accepted(ovs):
         return
-    fix = find_fix(ovs, budget=600)
+    fix = find_fix(ovs, budget=800)
     if fix.found:
         assert accepted(ovs + [c.override for c in fix.changes]), fix.to_dict()
+        assert not {c.key for c in fix.changes} & {"stack"}  # the declared stack is kept
     else:
         assert fix.blocking
