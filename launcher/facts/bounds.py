@@ -88,7 +88,8 @@ def edge_evidence(f: Fact, releases: list[str]) -> list[Evidence]:
     if f.when is None:  # in no release: the newest one still lacks what the patch adds
         known = [(v, r) for r in releases if (v := parse(r, f.package)) is not None]
         newest = max(known)[1] if known else None
-        return [Evidence(src, newest, p, n, False) for p, n in _absent(f)] if newest else []
+        lacks = list(f.probe) if f.probe else _absent(f)  # a probe names what the patch adds
+        return [Evidence(src, newest, p, n, False) for p, n in lacks] if newest else []
     for inside, outside in edges(f.when, releases, f.package):
         for path, needle in probes(f):
             out.append(Evidence(src, inside, path, needle, True))

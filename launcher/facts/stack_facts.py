@@ -75,9 +75,12 @@ STACK_FACTS: tuple[Fact, ...] = (
         "verl_patch_rollout_seed_keys",
         "verl",
         "the seed's per-request-seed verl patch adds rollout.seed (default null) and "
-        "rollout.per_request_seed (default false); stock verl 0.8.0 has neither",
+        "rollout.per_request_seed (default false); stock verl 0.8.0 has neither (0.9.x has "
+        "rollout.seed, default 42, but no release has per_request_seed)",
         None,
         patch="verl_patches:per_request_seed",
+        # what no release has: read at the newest release (rollout.seed itself is stock from 0.9)
+        probe=(("verl/trainer/config/rollout/rollout.yaml", "per_request_seed"),),
         evidence=(
             verl("0.8.0", "trainer/config/rollout/rollout.yaml", "per_request_seed", present=False),
             verl("0.8.0", "trainer/config/rollout/rollout.yaml", "re:(?m)^seed:", present=False),
@@ -109,6 +112,12 @@ STACK_FACTS: tuple[Fact, ...] = (
         "(else both register DotProductAttention.forward: 'the patch of forward exist')",
         ">=0.9.0",
         patch="verl_patches:mindspeed_batch_invariant",
+        probe=(
+            (
+                "verl/workers/engine/mindspeed/transformer_impl.py",
+                'if repatch_config.get("use_flash_attn_npu_batch_invariant"):',
+            ),
+        ),
         evidence=(
             verl(
                 "0.8.0",
