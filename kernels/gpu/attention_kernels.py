@@ -51,6 +51,44 @@ def _full_tile(
 
 
 @triton.jit
+def _masked_tile(
+    q,
+    K,
+    V,
+    BT,
+    seq,
+    sbt,
+    kv0,
+    j,
+    max_pos,
+    pos,
+    valid,
+    d,
+    skt,
+    skh,
+    kvh,
+    scale_log2,
+    BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr,
+):
+    """`_tile_state` of tile j with the causal mask, its K/V rows from the page table or packed."""
+    n = j * BLOCK_N + tl.arange(0, BLOCK_N)
+    if PAGED:
+        rows = tl.load(BT + seq * sbt + j) * BLOCK_N + tl.arange(0, BLOCK_N)
+    else:
+        rows = kv0 + n
+    return _tile_state(q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2)
+
+
+@triton.jit
+def _store_state(WM, WL, WA, hrow, j, mt, lt, acct, valid, d, D: tl.constexpr):
+    """Store tile j's state (fp32, exact) for `_combine`."""
+    tl.store(WM + hrow + j, mt, mask=valid)
+    tl.store(WL + hrow + j, lt, mask=valid)
+    tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
+
+
+@triton.jit
 def _fold(m, l, acc, mt, lt, acct):
     """Merge the next tile's state into the running one (explicit fma: no contraction choices)."""
     m_new = tl.maximum(m, mt)
@@ -115,7 +153,6 @@ def _attn(
     )
     max_pos = tl.max(tl.where(valid, pos, 0), 0)
     kv0 = tl.load(KV0 + seq)
-    nb = tl.arange(0, BLOCK_N)
     last = max_pos // BLOCK_N
     # tiles [0, whole) lie at or before every valid row's position: seen whole by every row
     whole = tl.min(tl.where(valid, pos, max_pos), 0) // BLOCK_N
@@ -129,23 +166,31 @@ def _attn(
                 mt, lt, acct = _full_tile(
                     q, K, V, KD, VD, row0, d, skt, skh, kvh, scale_log2, D, BLOCK_N, TMA
                 )
-                tl.store(WM + hrow + j, mt, mask=valid)
-                tl.store(WL + hrow + j, lt, mask=valid)
-                tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
+                _store_state(WM, WL, WA, hrow, j, mt, lt, acct, valid, d, D)
         else:
             whole = 0
         for j in tl.range(tl.maximum(j0, whole), j1, num_stages=1 if WHOLE else None):
-            n = j * BLOCK_N + nb
-            if PAGED:
-                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
-            else:
-                rows = kv0 + n
-            mt, lt, acct = _tile_state(
-                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            mt, lt, acct = _masked_tile(
+                q,
+                K,
+                V,
+                BT,
+                seq,
+                sbt,
+                kv0,
+                j,
+                max_pos,
+                pos,
+                valid,
+                d,
+                skt,
+                skh,
+                kvh,
+                scale_log2,
+                BLOCK_N,
+                PAGED,
             )
-            tl.store(WM + hrow + j, mt, mask=valid)
-            tl.store(WL + hrow + j, lt, mask=valid)
-            tl.store(WA + (hrow + j)[:, None] * D + d[None, :], acct, mask=valid[:, None])
+            _store_state(WM, WL, WA, hrow, j, mt, lt, acct, valid, d, D)
     else:
         m = tl.full([QT * G], float("-inf"), tl.float32)
         l = tl.zeros([QT * G], tl.float32)
@@ -161,13 +206,25 @@ def _attn(
             whole = 0
         # the masked tiles (prefill: the diagonal one) are few: no second prefetch buffer
         for j in tl.range(whole, last + 1, num_stages=1 if WHOLE else None):
-            n = j * BLOCK_N + nb
-            if PAGED:
-                rows = tl.load(BT + seq * sbt + j) * BLOCK_N + nb
-            else:
-                rows = kv0 + n
-            mt, lt, acct = _tile_state(
-                q, K, V, rows, n <= max_pos, n, pos, valid, d, skt, skh, kvh, scale_log2
+            mt, lt, acct = _masked_tile(
+                q,
+                K,
+                V,
+                BT,
+                seq,
+                sbt,
+                kv0,
+                j,
+                max_pos,
+                pos,
+                valid,
+                d,
+                skt,
+                skh,
+                kvh,
+                scale_log2,
+                BLOCK_N,
+                PAGED,
             )
             m, l, acc = _fold(m, l, acc, mt, lt, acct)
         out = acc / l[:, None]
