@@ -210,10 +210,22 @@ class Search:
                 out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
+    def _stuck(self, spec, bad: frozenset) -> list[str]:
+        """The rules in `bad` whose every read key is protected: a rule's verdict depends only on
+        what it reads, so none of them can change."""
+        out = []
+        for r in RULES:
+            if r.id in bad:
+                reads = Reads()
+                r.run(View(spec, reads))
+                if reads and all(_protected(k) for k in reads):
+                    out.append(r.id)
+        return out
+
     def _usable(self, c: Change, spec, taken: set[str], allow_user: bool) -> bool:
         if c.key in taken or (c.key in self.user and not allow_user):
             return False
-        if c.key in PROTECTED_GROUPS or c.key.startswith(PROTECTED) or c.key in PROTECTED:
+        if _protected(c.key):
             return False
         if c.key in GROUPS:
             c.old = None
@@ -228,6 +240,9 @@ class Search:
         errs, warns, spec = self.judge(())
         if not self.targets(errs, warns):
             return Fix([], True, self.evaluated)
+        stuck = self._stuck(spec, self.targets(errs, warns))
+        if stuck:  # a rule reads only what a fix never changes: no search can clear it
+            return Fix([], False, self.evaluated, {r: _message(r, spec) for r in stuck})
         for allow_user in (False, True):
             fix = self._beam(errs, warns, spec, allow_user)
             if fix.found or self.evaluated >= self.budget:
@@ -292,6 +307,10 @@ def _cost(changes: tuple, warns: frozenset) -> tuple:
         else:
             dist += 1.0
     return (sum(c.user for c in changes), len(changes), dist, len(warns))
+
+
+def _protected(key: str) -> bool:
+    return key in PROTECTED_GROUPS or key.startswith(PROTECTED) or key in PROTECTED
 
 
 def _has(spec, key: str) -> bool:

@@ -58,7 +58,7 @@ def _command(overrides: list[str], fix) -> str:
 
 def _print_fix(fix, after, overrides: list[str]) -> None:
     if not fix.found:
-        print(f"\nno fix within {fix.evaluated} candidate sets; what blocks it:")
+        print(f"\nno fix ({fix.evaluated} candidate sets judged); what blocks it:")
         for rule, msg in fix.blocking.items():
             print(f"  {rule}: {msg}")
         return
