@@ -349,7 +349,7 @@ def test_watch_follows_a_real_ray_job_to_its_end(tmp_path, ray_head):
     w = run_topl("watch", str(run_dir), "--interval", "0.3", timeout=240)
     assert w.returncode == 0, w.stdout + w.stderr
     rows = [ln.split() for ln in w.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
-    assert [(row[0], row[3]) for row in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
+    assert [(row[0], row[4]) for row in rows] == [("1", "0.1"), ("2", "0.2"), ("3", "0.3")]
     status = json.loads((run_dir / "status.json").read_text())
     assert (status["state"], status["ray_status"], status["exit_code"]) == (
         "succeeded",

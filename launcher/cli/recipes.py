@@ -244,7 +244,10 @@ def _diff(args: list[str], as_json: bool) -> int:
 def main(args: list[str]) -> int:
     if args[:1] == ["import"]:  # its own flags (-o, --env) and the script's arguments after `--`
         return import_main(args[1:])
-    flags, args = parse(args, flags=("--json",))
+    # `diff` takes --env NAME=VALUE (read by _diff); the other subcommands take --json alone
+    flags, args = parse(
+        args, flags=("--json",), passthrough=("--env",) if args[:1] == ["diff"] else ()
+    )
     as_json = flags.json
     if not args:
         rows = [
