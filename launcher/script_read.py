@@ -13,6 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from topl.launcher.bash_resolve import Item, Launch, Resolved, resolve
 from topl.launcher.errors import ToplError
+from topl.launcher.meaning import env_reason
 from topl.launcher.redact import secret_entry
 from topl.launcher.render import CODE_KEYS
 
@@ -181,7 +182,8 @@ def read_script(
         out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
     env_items, secrets, dropped = {}, {}, set()
     for k, v in chosen.env.items():
-        if k in CODE_ENV or k.startswith("TOPL_"):  # recipes are data (issue 28)
+        # recipes are data (issue 28): what launcher/meaning.py refuses in a recipe is not written
+        if k in CODE_ENV or k.startswith("TOPL_") or env_reason(k):
             notes.append(
                 (
                     v.line,
