@@ -172,6 +172,7 @@ def decode(batches, ctxs):
                     descriptors=desc,
                     split=split,
                     max_pos=c - 1,
+                    graph=True,
                 )
 
             ts, t1 = graph_bench(ours(True)), graph_bench(ours(False))

@@ -70,7 +70,7 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
         range(len(q_seq))
     )  # decode: every row is a sequence of its own (its request's pages)
     dtable = table[torch.tensor(q_seq, device="cuda")]
-    for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False)):
+    for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False, True)):
         kw = {"q_tokens": r // 8, "warps": warps, "stages": stages, "tma": tma}
         for split in (False, True):
             got = {
@@ -84,6 +84,18 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{path} rows={r} warps={warps} stages={stages} split={split} tma={tma}: "
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
+    # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
+    # program, with every layout of the in-order fold (heads, channels, tiles per load per program)
+    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    for tma, tpp, fold in itertools.product((None, False, True), (None, 1, 3), folds):
+        out = attention(
+            q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,
+            tiles_per_prog=tpp, combine=fold,
+        )  # fmt: skip
+        bad = (out != ref).any(-1).any(-1)
+        assert not bad.any(), (
+            f"split decode tma={tma} tiles/program={tpp} fold={fold}: {int(bad.sum())}"
+        )
 
 
 def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits():
