@@ -40,6 +40,8 @@ class Verdict:
     train_gb: float | None = None  # estimated training states per device
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
+    cost: dict | None = None  # `plan --rank`: the step estimate of an accepted point (launcher/cost.py)
+    ranked: bool = False  # --rank asked: to_dict carries "cost" (null when not estimated)
 
     def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
         return {
@@ -50,6 +52,7 @@ class Verdict:
             "train_gb": self.train_gb,
             "rollout_gb": self.rollout_gb,
             "devices": self.devices,
+            **({"cost": self.cost} if self.ranked else {}),
         }
 
 
@@ -180,12 +183,21 @@ class Planner:
             sources[k] = f"command line `{text}`"
         return spec, sources
 
-    def verdict(self, point: list[Item]) -> Verdict:
+    def verdict(self, point: list[Item], rank: bool = False) -> Verdict:
+        """The point's verdict; with `rank`, an accepted point also gets its step estimate."""
+        v, spec = self._verdict(point)
+        if rank:
+            from topl.launcher.cost import step_cost
+
+            v.ranked, v.cost = True, step_cost(spec) if v.valid else None
+        return v
+
+    def _verdict(self, point: list[Item]) -> tuple[Verdict, object]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
         if composed or not self.memo:
             spec, _ = self.spec(point)
-            return _full_verdict(overrides, spec)
+            return _full_verdict(overrides, spec), spec
         _, spec, interp = self._fast_spec(groups, values)
         varying = (*(k for _, k, _ in values), *interp)
         memo_key = (tuple(groups), varying)
@@ -195,7 +207,7 @@ class Planner:
         vals = {k: get_path(spec, k) for k in varying}
         errs, warns = memo.verdict(spec, vals)
         tg, rg = memo.estimate(spec, vals)
-        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
+        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
 
 
 def _full_verdict(overrides: list[str], spec) -> Verdict:
@@ -220,12 +232,12 @@ def plan(overrides: list[str]) -> list[Verdict]:
     return list(iter_plan(overrides))
 
 
-def iter_plan(overrides: list[str]) -> Iterator[Verdict]:
-    """`plan` one verdict at a time, as each point is checked."""
+def iter_plan(overrides: list[str], rank: bool = False) -> Iterator[Verdict]:
+    """`plan` one verdict at a time, as each point is checked (`rank`: with step estimates)."""
     from topl.launcher.untrusted import guard_overrides
 
     planner = Planner()
-    return (planner.verdict(list(p)) for p in iter_items(guard_overrides(overrides)))
+    return (planner.verdict(list(p), rank) for p in iter_items(guard_overrides(overrides)))
 
 
 def swept_keys(overrides: list[str]) -> list[str]:
