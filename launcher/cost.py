@@ -196,18 +196,25 @@ def step_cost(s) -> dict | None:
 def _optimizer(s, f, ph: _Phase, world: int, steps: int):
     """Per optimizer step: the device's share of the states read and written; gradients reduced."""
     t, pc = s.train, param_counts(s.model)
-    if t.engine == "megatron":
+    if t.engine == "megatron":  # distributed optimizer: states and grads sharded over dp
         groups = [
             (pc["dense"] / (t.tp * t.pp), max(world // (t.tp * t.pp), 1), t.tp),
-            (pc["expert"] / (t.ep * t.etp * t.pp), max(world // (t.ep * t.etp * t.pp), 1), t.ep * t.etp),
+            (
+                pc["expert"] / (t.ep * t.etp * t.pp),
+                max(world // (t.ep * t.etp * t.pp), 1),
+                t.ep * t.etp,
+            ),
         ]
-    else:
-        group = world if t.fsdp_size in (-1, 0) else min(t.fsdp_size, world)
-        groups = [(pc["total"] / group, max(world // group, 1), group)]
-    for params, dp, stride in groups:
-        ph.hbm += steps * OPT_BYTES * params / dp
-        if dp > 1:  # data-parallel gradient all-reduce of the shard
-            ph.add("grad_dp", steps * FP32 * params * _ring(dp), _link(f, s, dp, stride))
+        for params, dp, stride in groups:
+            ph.hbm += steps * OPT_BYTES * params / dp
+            if dp > 1:  # gradient reduce-scatter + all-gather of the shard: a ring all-reduce
+                ph.add("grad_dp", steps * FP32 * params * _ring(dp), _link(f, s, dp, stride))
+        return
+    group = world if t.fsdp_size in (-1, 0) else min(t.fsdp_size, world)
+    shard, replicas = pc["total"] / group, max(world // group, 1)
+    ph.hbm += steps * OPT_BYTES * shard
+    if replicas > 1:  # hybrid shard: the shard's gradients all-reduced across replica groups
+        ph.add("grad_dp", steps * FP32 * shard * _ring(replicas), _link(f, s, replicas, group))
 
 
 def _dominant(terms: dict) -> dict:

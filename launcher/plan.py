@@ -40,7 +40,9 @@ class Verdict:
     train_gb: float | None = None  # estimated training states per device
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
-    cost: dict | None = None  # `plan --rank`: the step estimate of an accepted point (launcher/cost.py)
+    cost: dict | None = (
+        None  # `plan --rank`: the step estimate of an accepted point (launcher/cost.py)
+    )
     ranked: bool = False  # --rank asked: to_dict carries "cost" (null when not estimated)
 
     def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
