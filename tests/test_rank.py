@@ -84,7 +84,9 @@ def test_each_term_moves_the_estimate(monkeypatch, tiny):
     _chip(monkeypatch, **SLOW)
     base = cost.step_cost(tiny)
     full = cost.step_cost(
-        dataclasses.replace(tiny, train=dataclasses.replace(tiny.train, recompute_granularity="full"))
+        dataclasses.replace(
+            tiny, train=dataclasses.replace(tiny.train, recompute_granularity="full")
+        )
     )
     assert full["train"]["compute_s"] == pytest.approx(base["train"]["compute_s"] * 4 / 3)
     ref = dataclasses.replace(tiny, algorithm=dataclasses.replace(tiny.algorithm, use_kl_loss=True))
