@@ -164,3 +164,17 @@ def test_a_cluster_without_figures_is_named_not_ranked():
     r = run_topl_inproc("plan", "train.tp=1", "--rank")
     assert r.returncode == 0, r.stderr
     assert "1 accepted points not estimated" in r.stdout and "chips.json" in r.stdout
+
+
+def test_fsdp_gathers_the_weights_every_micro_batch(monkeypatch, tiny):
+    """ZeRO-3 over both devices (tp=1): one micro-batch of 2 sequences per device; each pass
+    gathers the other half of the 78208 bf16 weights (fwd; bwd again) and reduce-scatters fp32
+    gradients."""
+    _chip(monkeypatch, **SLOW)
+    train = dataclasses.replace(tiny.train, engine="fsdp", tp=1)
+    got = cost.step_cost(dataclasses.replace(tiny, train=train))
+    half = 78208 * (2 - 1) / 2
+    assert got["logprob"]["comm_bytes"] == {"fsdp_shard": 2 * half}
+    assert got["logprob"]["hbm_bytes"] == 2 * 78208
+    assert got["train"]["comm_bytes"] == {"fsdp_shard": (2 + 2 + 4) * half}
+    assert got["train"]["hbm_bytes"] == 3 * 2 * 78208 + 30 * 78208 / 2  # optimizer: its half
