@@ -178,7 +178,7 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
     x = torch.randn(8192, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     ref = bi_matmul(x[:1], w)
-    for m in (16, 128, 1024, 8192):
+    for m in (16, 64, 65, 128, 256, 1024, 8192):
         assert torch.equal(bi_matmul(x[:m], w)[:1], ref), m
     torch.testing.assert_close(ref.float(), (x[:1] @ w.t()).float(), atol=5e-2, rtol=2e-2)
 
@@ -187,12 +187,13 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
     TMA-fed or pointer-fed, on the same rows, every element compared."""
-    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, TMA_PLANS, bi_matmul
+    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS, bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     plans = [(kind == "tma", p) for _, kind, p in PLANS] + [(True, p) for _, p in TMA_PLANS]
+    plans += [(False, (64, bn, 128, 4, 4)) for bn in SMALL_BN]
     ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
     for tma, p in plans:
         assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)
