@@ -76,8 +76,6 @@ def test_the_reader_agrees_with_bash(script, env, args, tmp_path):
 @pytest.mark.parametrize("script,env,args", CASES, ids=IDS)
 def test_import_round_trips(script, env, args, tmp_path):
     """render(import(script)) holds every override of the script (modulo `+`) and its env."""
-    if script == "grpo_arrays.sh":
-        pytest.xfail("seed-only per_request_seed on the default release stack (issue 30 open)")
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     s = read_script((SCRIPTS / script).read_text(), env, args)
@@ -140,12 +138,6 @@ def test_conditionals_follow_the_switch():
         read_script((SCRIPTS / "fsdp_inline.sh").read_text(), {"ENGINE": "megatron"})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="merged with issue 27's per-release render and issue 28's allowlist in the same stop: "
-    "seed-only keys (per_request_seed) on the default release stack, the stack default and the "
-    "CLI exit code changed under it; the importer must follow (issue 30 stays open)",
-)
 def test_imported_fields_land_on_the_spec():
     imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
     r = imp.recipe
@@ -183,12 +175,6 @@ def test_the_script_is_never_run(tmp_path):
     assert any("command substitution" in msg for _, msg in s.notes)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="merged with issue 27's per-release render and issue 28's allowlist in the same stop: "
-    "seed-only keys (per_request_seed) on the default release stack, the stack default and the "
-    "CLI exit code changed under it; the importer must follow (issue 30 stays open)",
-)
 def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
     out = tmp_path / "mine.yaml"
     r = run_topl(
