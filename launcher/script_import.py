@@ -285,6 +285,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         }
         for k, v in cmdline.items()
     ]
+    imp.report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return imp
 
 
@@ -387,9 +388,9 @@ def _version_rows(s, groups, sch) -> list[dict]:
     if "stack" in groups and told and groups["stack"] == told[0]:
         line, why = told[1], "the script loads the seed's patch module (VERL_USE_EXTERNAL_MODULES)"
     elif "stack" in groups:
-        line, why = None, "asked for on the command line"
+        line, why = s.line, "asked for on the command line"
     else:
-        line, why = None, "the script names no verl version: topl's default stack (conf/config.yaml)"
+        line, why = s.line, "the script names no verl version: topl's default stack (conf/config.yaml)"
     return [
         {
             "line": line,
