@@ -29,11 +29,13 @@ from topl.launcher.script_import_fit import (
 )
 from topl.launcher.script_import_version import (
     command_line,
+    command_line_rows,
     shell_var_rows,
     spelled,
     spelled_why,
     stack_choice,
     unknown_keys,
+    version_rows,
 )
 from topl.launcher.script_read import Script, Setting, choose_launch, read_script  # noqa: F401
 from topl.launcher.verl_schema import schema_for
@@ -107,7 +109,9 @@ def guess_groups(s: Script) -> dict[str, str]:
     }
     stack = stack_choice(s)
     if stack and (conf_dir() / "stack").is_dir():
-        groups["stack"] = stack[0]  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
+        groups["stack"] = stack[
+            0
+        ]  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
     path = v.get(MODEL_KEY)
     group = model_group(path) if path is not None else None
     if group:
@@ -274,17 +278,8 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             rec.setdefault("verl_overrides", {})[sec.target] = ref
     imp = _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, ray_report, sch)
     imp.command_line = cmdline
-    line = {"algorithm.config_name": s.line, "algorithm.entrypoint": s.line}
-    imp.report += [
-        {
-            "line": line[k],
-            "kind": "command line (not in the recipe)",
-            "key": k,
-            "detail": f"{v}: the script's choice; a recipe may not choose what runs "
-            "(launcher/meaning.py), so type it next to recipe=OUT (the report's last lines)",
-        }
-        for k, v in cmdline.items()
-    ]
+    imp.report += command_line_rows(s, cmdline)
+    imp.report += version_rows(s, groups, sch, base.cfg.cluster.versions.profile)
     imp.report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return imp
 
@@ -337,7 +332,6 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
         for k, c in carried.items()
     ]
     report += shell_var_rows(s)
-    report += _version_rows(s, groups, sch)
     adds, written, trip = [], [], []
     for k, v in pairs.items():
         key = k.lstrip("+")
@@ -379,27 +373,6 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
     imp = Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
     imp.respelled, imp.verl = carried, verl
     return imp
-
-
-def _version_rows(s, groups, sch) -> list[dict]:
-    """Which stack (hence which verl) the recipe declares, and why."""
-    told = stack_choice(s)
-    verl = f"verl {sch.version}" + (f" + {', '.join(sch.patches)}" if sch.patches else "")
-    if "stack" in groups and told and groups["stack"] == told[0]:
-        line, why = told[1], "the script loads the seed's patch module (VERL_USE_EXTERNAL_MODULES)"
-    elif "stack" in groups:
-        line, why = s.line, "asked for on the command line"
-    else:
-        line, why = s.line, "the script names no verl version: topl's default stack (conf/config.yaml)"
-    return [
-        {
-            "line": line,
-            "kind": "declared stack",
-            "key": "stack",
-            "detail": f"{groups.get('stack', 'release')}: {verl}, config {sch.config} ({why}); "
-            "another: `topl recipes import SCRIPT stack=NAME`",
-        }
-    ]
 
 
 def _env_why(name: str) -> str:

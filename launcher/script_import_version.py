@@ -154,3 +154,40 @@ def shell_var_rows(s) -> list[dict]:
                 }
             )
     return rows
+
+
+def command_line_rows(s, cmdline: dict) -> list[dict]:
+    return [
+        {
+            "line": s.line,
+            "kind": "command line (not in the recipe)",
+            "key": k,
+            "detail": f"{v}: the script's choice; a recipe may not choose what runs "
+            "(launcher/meaning.py), so type it next to recipe=OUT (the report's last lines)",
+        }
+        for k, v in cmdline.items()
+    ]
+
+
+def version_rows(s, groups, sch, profile: str) -> list[dict]:
+    """Which stack (hence which verl) the recipe declares, and why."""
+    told = stack_choice(s)
+    verl = f"verl {sch.version}" + (f" + {', '.join(sch.patches)}" if sch.patches else "")
+    if "stack" in groups and told and groups["stack"] == told[0]:
+        line, why = told[1], "the script loads the seed's patch module (VERL_USE_EXTERNAL_MODULES)"
+    elif "stack" in groups:
+        line, why = s.line, "asked for on the command line"
+    else:
+        line, why = (
+            s.line,
+            "the script names no verl version: topl's default stack (conf/config.yaml)",
+        )
+    return [
+        {
+            "line": line,
+            "kind": "declared stack",
+            "key": "stack",
+            "detail": f"{groups.get('stack', profile)}: {verl}, config {sch.config} ({why}); "
+            "another: `topl recipes import SCRIPT stack=NAME`",
+        }
+    ]

@@ -86,7 +86,9 @@ _OVERLONG = {f"reward_model.overlong_buffer.{k}" for k in ("enable", "len", "pen
 REFUSED = {
     "ppo_trainer__run_qwen3-8b_npu.sh": _CRITIC,
     "ppo_trainer__run_deepseek7b_llm.sh": _CRITIC | {"trainer.use_legacy_worker_impl"},
-    "grpo_trainer__run_qwen3-32b_npu.sh": {f"{_MP}{k}_dtype" for k in ("param", "reduce", "buffer")},
+    "grpo_trainer__run_qwen3-32b_npu.sh": {
+        f"{_MP}{k}_dtype" for k in ("param", "reduce", "buffer")
+    },
     "dapo__run_dapo_qwen2.5_32b.sh": _OVERLONG,
     "dapo__run_dapo_qwen2.5_7b_npu.sh": _OVERLONG,
 }
@@ -226,9 +228,10 @@ def test_corpus_import(name, tmp_path, monkeypatch):
     # a key the declared verl spells through another (grad_offload on 0.9.1): that one carries
     # the script's value
     for k, carrier in imp.respelled.items():
-        assert carrier is None or same(
-            parser_value(carrier, got[carrier]), s.overrides[k].value
-        ), (name, k)
+        assert carrier is None or same(parser_value(carrier, got[carrier]), s.overrides[k].value), (
+            name,
+            k,
+        )
 
     assert entrypoint == entry
     # the model is the script's
