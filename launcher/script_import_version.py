@@ -142,14 +142,18 @@ def shell_var_rows(s) -> list[dict]:
     rows = []
     for k, st in s.overrides.items():
         for name in dict.fromkeys(shell_vars(st.value)):
-            here = "set here" if name in os.environ else "unset here"
+            fix = (
+                "set here: topl expands it from the environment you launch in, as bash would"
+                if name in os.environ
+                else f"unset here: export {name}=... before launching (TOP-SCHEMA-004 refuses "
+                "it unset: topl expands it from the launching environment)"
+            )
             rows.append(
                 {
                     "line": st.line,
                     "kind": "shell variable the script does not set",
                     "key": k,
-                    "detail": f"${name} ({here}): expanded from the environment you launch in; "
-                    f"export {name}=... before launching (TOP-SCHEMA-004 refuses it unset)",
+                    "detail": f"${name} ({fix})",
                     "variable": name,
                 }
             )
