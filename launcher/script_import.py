@@ -258,7 +258,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                     verbatim[vkey] = st.value
                     moved = True
         for k, v in pairs.items():  # a key the script leaves to verl: verl's value, not a group's
-            d = verl_default(k, vcfg)
+            d = verl_default(k, vcfg, sch)
             if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d):
                 continue
             if d is not _MISSING and not same(v, d) and not isinstance(d, dict):
@@ -337,7 +337,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
         key = k.lstrip("+")
         if key in s.overrides:
             continue
-        d = verl_default(key, vcfg)
+        d = verl_default(key, vcfg, sch)
         if d is not _MISSING and same(v, d):
             written.append(key)  # verl's own value, written out: no change
         elif _kept(key, v, d):

@@ -99,3 +99,8 @@ def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path)
     assert imp.respelled == {}  # verl 0.8.0 has grad_offload: rendered as the script wrote it
     _, got = _rendered(imp, tmp_path)
     assert got[f"{MEG}.grad_offload"] == "true"
+    # a key the script leaves to verl gets the declared verl's default, not the installed one's:
+    # rollout.max_num_seqs is 1024 in verl 0.8.0, 256 in 0.9.1 (contract/verl_schema/*.json)
+    assert got["actor_rollout_ref.rollout.max_num_seqs"] == "1024"
+    release = build_recipe(read_script(megatron_script(True, True)))
+    assert release.recipe["verl_overrides"]["actor_rollout_ref.rollout.max_num_seqs"] == 256
