@@ -107,11 +107,9 @@ def guess_groups(s: Script) -> dict[str, str]:
         "collective": "default",
         "cluster": ({16: "atlas_a3"}.get(gpus, "atlas_a2") if on_npu_script(s) else "local"),
     }
-    stack = stack_choice(s)
+    stack = stack_choice(s)  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
     if stack and (conf_dir() / "stack").is_dir():
-        groups["stack"] = stack[
-            0
-        ]  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
+        groups["stack"] = stack[0]
     path = v.get(MODEL_KEY)
     group = model_group(path) if path is not None else None
     if group:
@@ -278,7 +276,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             rec.setdefault("verl_overrides", {})[sec.target] = ref
     imp = _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, ray_report, sch)
     imp.command_line = cmdline
-    imp.report += command_line_rows(s, cmdline)
+    imp.report += command_line_rows(s, cmdline, base.cfg.algorithm.config_name or "ppo_trainer")
     imp.report += version_rows(s, groups, sch, base.cfg.cluster.versions.profile)
     imp.report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return imp

@@ -160,8 +160,8 @@ def shell_var_rows(s) -> list[dict]:
     return rows
 
 
-def command_line_rows(s, cmdline: dict) -> list[dict]:
-    return [
+def command_line_rows(s, cmdline: dict, rendered_config: str) -> list[dict]:
+    rows = [
         {
             "line": s.line,
             "kind": "command line (not in the recipe)",
@@ -171,6 +171,18 @@ def command_line_rows(s, cmdline: dict) -> list[dict]:
         }
         for k, v in cmdline.items()
     ]
+    if config_name(s) is None:  # its main's own default is not known here: say what topl passes
+        rows.append(
+            {
+                "line": s.line,
+                "kind": "command line (not in the recipe)",
+                "key": "algorithm.config_name",
+                "detail": f"the script gives no --config-name and `{s.entrypoint}`'s own default "
+                f"is not known to topl; topl passes --config-name={rendered_config}: if the "
+                "script's main loads another, add algorithm.config_name=NAME to the command",
+            }
+        )
+    return rows
 
 
 def version_rows(s, groups, sch, profile: str) -> list[dict]:
