@@ -104,3 +104,17 @@ def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path)
     assert got["actor_rollout_ref.rollout.max_num_seqs"] == "1024"
     release = build_recipe(read_script(megatron_script(True, True)))
     assert release.recipe["verl_overrides"]["actor_rollout_ref.rollout.max_num_seqs"] == 256
+
+
+def test_a_patch_switch_at_its_off_value_is_stock_verl_on_a_verl_without_it(tmp_path):
+    """per_request_seed=false (the seed patch's default, stock behaviour) on verl 0.9.1: rendered
+    as no key, said so; =true there is named with the stack that has it."""
+    seed = "actor_rollout_ref.rollout.per_request_seed"
+    off = build_recipe(read_script(megatron_script(False, False, extra=f"{seed}=false")))
+    assert off.round_trip == [] and seed in off.respelled and off.respelled[seed] is None
+    assert not [r for r in off.report if r["kind"] == "unknown to verl"]
+    _, got = _rendered(off, tmp_path)
+    assert seed not in got
+    on = build_recipe(read_script(megatron_script(False, False, extra=f"{seed}=true")))
+    row = next(r for r in on.report if r["kind"] == "unknown to verl")
+    assert row["key"] == seed and "stack=seed" in row["detail"]
