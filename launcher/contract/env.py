@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _overrides(s) -> list[tuple[str, str, str | None]]:
+def _overrides(s: JobSpec) -> list[tuple[str, str, str | None]]:
     """(name, value from cluster.env, value the spec's fields give) where the two differ."""
     derived = derived_env(unwrap(s))  # computed, not read: only the owners below count as reads
     out = []
@@ -30,7 +30,7 @@ def _overrides(s) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _say(items) -> str:
+def _say(items: list[tuple[str, str, str | None]]) -> str:
     return "; ".join(
         f"cluster.env.{n}={v!r} overrides {n}={'unset' if d is None else repr(d)} "
         f"that {' + '.join(ENV_OWNERS[n])} decide"

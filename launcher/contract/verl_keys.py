@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from importlib.resources import files
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from topl.launcher.command import Entry, command, note
+from topl.launcher.command import Command, Entry, command, note
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
 from topl.launcher.render import ARR, VLLM, fmt
@@ -23,6 +24,7 @@ from topl.launcher.render_version import spell
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
     from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
 
 # verl keys that decide batch composition, graph capture or the consistency switches: in strict
 # mode `algorithm.extra_overrides` may not set them (they belong to topl, set through the spec).
@@ -132,7 +134,7 @@ HARD_OWNED = (
 )
 
 
-def _under(key: str, prefixes) -> bool:
+def _under(key: str, prefixes: Iterable[str]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
@@ -142,13 +144,13 @@ def _json091() -> tuple[frozenset, tuple, str]:
     return frozenset(data["keys"]), tuple(data["free_form"]), data["source"]
 
 
-def schema():
+def schema() -> tuple[frozenset, tuple, str]:
     """(keys, free-form containers, source) of verl 0.9.1's generated key list (verl_keys.json,
     kept in step with the installed verl by scripts/gen_verl_keys.py)."""
     return _json091()
 
 
-def verl_schema(s):
+def verl_schema(s: JobSpec) -> Schema:
     """The config schema of the verl the spec declares (launcher/verl_schema.py: its release,
     its declared patches, its trainer config): `.has`, `.free_form`, `.version`."""
     from topl.launcher.verl_schema import schema_for
@@ -184,7 +186,7 @@ def verl_schema_rule(s: JobSpec) -> Outcome:
         return f"not in verl {sch.version}{patched}'s {sch.config} config: {where}"
 
 
-def same(a, b) -> bool:
+def same(a: Any, b: Any) -> bool:
     """The same value as verl would read it (1 == 1.0; True == "true" as typed by Hydra)."""
     num = (int, float)
     if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) | isinstance(b, bool):
@@ -192,7 +194,7 @@ def same(a, b) -> bool:
     return fmt(a) == fmt(b)
 
 
-def _strict_problem(cmd, e: Entry, ref: bool) -> tuple[Entry | None, str] | None:
+def _strict_problem(cmd: Command, e: Entry, ref: bool) -> tuple[Entry | None, str] | None:
     """(the entry that says what strict mode needs, why) when a user-set entry breaks it."""
     if _under(e.key, HARD_OWNED):
         return None, "owned by strict mode: no recipe or override may set it"

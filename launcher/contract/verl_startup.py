@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from topl.launcher.command import command, note
+from topl.launcher.command import Command, command, note
 from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
 from topl.launcher.render import ARR
 
@@ -80,7 +80,7 @@ ASSERTIONS = {
 }
 
 
-def actor_dp(cmd) -> int:
+def actor_dp(cmd: Command) -> int:
     """The actor's data-parallel size as verl builds it from the command."""
     gpus = cmd.get("trainer.n_gpus_per_node", 1) * cmd.get("trainer.nnodes", 1)
     if cmd.get("model_engine") == "megatron":
@@ -91,7 +91,7 @@ def actor_dp(cmd) -> int:
     return max(gpus // max(cmd.get(f"{A}.ulysses_sequence_parallel_size", 1), 1), 1)
 
 
-def _entries(s, cmd, *keys):
+def _entries(s: JobSpec, cmd: Command, *keys: str) -> None:
     note(s, *(cmd.entry(k) for k in keys))
 
 

@@ -7,7 +7,7 @@ would have expanded, a stock verl that cannot run strict Megatron.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
@@ -16,11 +16,12 @@ from topl.launcher.contract.view import unwrap
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
     from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
 
 MEGATRON_NODE = ".megatron."
 
 
-def _rendered(s, own_only: bool = False):
+def _rendered(s: JobSpec, own_only: bool = False) -> tuple[list[tuple[str, Any]], Schema] | None:
     """(pairs, schema) of the spec's own keys and its verl_overrides (extra_overrides are
     TOP-VERL-001's), or None where the spec renders no verl command (the local backend). Read
     from the command map (topl.launcher.command), built once per spec for every rule; with

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -131,20 +132,20 @@ class _RangeFile(io.RawIOBase):
     def __init__(self, url: str, size: int):
         self.url, self.size, self.pos = url, size, 0
 
-    def seekable(self):
+    def seekable(self) -> bool:
         return True
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def tell(self):
+    def tell(self) -> int:
         return self.pos
 
-    def seek(self, off, whence=0):
+    def seek(self, off: int, whence: int = 0) -> int:
         self.pos = {0: off, 1: self.pos + off, 2: self.size + off}[whence]
         return self.pos
 
-    def readinto(self, b):
+    def readinto(self, b: Any) -> int:
         n = min(len(b), self.size - self.pos)
         if n <= 0:
             return 0
@@ -182,8 +183,8 @@ def _read_sdist(package: str, version: str, paths: set[str]) -> dict[str, str | 
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
         for m in t:
             rel = m.name.split("/", 1)[1] if "/" in m.name else ""
-            if rel in paths and m.isfile():
-                out[rel] = t.extractfile(m).read().decode("utf-8", "replace")
+            if rel in paths and m.isfile() and (fh := t.extractfile(m)) is not None:
+                out[rel] = fh.read().decode("utf-8", "replace")
     return out
 
 

@@ -43,7 +43,7 @@ def profiles() -> dict[str, dict]:
     return {k: found[k] for k in sorted(found, key=lambda k: (order.get(k, 3), k))}
 
 
-def _patched(version, patches) -> str:
+def _patched(version: str, patches: list[str] | None) -> str:
     return f"{version} + {', '.join(patches)}" if patches else str(version)
 
 
