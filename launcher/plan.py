@@ -54,9 +54,11 @@ class Verdict:
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)
+# one composed set of group choices: (composed, its spec, its interpolated keys with raw values)
+Base = tuple[Composed, JobSpec, list[tuple[str, str]]]
 
 
-def _parse(overrides: list[str]):
+def _parse(overrides: list[str]) -> list[Any]:  # Hydra's Overrides (value(): a wide union)
     try:
         return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(
             overrides
@@ -109,11 +111,11 @@ def iter_expand(overrides: list[str]) -> Iterator[list[str]]:
 
 
 @functools.cache
-def _hints(cls) -> dict:
+def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _coerce(value, typ, key: str):
+def _coerce(value: Any, typ: Any, key: str) -> Any:
     args = typing.get_args(typ)
     if value is None and type(None) in args:
         return None
@@ -143,12 +145,12 @@ class Planner:
     sweep whatever a point does not change (launcher/sweep_memo.py)."""
 
     def __init__(self, memo: bool = True):
-        self._bases: dict[tuple, tuple[Composed, Any, list[tuple[str, str]]]] = {}
+        self._bases: dict[tuple, Base] = {}
         self._memos: dict[tuple, Any] = {}
         self._items: dict[str, tuple] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
-    def _base(self, group_overrides: list[str]):
+    def _base(self, group_overrides: list[str]) -> Base:
         key = tuple(group_overrides)
         if key not in self._bases:
             c = compose_job(list(group_overrides))
@@ -174,8 +176,10 @@ class Planner:
             self._items[text] = got
         return got[0], got[1]
 
-    def _split(self, point: list[Item]):
-        groups, values, composed = [], [], False
+    def _split(self, point: list[Item]) -> tuple[list[str], list[Item], bool]:
+        groups: list[str] = []
+        values: list[Item] = []
+        composed = False
         for item in point:
             kind, typed = self._kind(item)
             if kind == "group":
@@ -185,7 +189,7 @@ class Planner:
             composed |= kind == "compose"
         return groups, values, composed
 
-    def _fast_spec(self, groups, values):
+    def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
         base = self._base(groups)
         _, obj, interp = base
@@ -196,7 +200,7 @@ class Planner:
             spec = copy_on_write(spec, [(k, _typed(k, _resolve(raw, spec))) for k, raw in again])
         return base, spec, [k for k, _ in again]
 
-    def spec(self, point: list[Item]):
+    def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
         groups, values, composed = self._split(point)
         if composed:
@@ -226,26 +230,28 @@ class Planner:
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
 
 
-def _full_verdict(overrides: list[str], spec) -> Verdict:
+def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:
     """A point's verdict from the whole contract (the reference the memoised path must equal)."""
     from topl.launcher.memory_estimate import estimate
 
-    errs, warns = [], []
+    errs: list[str] = []
+    warns: list[str] = []
     for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
         bucket = errs if severity == ERROR else warns
         if r.id not in bucket:
             bucket.append(r.id)
     try:
         e = estimate(spec)
-        tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
+        tg: float | None = round(e["train_gb"], 2)
+        rg: float | None = round(e["rollout_weights_gb"], 2)
     except (ValueError, ZeroDivisionError):
         tg = rg = None
     return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
 
 
-def _typed(dotted: str, value: Any):
+def _typed(dotted: str, value: Any) -> Any:
     """`value` as the spec field `dotted` holds it (inside a dict field: as it is)."""
-    cls = JobSpec
+    cls: Any = JobSpec
     parts = dotted.split(".")
     for i, part in enumerate(parts):
         hints = _hints(cls)
@@ -264,11 +270,11 @@ def _typed(dotted: str, value: Any):
     return value
 
 
-def _replayable(text: str, key: str, value) -> bool:
+def _replayable(text: str, key: str, value: Any) -> bool:
     """True when setting `value` on the typed spec equals what Hydra + OmegaConf would compose."""
     if text.startswith(("+", "~")) or (isinstance(value, str) and "${" in value):
         return False
-    cls = JobSpec
+    cls: Any = JobSpec
     parts = key.split(".")
     for i, part in enumerate(parts):
         hints = _hints(cls)
@@ -293,8 +299,8 @@ def _replayable(text: str, key: str, value) -> bool:
     return False
 
 
-def _interpolated(cfg, prefix: str = "") -> list[str]:
-    out = []
+def _interpolated(cfg: Any, prefix: str = "") -> list[str]:
+    out: list[str] = []
     for k in cfg.keys():
         node = cfg._get_node(k)
         key = f"{prefix}{k}"
@@ -305,13 +311,13 @@ def _interpolated(cfg, prefix: str = "") -> list[str]:
     return out
 
 
-def _raw(cfg, key: str) -> str:
+def _raw(cfg: Any, key: str) -> str:  # a DictConfig or a node of one
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return node._get_node(leaf)._value()
 
 
-def _resolve(raw: str, spec):
+def _resolve(raw: str, spec: JobSpec) -> Any:
     whole = _REF.fullmatch(raw.strip())
     if whole:
         return get_path(spec, whole.group(1))
