@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from typing import cast as typed_as
 
 from topl.launcher.compose import GROUPS, compose_job
 from topl.launcher.constraints import violated
@@ -37,6 +38,7 @@ from topl.launcher.plan import (
 from topl.launcher.plan import (
     _typed as _field_typed,
 )
+from topl.launcher.spec import JobSpec
 from topl.launcher.sweep_memo import copy_on_write
 from topl.launcher.tree import parent_of
 
@@ -106,7 +108,7 @@ class Fix:
         }
 
 
-def _text(v) -> str:
+def _text(v: Any) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -114,7 +116,7 @@ def _text(v) -> str:
     return str(v)
 
 
-def _typed(text: str):
+def _typed(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -165,7 +167,7 @@ class Search:
             self._memo[key] = (errs, warns, spec)
         return self._memo[key]
 
-    def _build(self, changes: tuple):
+    def _build(self, changes: tuple[Change, ...]) -> JobSpec:
         """The base spec with `changes` set, typed as Hydra would; through Hydra for group
         choices and values the fast path cannot type exactly (as `plan` does)."""
         vo = {c.key[len(VO) :]: c.value for c in changes if c.key.startswith(VO)}
@@ -188,7 +190,9 @@ class Search:
     def targets(self, errs: frozenset, warns: frozenset) -> frozenset:
         return errs | warns if self.warnings else errs
 
-    def candidates(self, spec, bad: frozenset, taken: set[str], allow_user: bool) -> list[tuple]:
+    def candidates(
+        self, spec: JobSpec, bad: frozenset, taken: set[str], allow_user: bool
+    ) -> list[tuple]:
         """Moves (one change, or a train/rollout pair that must stay equal) suggested by the rules
         in `bad`: the fields they read, the settings their fix text names."""
         out: dict[tuple, tuple] = {}
@@ -196,7 +200,7 @@ class Search:
             if r.id not in bad:
                 continue
             reads = Reads()
-            r.run(View(spec, reads))
+            r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
             for k in reads:
                 for v in _neighbours(spec, k):
                     side, _, leaf = k.partition(".")
@@ -210,19 +214,19 @@ class Search:
                 out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
-    def _stuck(self, spec, bad: frozenset) -> list[str]:
+    def _stuck(self, spec: JobSpec, bad: frozenset) -> list[str]:
         """The rules in `bad` whose every read key is protected: a rule's verdict depends only on
         what it reads, so none of them can change."""
         out = []
         for r in RULES:
             if r.id in bad:
                 reads = Reads()
-                r.run(View(spec, reads))
+                r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
                 if reads and all(_protected(k) for k in reads):
                     out.append(r.id)
         return out
 
-    def _usable(self, c: Change, spec, taken: set[str], allow_user: bool) -> bool:
+    def _usable(self, c: Change, spec: JobSpec, taken: set[str], allow_user: bool) -> bool:
         if c.key in taken or (c.key in self.user and not allow_user):
             return False
         if _protected(c.key):
@@ -249,11 +253,12 @@ class Search:
                 return fix
         return fix
 
-    def _beam(self, errs, warns, spec, allow_user: bool) -> Fix:
+    def _beam(self, errs: frozenset, warns: frozenset, spec: JobSpec, allow_user: bool) -> Fix:
         """Best-first: always extend the set that leaves the fewest errors (then the cheapest);
         a move may add one error on the way (rollout.pp=1 frees the pipeline but needs a larger
         rollout.tp). After the first accepted set, only cheaper sets are explored."""
         start = len(self.targets(errs, warns))
+        heap: list[tuple[int, tuple, int, tuple[Change, ...], frozenset, frozenset, JobSpec]]
         heap = [(start, _cost((), warns), 0, (), errs, warns, spec)]
         seen, tick, best, closest = set(), 0, None, heap[0]
         while heap and self.evaluated < self.budget:
@@ -313,7 +318,7 @@ def _protected(key: str) -> bool:
     return key in PROTECTED_GROUPS or key.startswith(PROTECTED) or key in PROTECTED
 
 
-def _has(spec, key: str) -> bool:
+def _has(spec: JobSpec, key: str) -> bool:
     try:
         _current(spec, key)
     except (AttributeError, KeyError, TypeError):
@@ -321,14 +326,14 @@ def _has(spec, key: str) -> bool:
     return True
 
 
-def _current(spec, key: str):
+def _current(spec: JobSpec, key: str) -> Any:
     if key.startswith(VO):
         return spec.verl_overrides[key[len(VO) :]]
     obj, leaf = parent_of(spec, key)
     return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
 
 
-def _neighbours(spec, key: str) -> list:
+def _neighbours(spec: JobSpec, key: str) -> list:
     """Other values worth trying for a field a violated rule read."""
     if key.startswith(VO):  # a recipe's verl key: flip a switch, nothing else
         value = spec.verl_overrides.get(key[len(VO) :])
@@ -339,8 +344,9 @@ def _neighbours(spec, key: str) -> list:
         return []
     if isinstance(obj, dict) or not dataclasses.is_dataclass(obj):
         return []
-    meta = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
-    typ = _hints(type(obj)).get(leaf)
+    meta: Any = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
+    cls: type = type(obj)
+    typ = _hints(cls).get(leaf)
     value = getattr(obj, leaf)
     out: list = []
     if "one_of" in meta:
@@ -363,7 +369,7 @@ def _neighbours(spec, key: str) -> list:
     return [v for v in out if not (meta.get("src") is not None and violated(v, meta))]
 
 
-def _message(rule_id: str, spec) -> str:
+def _message(rule_id: str, spec: JobSpec) -> str:
     for r in RULES:
         if r.id == rule_id:
             got = r.run(spec)
