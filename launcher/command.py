@@ -112,7 +112,7 @@ def bare(key: str) -> tuple[str, str]:
     return prefix, k[len(prefix) :]
 
 
-def verl_override_items(verbatim: dict) -> list[tuple[str, Any]]:
+def verl_override_items(verbatim: dict[str, Any]) -> list[tuple[str, Any]]:
     """verl_overrides as (dotted key as written, value): nested mappings (what
     `+verl_overrides.a.b=v` or a nested YAML block composes into) become dotted keys, as verl's
     override grammar needs. Not flattening them would render `a="{'b': v}"`: a string replacing

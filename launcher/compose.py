@@ -238,7 +238,9 @@ def _compose(
         del cfg["hydra"]
     _check_no_code(cfg, overrides)
     _strict_bools(hydra_overrides)
-    redact.remember(cast(dict, OmegaConf.to_container(cfg.cluster.env)) if "cluster" in cfg else {})
+    redact.remember(
+        cast(dict[str, Any], OmegaConf.to_container(cfg.cluster.env)) if "cluster" in cfg else {}
+    )
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
@@ -284,7 +286,7 @@ def from_hydra_job(
     """The Composed of a job Hydra composed itself (`topl launch -m`: one per sweep point)."""
     typed = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(JobSpec), cfg))
     _check_no_code(typed, user_overrides)
-    redact.remember(cast(dict, OmegaConf.to_container(typed.cluster.env)))
+    redact.remember(cast(dict[str, Any], OmegaConf.to_container(typed.cluster.env)))
     untrusted.check_no_secret_on_argv(
         OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
     )

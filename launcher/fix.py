@@ -47,6 +47,8 @@ SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes",
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 DEPTH = 8  # keys a fix may change
 VO = "verl_overrides."  # entries are whole dotted verl keys, not nested spec paths
+# a candidate set's rank, smaller first: (user keys touched, keys, log2 distance, warnings)
+Cost = tuple[int, int, float, int]
 # What a fix never changes: the model being trained, the alignment being asked for (turning it
 # down "fixes" every strict rule and defeats the point), the declared stack and the cluster's
 # hardware, and the settings that choose what runs (docs/security.md).
@@ -95,7 +97,7 @@ class Fix:
     evaluated: int  # candidate sets judged by the contract
     blocking: dict[str, str] = field(default_factory=dict)  # rule id -> message, when not found
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "found": self.found,
             "overrides": [c.override for c in self.changes],
@@ -149,9 +151,9 @@ class Search:
         self.spec0 = base.to_object()
         self.interp = [(k, _raw(base.cfg, k)) for k in _interpolated(base.cfg)]
         self.evaluated = 0
-        self._memo: dict[tuple, tuple[frozenset, frozenset, Any]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[frozenset[str], frozenset[str], Any]] = {}
 
-    def judge(self, changes: tuple) -> tuple[frozenset, frozenset, Any]:
+    def judge(self, changes: tuple[Change, ...]) -> tuple[frozenset[str], frozenset[str], Any]:
         """(errors, warnings, spec) for the base spec with `changes` applied."""
         key = tuple(sorted((c.key, repr(c.value)) for c in changes))
         if key not in self._memo:
@@ -187,15 +189,15 @@ class Search:
             )
         return spec
 
-    def targets(self, errs: frozenset, warns: frozenset) -> frozenset:
+    def targets(self, errs: frozenset[str], warns: frozenset[str]) -> frozenset[str]:
         return errs | warns if self.warnings else errs
 
     def candidates(
-        self, spec: JobSpec, bad: frozenset, taken: set[str], allow_user: bool
-    ) -> list[tuple]:
+        self, spec: JobSpec, bad: frozenset[str], taken: set[str], allow_user: bool
+    ) -> list[tuple[Change, ...]]:
         """Moves (one change, or a train/rollout pair that must stay equal) suggested by the rules
         in `bad`: the fields they read, the settings their fix text names."""
-        out: dict[tuple, tuple] = {}
+        out: dict[tuple[Any, ...], tuple[Change, ...]] = {}
         for r in RULES:
             if r.id not in bad:
                 continue
@@ -214,7 +216,7 @@ class Search:
                 out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
-    def _stuck(self, spec: JobSpec, bad: frozenset) -> list[str]:
+    def _stuck(self, spec: JobSpec, bad: frozenset[str]) -> list[str]:
         """The rules in `bad` whose every read key is protected: a rule's verdict depends only on
         what it reads, so none of them can change."""
         out = []
@@ -253,12 +255,16 @@ class Search:
                 return fix
         return fix
 
-    def _beam(self, errs: frozenset, warns: frozenset, spec: JobSpec, allow_user: bool) -> Fix:
+    def _beam(
+        self, errs: frozenset[str], warns: frozenset[str], spec: JobSpec, allow_user: bool
+    ) -> Fix:
         """Best-first: always extend the set that leaves the fewest errors (then the cheapest);
         a move may add one error on the way (rollout.pp=1 frees the pipeline but needs a larger
         rollout.tp). After the first accepted set, only cheaper sets are explored."""
         start = len(self.targets(errs, warns))
-        heap: list[tuple[int, tuple, int, tuple[Change, ...], frozenset, frozenset, JobSpec]]
+        heap: list[
+            tuple[int, Cost, int, tuple[Change, ...], frozenset[str], frozenset[str], JobSpec]
+        ]
         heap = [(start, _cost((), warns), 0, (), errs, warns, spec)]
         seen, tick, best, closest = set(), 0, None, heap[0]
         while heap and self.evaluated < self.budget:
@@ -294,7 +300,7 @@ class Search:
             [], False, self.evaluated, {r: _message(r, closest[6] or spec) for r in blocking}
         )
 
-    def _explain(self, changes: list[Change], errs: frozenset) -> list[Change]:
+    def _explain(self, changes: list[Change], errs: frozenset[str]) -> list[Change]:
         """Which of the original errors each change clears on its own."""
         for c in changes:
             alone = self.judge((c,))[0]
@@ -302,7 +308,7 @@ class Search:
         return sorted(changes, key=lambda c: c.key)
 
 
-def _cost(changes: tuple, warns: frozenset) -> tuple:
+def _cost(changes: tuple[Change, ...], warns: frozenset[str]) -> Cost:
     """Fewest user keys touched, fewest keys, least change, fewest warnings."""
     dist = 0.0
     for c in changes:
@@ -333,7 +339,7 @@ def _current(spec: JobSpec, key: str) -> Any:
     return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
 
 
-def _neighbours(spec: JobSpec, key: str) -> list:
+def _neighbours(spec: JobSpec, key: str) -> list[Any]:
     """Other values worth trying for a field a violated rule read."""
     if key.startswith(VO):  # a recipe's verl key: flip a switch, nothing else
         value = spec.verl_overrides.get(key[len(VO) :])
@@ -348,7 +354,7 @@ def _neighbours(spec: JobSpec, key: str) -> list:
     cls: type = type(obj)
     typ = _hints(cls).get(leaf)
     value = getattr(obj, leaf)
-    out: list = []
+    out: list[Any] = []
     if "one_of" in meta:
         out += [v for v in meta["one_of"] if v != value]
     if isinstance(value, bool) or typ is bool:

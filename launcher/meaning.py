@@ -122,7 +122,7 @@ def command_line_only(key: str) -> str | None:
     return None
 
 
-def recipe_hits(data: dict) -> list[tuple[str, str]]:
+def recipe_hits(data: dict[str, Any]) -> list[tuple[str, str]]:
     """(dotted key, reason) for every command-line-only setting a parsed recipe makes, at every
     level: top-level keys (dotted or nested), the maps verl_overrides / algorithm.extra_overrides /
     cluster.env (their keys are names, not paths), and hydra.sweeper.params keys."""
@@ -162,7 +162,7 @@ def recipe_hits(data: dict) -> list[tuple[str, str]]:
     return hits
 
 
-def settings(composed: Composed) -> list[dict]:
+def settings(composed: Composed) -> list[dict[str, Any]]:
     """The command-line-only settings a composed job makes, each with its value and source (for
     `topl check`: a person sees who chose the interpreter, the modules, the loader variables)."""
     from omegaconf import OmegaConf

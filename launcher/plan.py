@@ -41,7 +41,9 @@ class Verdict:
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
 
-    def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # what dataclasses.asdict gives, without its deep copy per point
         return {
             "overrides": list(self.overrides),
             "valid": self.valid,
@@ -145,9 +147,9 @@ class Planner:
     sweep whatever a point does not change (launcher/sweep_memo.py)."""
 
     def __init__(self, memo: bool = True):
-        self._bases: dict[tuple, Base] = {}
-        self._memos: dict[tuple, Any] = {}
-        self._items: dict[str, tuple] = {}  # override text -> (kind, typed value)
+        self._bases: dict[tuple[str, ...], Base] = {}
+        self._memos: dict[tuple[Any, ...], BaseMemo] = {}
+        self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
     def _base(self, group_overrides: list[str]) -> Base:
@@ -314,7 +316,8 @@ def _interpolated(cfg: Any, prefix: str = "") -> list[str]:
 def _raw(cfg: Any, key: str) -> str:  # a DictConfig or a node of one
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    return node._get_node(leaf)._value()
+    raw: str = node._get_node(leaf)._value()
+    return raw
 
 
 def _resolve(raw: str, spec: JobSpec) -> Any:

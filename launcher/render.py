@@ -302,7 +302,9 @@ def extra_items(extra: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]
     return out
 
 
-def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+def with_verl_overrides(
+    pairs: list[tuple[str, Any]], verbatim: dict[str, Any]
+) -> list[tuple[str, Any]]:
     """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
     nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
     from topl.launcher.command import verl_override_items

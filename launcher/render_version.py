@@ -98,7 +98,9 @@ def expand(v: Any, environ: Mapping[str, str] | None = None) -> Any:
     return _VAR.sub(lambda m: env[m.group(1) or m.group(2)], v)
 
 
-def unset_vars(pairs: list[tuple[str, Any]], environ: Mapping[str, str] | None = None) -> dict:
+def unset_vars(
+    pairs: list[tuple[str, Any]], environ: Mapping[str, str] | None = None
+) -> dict[str, list[str]]:
     """{verl key: [unset variable names]} over the rendered values."""
     env = os.environ if environ is None else environ
     out = {}

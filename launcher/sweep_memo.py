@@ -119,11 +119,11 @@ class BaseMemo:
             groups.setdefault(keys, []).append((i, r))
         # a group keyed on every varying key answers each point once: nothing to keep (memory
         # stays flat in the number of points)
-        self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict | None]] = [
+        self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
             (k, rules, {} if k != varying else None) for k, rules in groups.items()
         ]
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
-        self.estimates: dict[tuple, Any] = {}
+        self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
 
     def verdict(self, spec: JobSpec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
         """(error rule ids, warning rule ids) in `evaluate`'s order."""
@@ -191,4 +191,4 @@ def copy_on_write(root: T, sets: list[tuple[str, Any]]) -> T:
             obj[leaf] = value
         else:
             obj.__dict__[leaf] = value
-    return new_root
+    return cast(T, new_root)

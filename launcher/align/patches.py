@@ -135,7 +135,7 @@ def _moe_mlp(original: Any) -> Any:
         if need_trans:
             w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)
 
-        def gmm(x, w, b):
+        def gmm(x: Any, w: Any, b: Any) -> Any:
             return torch_npu.npu_grouped_matmul(
                 x=[x],
                 weight=[w],

@@ -51,7 +51,7 @@ class Violation:
         lines.append(f"  fix: {self.fix}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
             "severity": self.severity,

@@ -139,12 +139,12 @@ def _under(key: str, prefixes: Iterable[str]) -> bool:
 
 
 @functools.cache
-def _json091() -> tuple[frozenset, tuple, str]:
+def _json091() -> tuple[frozenset[str], tuple[str, ...], str]:
     data = json.loads(files("topl.launcher.contract").joinpath("verl_keys.json").read_text())
     return frozenset(data["keys"]), tuple(data["free_form"]), data["source"]
 
 
-def schema() -> tuple[frozenset, tuple, str]:
+def schema() -> tuple[frozenset[str], tuple[str, ...], str]:
     """(keys, free-form containers, source) of verl 0.9.1's generated key list (verl_keys.json,
     kept in step with the installed verl by scripts/gen_verl_keys.py)."""
     return _json091()

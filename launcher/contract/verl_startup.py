@@ -87,8 +87,10 @@ def actor_dp(cmd: Command) -> int:
         mp = cmd.get(f"{MC}.tensor_model_parallel_size", 1) * cmd.get(
             f"{MC}.pipeline_model_parallel_size", 1
         )
-        return max(gpus // max(mp * cmd.get(f"{MC}.context_parallel_size", 1), 1), 1)
-    return max(gpus // max(cmd.get(f"{A}.ulysses_sequence_parallel_size", 1), 1), 1)
+        dp: int = max(gpus // max(mp * cmd.get(f"{MC}.context_parallel_size", 1), 1), 1)
+        return dp
+    dp = max(gpus // max(cmd.get(f"{A}.ulysses_sequence_parallel_size", 1), 1), 1)
+    return dp
 
 
 def _entries(s: JobSpec, cmd: Command, *keys: str) -> None:

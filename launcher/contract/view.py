@@ -8,7 +8,7 @@ from typing import Any, Iterator, TypeVar
 T = TypeVar("T")  # a spec or one of its sections
 
 
-class Reads(dict):
+class Reads(dict[str, Any]):
     """Dotted key -> value read, in first-read order."""
 
     def add(self, key: str, value: Any) -> None:
@@ -42,7 +42,7 @@ class DictView:
 
     __slots__ = ("_d", "_key", "_reads")
 
-    def __init__(self, d: dict, reads: Reads, key: str):
+    def __init__(self, d: dict[str, Any], reads: Reads, key: str):
         self._d, self._key, self._reads = d, key, reads
 
     def _entry(self, k: str) -> Any:

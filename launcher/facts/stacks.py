@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -32,7 +33,7 @@ FEATURES = (  # (row, fact id)
 )
 
 
-def profiles() -> dict[str, dict]:
+def profiles() -> dict[str, dict[str, Any]]:
     root = resources.files("topl.conf") / "stack"
     found = {
         p.name[:-5]: yaml.safe_load(p.read_text())
