@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("mypy", reason="mypy is in the `test` extra")
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: mypy itself depends on tomli there
     import tomli as tomllib
-
-pytest.importorskip("mypy", reason="mypy is in the `test` extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
