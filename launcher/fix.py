@@ -25,19 +25,17 @@ from topl.launcher.constraints import violated
 from topl.launcher.contract import ERROR, RULES, evaluate
 from topl.launcher.contract.view import Reads, View
 from topl.launcher.errors import ToplError
-from topl.launcher.plan import (
-    Item,
-    Planner,
-    _hints,
-    _interpolated,
-    _raw,
-    _replayable,
-    _resolve,
-    expand_items,
+from topl.launcher.overrides import (
+    field_hints,
+    interpolated_keys,
+    raw_value,
+    replayable,
+    resolve,
 )
-from topl.launcher.plan import (
-    _typed as _field_typed,
+from topl.launcher.overrides import (
+    typed_value as _field_typed,
 )
+from topl.launcher.plan import Item, Planner, expand_items
 from topl.launcher.spec import JobSpec
 from topl.launcher.sweep_memo import copy_on_write
 from topl.launcher.tree import parent_of
@@ -118,7 +116,7 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def _typed(text: str) -> Any:
+def typed_value(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -149,7 +147,7 @@ class Search:
         self.planner = Planner()
         base = compose_job([t for t, _, _ in self.base])  # once: the base may not be replayable
         self.spec0 = base.to_object()
-        self.interp = [(k, _raw(base.cfg, k)) for k in _interpolated(base.cfg)]
+        self.interp = [(k, raw_value(base.cfg, k)) for k in interpolated_keys(base.cfg)]
         self.evaluated = 0
         self._memo: dict[tuple[Any, ...], tuple[frozenset[str], frozenset[str], Any]] = {}
 
@@ -174,7 +172,7 @@ class Search:
         choices and values the fast path cannot type exactly (as `plan` does)."""
         vo = {c.key[len(VO) :]: c.value for c in changes if c.key.startswith(VO)}
         items = [(c.override, c.key, c.value) for c in changes if not c.key.startswith(VO)]
-        if any(k in GROUPS or not _replayable(t, k, v) for t, k, v in items):
+        if any(k in GROUPS or not replayable(t, k, v) for t, k, v in items):
             spec = self.planner.spec(self.base + items)[0]
             return copy_on_write(spec, [("verl_overrides", {**spec.verl_overrides, **vo})])
         sets = [(k, _field_typed(k, v)) for _, k, v in items]
@@ -185,7 +183,7 @@ class Search:
         again = [(k, raw) for k, raw in self.interp if k not in changed]
         if again:  # ${a.b} references follow the values just set
             spec = copy_on_write(
-                spec, [(k, _field_typed(k, _resolve(raw, spec))) for k, raw in again]
+                spec, [(k, _field_typed(k, resolve(raw, spec))) for k, raw in again]
             )
         return spec
 
@@ -213,7 +211,7 @@ class Search:
                         move.append(Change(f"{twin}.{leaf}", v))
                     out.setdefault(tuple((c.key, repr(c.value)) for c in move), tuple(move))
             for k, v in _SETTING.findall(f"{r.fix} {r.title}"):
-                out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
+                out.setdefault(((k, repr(typed_value(v))),), (Change(k, typed_value(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
     def _stuck(self, spec: JobSpec, bad: frozenset[str]) -> list[str]:
@@ -352,7 +350,7 @@ def _neighbours(spec: JobSpec, key: str) -> list[Any]:
         return []
     meta: Any = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
     cls: type = type(obj)
-    typ = _hints(cls).get(leaf)
+    typ = field_hints(cls).get(leaf)
     value = getattr(obj, leaf)
     out: list[Any] = []
     if "one_of" in meta:

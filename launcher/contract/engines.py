@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, is_strict, rule, world_size
+from topl.launcher import facts
+from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -144,3 +145,38 @@ def rs_threshold(s: JobSpec) -> Outcome:
     rc = s.alignment.rollout_correction
     if s.alignment.mode == "mitigated" and rc.rollout_rs and rc.rollout_rs_threshold is None:
         return f"rollout_rs={rc.rollout_rs} without rollout_rs_threshold"
+
+
+@rule(
+    "TOP-ENG-008",
+    WARNING,
+    "without chunked prefill, the declared verl runs the token budget it chooses, not the one set",
+    (
+        "rollout.chunked_prefill",
+        "rollout.max_num_batched_tokens",
+        "model.max_position_embeddings",
+        "cluster.backend",
+        "cluster.versions.verl",
+    ),
+    "set rollout.max_num_batched_tokens to model.max_position_embeddings, the value that runs "
+    "anyway (Qwen3: rollout.max_num_batched_tokens=40960), so the rendered command says it",
+    facts=("unchunked_batched_tokens_raised",),
+)
+def unchunked_budget(s: JobSpec) -> Outcome:
+    """verl 0.9.1 leaves rollout.max_model_len at max_position_embeddings (topl renders none) and,
+    with enable_chunked_prefill=False, raises max_num_batched_tokens to it
+    (verl@0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py:
+    vLLMHttpServer._validate_configs), logging a warning in the worker only: vLLM then profiles
+    and schedules prefills for that many tokens, not the value set. verl 0.8.0/0.9.0 pass it on."""
+    r = s.rollout
+    if s.cluster.backend == "local" or r.chunked_prefill:
+        return None  # the embedded engines run the value as set
+    limit = s.model.max_position_embeddings
+    if r.max_num_batched_tokens < limit and facts.supports(
+        "unchunked_batched_tokens_raised", s.cluster.versions
+    ):
+        return (
+            WARNING,
+            f"rollout.max_num_batched_tokens={r.max_num_batched_tokens} with chunked_prefill=false: "
+            f"verl {s.cluster.versions.verl} runs {limit} (max_model_len = max_position_embeddings)",
+        )
