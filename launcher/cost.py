@@ -14,6 +14,7 @@ import functools
 import json
 import math
 from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.memory_estimate import (
     kv_bytes_per_token,
@@ -22,17 +23,23 @@ from topl.launcher.memory_estimate import (
 )
 from topl.launcher.spec import world_size
 
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec, ModelSpec
+
 BF16, FP32 = 2, 4  # bytes: weights and activations; gradients (as memory_estimate counts them)
 OPT_BYTES = 30  # optimizer step per parameter: read+write fp32 master+Adam (24), read grad (4), write bf16 weight (2)
 PHASES = ("rollout", "logprob", "train")
 
 
 @functools.cache
-def chips() -> dict:
-    return json.loads(resources.files("topl.launcher.facts").joinpath("chips.json").read_text())
+def chips() -> dict[str, Any]:
+    table: dict[str, Any] = json.loads(
+        resources.files("topl.launcher.facts").joinpath("chips.json").read_text()
+    )
+    return table
 
 
-def figures(s) -> dict | None:
+def figures(s: JobSpec) -> dict[str, float] | None:
     """{peak_tflops, hbm_gbps, intra_node_gbps, inter_node_gbps} of the cluster's device, or None."""
     chip = chips().get(s.cluster.soc or "")
     if chip is None:
@@ -40,13 +47,13 @@ def figures(s) -> dict | None:
     return {k: v["value"] for k, v in chip.items() if isinstance(v, dict)}
 
 
-def fwd_flops(m, n_act: float, tokens: int) -> float:
+def fwd_flops(m: ModelSpec, n_act: float, tokens: int) -> float:
     """One forward over a `tokens`-long sequence: 2 FLOPs per active weight per token, plus causal
     attention (QK^T and AV: 4*heads*head_dim per token pair, over tokens^2/2 pairs)."""
-    return 2 * n_act * tokens + 2 * m.num_layers * m.num_heads * m.head_dim * tokens**2
+    return 2.0 * n_act * tokens + 2 * m.num_layers * m.num_heads * m.head_dim * tokens**2
 
 
-def active_params(m) -> float:
+def active_params(m: ModelSpec) -> float:
     """Weights one token multiplies: everything but the input embedding lookup, top-k of the experts."""
     pc = param_counts(m)
     lookup = 0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
@@ -59,23 +66,23 @@ def _ring(group: int) -> float:
     return 2 * (group - 1) / group
 
 
-def _link(f: dict, s, size: int, stride: int = 1) -> float:
+def _link(f: dict[str, float], s: JobSpec, size: int, stride: int = 1) -> float:
     """GB/s of a group of `size` ranks `stride` apart: intra-node when the group fits in a node."""
     inside = size * stride <= s.cluster.devices_per_node
     return f["intra_node_gbps"] if inside else f["inter_node_gbps"]
 
 
 class _Phase:
-    def __init__(self):
+    def __init__(self) -> None:
         self.flops = self.hbm = 0.0
         self.comm: dict[str, tuple[float, float]] = {}  # collective -> (bytes, GB/s)
 
-    def add(self, name: str, nbytes: float, gbps: float):
+    def add(self, name: str, nbytes: float, gbps: float) -> None:
         if nbytes > 0:
             b, _ = self.comm.get(name, (0.0, gbps))
             self.comm[name] = (b + nbytes, gbps)
 
-    def terms(self, f: dict) -> dict:
+    def terms(self, f: dict[str, float]) -> dict[str, Any]:
         compute = self.flops / (f["peak_tflops"] * 1e12)
         hbm = self.hbm / (f["hbm_gbps"] * 1e9)
         comm = sum(b / (g * 1e9) for b, g in self.comm.values())
@@ -90,7 +97,7 @@ class _Phase:
         }
 
 
-def _rollout(s, f, n_act, seqs, world) -> _Phase:
+def _rollout(s: JobSpec, f: dict[str, float], n_act: float, seqs: int, world: int) -> _Phase:
     m, r, t = s.model, s.rollout, s.train
     ph, length = _Phase(), t.max_prompt_length + t.max_response_length
     ph.flops = seqs * fwd_flops(m, n_act, length) / world
@@ -112,7 +119,16 @@ def _rollout(s, f, n_act, seqs, world) -> _Phase:
     return ph
 
 
-def _megatron(s, f, ph: _Phase, seqs, world, passes: float, bwd: bool, mbs: int):
+def _megatron(
+    s: JobSpec,
+    f: dict[str, float],
+    ph: _Phase,
+    seqs: int,
+    world: int,
+    passes: float,
+    bwd: bool,
+    mbs: int,
+) -> None:
     """Collectives and weight reads of `passes` forward (+ backward when `bwd`) passes."""
     m, t = s.model, s.train
     length = t.max_prompt_length + t.max_response_length
@@ -140,7 +156,16 @@ def _megatron(s, f, ph: _Phase, seqs, world, passes: float, bwd: bool, mbs: int)
         ph.add("train_pp", passes * nbytes, _link(f, s, t.pp, t.tp * t.cp * dp))
 
 
-def _fsdp(s, f, ph: _Phase, seqs, world, passes: float, bwd: bool, mbs: int):
+def _fsdp(
+    s: JobSpec,
+    f: dict[str, float],
+    ph: _Phase,
+    seqs: int,
+    world: int,
+    passes: float,
+    bwd: bool,
+    mbs: int,
+) -> None:
     """ZeRO-3: every micro-batch gathers the weights (fwd, and again for bwd) and reduce-scatters grads."""
     t = s.train
     total = param_counts(s.model)["total"]
@@ -152,14 +177,14 @@ def _fsdp(s, f, ph: _Phase, seqs, world, passes: float, bwd: bool, mbs: int):
     ph.add("fsdp_shard", nbytes, _link(f, s, group))
 
 
-def _models(s) -> tuple[int, int]:
+def _models(s: JobSpec) -> tuple[int, int]:
     """(forward-only log-prob passes, trained models): actor old log-probs, + reference, + critic."""
     a = s.algorithm
     ref = a.use_kl_loss or bool(a.use_kl_in_reward)
     return 1 + ref + a.use_critic, 1 + a.use_critic
 
 
-def step_cost(s) -> dict | None:
+def step_cost(s: JobSpec) -> dict[str, Any] | None:
     """Per-phase terms and the step estimate in seconds, or None without published chip figures."""
     f = figures(s)
     if f is None:
@@ -193,7 +218,7 @@ def step_cost(s) -> dict | None:
     return {"step_s": sum(p["seconds"] for p in terms.values()), **_dominant(terms), **terms}
 
 
-def _optimizer(s, f, ph: _Phase, world: int, steps: int):
+def _optimizer(s: JobSpec, f: dict[str, float], ph: _Phase, world: int, steps: int) -> None:
     """Per optimizer step: the device's share of the states read and written; gradients reduced."""
     t, pc = s.train, param_counts(s.model)
     if t.engine == "megatron":  # distributed optimizer: states and grads sharded over dp
@@ -217,7 +242,7 @@ def _optimizer(s, f, ph: _Phase, world: int, steps: int):
         ph.add("grad_dp", steps * FP32 * shard * _ring(replicas), _link(f, s, replicas, group))
 
 
-def _dominant(terms: dict) -> dict:
+def _dominant(terms: dict[str, dict[str, Any]]) -> dict[str, str]:
     """The term that adds the most seconds: a phase's compute or HBM (whichever bounds it) or comm."""
     best = ("", -1.0)
     for name, p in terms.items():

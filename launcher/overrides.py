@@ -23,11 +23,11 @@ _REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
 
 @functools.cache
-def field_hints(cls) -> dict:
+def field_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _coerce(value, typ, key: str):
+def _coerce(value: Any, typ: Any, key: str) -> Any:
     args = typing.get_args(typ)
     if value is None and type(None) in args:
         return None
@@ -52,9 +52,9 @@ def _coerce(value, typ, key: str):
     return value
 
 
-def typed_value(dotted: str, value: Any):
+def typed_value(dotted: str, value: Any) -> Any:
     """`value` as the spec field `dotted` holds it (inside a dict field: as it is)."""
-    cls = JobSpec
+    cls: Any = JobSpec
     parts = dotted.split(".")
     for i, part in enumerate(parts):
         hints = field_hints(cls)
@@ -73,11 +73,11 @@ def typed_value(dotted: str, value: Any):
     return value
 
 
-def replayable(text: str, key: str, value) -> bool:
+def replayable(text: str, key: str, value: Any) -> bool:
     """True when setting `value` on the typed spec equals what Hydra + OmegaConf would compose."""
     if text.startswith(("+", "~")) or (isinstance(value, str) and "${" in value):
         return False
-    cls = JobSpec
+    cls: Any = JobSpec
     parts = key.split(".")
     for i, part in enumerate(parts):
         hints = field_hints(cls)
@@ -102,8 +102,8 @@ def replayable(text: str, key: str, value) -> bool:
     return False
 
 
-def interpolated_keys(cfg, prefix: str = "") -> list[str]:
-    out = []
+def interpolated_keys(cfg: Any, prefix: str = "") -> list[str]:
+    out: list[str] = []
     for k in cfg.keys():
         node = cfg._get_node(k)
         key = f"{prefix}{k}"
@@ -114,13 +114,14 @@ def interpolated_keys(cfg, prefix: str = "") -> list[str]:
     return out
 
 
-def raw_value(cfg, key: str) -> str:
+def raw_value(cfg: Any, key: str) -> str:  # a DictConfig or a node of one
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    return node._get_node(leaf)._value()
+    raw: str = node._get_node(leaf)._value()
+    return raw
 
 
-def resolve(raw: str, spec):
+def resolve(raw: str, spec: JobSpec) -> Any:
     whole = _REF.fullmatch(raw.strip())
     if whole:
         return get_path(spec, whole.group(1))

@@ -26,7 +26,7 @@ from topl.launcher.overrides import (
     typed_value,
 )
 from topl.launcher.recipes import available
-from topl.launcher.spec import world_size
+from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
 from topl.launcher.tree import get_path
 
@@ -40,12 +40,14 @@ class Verdict:
     train_gb: float | None = None  # estimated training states per device
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
-    cost: dict | None = (
+    cost: dict[str, Any] | None = (
         None  # `plan --rank`: the step estimate of an accepted point (launcher/cost.py)
     )
     ranked: bool = False  # --rank asked: to_dict carries "cost" (null when not estimated)
 
-    def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # what dataclasses.asdict gives, without its deep copy per point
         return {
             "overrides": list(self.overrides),
             "valid": self.valid,
@@ -59,9 +61,11 @@ class Verdict:
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)
+# one composed set of group choices: (composed, its spec, its interpolated keys with raw values)
+Base = tuple[Composed, JobSpec, list[tuple[str, str]]]
 
 
-def _parse(overrides: list[str]):
+def _parse(overrides: list[str]) -> list[Any]:  # Hydra's Overrides (value(): a wide union)
     try:
         return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(
             overrides
@@ -118,12 +122,12 @@ class Planner:
     sweep whatever a point does not change (launcher/sweep_memo.py)."""
 
     def __init__(self, memo: bool = True):
-        self._bases: dict[tuple, tuple[Composed, Any, list[tuple[str, str]]]] = {}
-        self._memos: dict[tuple, Any] = {}
-        self._items: dict[str, tuple] = {}  # override text -> (kind, typed value)
+        self._bases: dict[tuple[str, ...], Base] = {}
+        self._memos: dict[tuple[Any, ...], BaseMemo] = {}
+        self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
-    def _base(self, group_overrides: list[str]):
+    def _base(self, group_overrides: list[str]) -> Base:
         key = tuple(group_overrides)
         if key not in self._bases:
             c = compose_job(list(group_overrides))
@@ -149,8 +153,10 @@ class Planner:
             self._items[text] = got
         return got[0], got[1]
 
-    def _split(self, point: list[Item]):
-        groups, values, composed = [], [], False
+    def _split(self, point: list[Item]) -> tuple[list[str], list[Item], bool]:
+        groups: list[str] = []
+        values: list[Item] = []
+        composed = False
         for item in point:
             kind, typed = self._kind(item)
             if kind == "group":
@@ -160,7 +166,7 @@ class Planner:
             composed |= kind == "compose"
         return groups, values, composed
 
-    def _fast_spec(self, groups, values):
+    def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
         base = self._base(groups)
         _, obj, interp = base
@@ -173,7 +179,7 @@ class Planner:
             )
         return base, spec, [k for k, _ in again]
 
-    def spec(self, point: list[Item]):
+    def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
         groups, values, composed = self._split(point)
         if composed:
@@ -194,7 +200,7 @@ class Planner:
             v.ranked, v.cost = True, step_cost(spec) if v.valid else None
         return v
 
-    def _verdict(self, point: list[Item]) -> tuple[Verdict, object]:
+    def _verdict(self, point: list[Item]) -> tuple[Verdict, JobSpec]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
         if composed or not self.memo:
@@ -212,18 +218,20 @@ class Planner:
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
 
 
-def _full_verdict(overrides: list[str], spec) -> Verdict:
+def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:
     """A point's verdict from the whole contract (the reference the memoised path must equal)."""
     from topl.launcher.memory_estimate import estimate
 
-    errs, warns = [], []
+    errs: list[str] = []
+    warns: list[str] = []
     for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
         bucket = errs if severity == ERROR else warns
         if r.id not in bucket:
             bucket.append(r.id)
     try:
         e = estimate(spec)
-        tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
+        tg: float | None = round(e["train_gb"], 2)
+        rg: float | None = round(e["rollout_weights_gb"], 2)
     except (ValueError, ZeroDivisionError):
         tg = rg = None
     return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))

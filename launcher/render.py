@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.errors import ToplError
 from topl.launcher.redact import REDACTED
@@ -45,6 +46,10 @@ from topl.launcher.render_version import expand, respell, spell, unset_vars, uns
 from topl.launcher.spec import is_strict
 from topl.launcher.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
 from topl.launcher.verl_schema import schema_for
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
 
 # Containers that are empty dicts in verl 0.9.1 (script_import and verl_keys read them). Whether a
 # rendered key needs `+` is decided by the declared verl's schema (render_version.spell).
@@ -212,7 +217,7 @@ def fmt(v: Any) -> str:
     return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def plus(key: str, sch=None) -> str:
+def plus(key: str, sch: Schema | None = None) -> str:
     """The override name on the declared verl (`sch`, default verl 0.9.1): `key` where it has
     the key, `+key` below a mapping it passes on; a key it cannot take is returned as written
     (contract/verl_version.py refuses it, `render` raises)."""
@@ -221,7 +226,7 @@ def plus(key: str, sch=None) -> str:
     return spell(key, sch or schema("0.9.1")) or key
 
 
-def overrides(s) -> list[tuple[str, Any]]:
+def overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """(verl key, value) pairs, in a stable order."""
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
@@ -287,7 +292,7 @@ def overrides(s) -> list[tuple[str, Any]]:
     return respell(with_verl_overrides(out, s.verl_overrides), schema_for(s))
 
 
-def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
+def extra_items(extra: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """extra_overrides as (dotted verl key, value): nested mappings (what `+algorithm.extra_overrides.
     a.b=1` composes into) become dotted keys, as verl's override grammar needs."""
     out = []
@@ -297,7 +302,9 @@ def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+def with_verl_overrides(
+    pairs: list[tuple[str, Any]], verbatim: dict[str, Any]
+) -> list[tuple[str, Any]]:
     """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
     nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
     from topl.launcher.command import verl_override_items
@@ -315,14 +322,15 @@ def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tu
     return list(out.items())
 
 
-def overlong_buffer_len(s) -> int:
+def overlong_buffer_len(s: JobSpec) -> int:
     """DAPO's overlong buffer in tokens: the last fraction of max_response_length."""
     return round(s.algorithm.overlong_buffer_fraction * s.train.max_response_length)
 
 
-def algorithm_overrides(s) -> list[tuple[str, Any]]:
+def algorithm_overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """GAE, critic, DAPO dynamic sampling and overlong shaping, only where the algorithm uses them."""
-    a, out = s.algorithm, []
+    a = s.algorithm
+    out: list[tuple[str, Any]] = []
     if a.adv_estimator == "gae":
         out += [("algorithm.gamma", a.gamma), ("algorithm.lam", a.lam)]
     if a.use_critic:
@@ -350,7 +358,7 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     return out
 
 
-def render(s, environ=None) -> Invocation:
+def render(s: JobSpec, environ: Mapping[str, str] | None = None) -> Invocation:
     """JobSpec -> Invocation. Env vars reach every Ray worker: the non-secret ones through
     `ray_kwargs.ray_init.runtime_env.env_vars` on the command line (verl merges it into ray.init,
     verl@0.9.1:verl/trainer/main_ppo.py:run_ppo), secrets only through the backend, because verl

@@ -5,6 +5,8 @@ own functions) run the same code. torch only; no torch_npu, no vllm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +31,7 @@ def select_experts(
     then scaled. Returns (weights [T, k], expert ids [T, k] int64)."""
     num_tokens, num_experts = router_logits.shape
     if group_topk:
+        assert num_groups, "group-limited routing (group_topk) needs num_groups"
         group_scores = (
             router_logits.view(num_tokens, num_groups, -1)
             .topk(top_k // group_topk, dim=-1)[0]
@@ -79,7 +82,9 @@ def permute_weights(topk_weights: torch.Tensor, row_of_entry: torch.Tensor) -> t
     return out
 
 
-def unpermute(permuted: torch.Tensor, order: torch.Tensor, restore_shape) -> torch.Tensor:
+def unpermute(
+    permuted: torch.Tensor, order: torch.Tensor, restore_shape: tuple[int, int]
+) -> torch.Tensor:
     """Megatron's unpermute without probs: scatter-add each permuted row back to its token."""
     _, hidden = restore_shape
     out = torch.zeros(restore_shape, dtype=permuted.dtype, device=permuted.device)
@@ -105,7 +110,12 @@ def pad_rows(x: torch.Tensor, tp: int) -> tuple[torch.Tensor, int]:
     return (F.pad(x, (0, 0, 0, pad)) if pad else x), pad
 
 
-def row_parallel_reduce(partial: torch.Tensor, tp: int, reduce_scatter, all_gather):
+def row_parallel_reduce(
+    partial: torch.Tensor,
+    tp: int,
+    reduce_scatter: Callable[[torch.Tensor], torch.Tensor],
+    all_gather: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     """The row-parallel output: pad rows, reduce-scatter (sum of ranks, this rank's chunk),
     all-gather the chunks, drop the padding. `reduce_scatter(x)` / `all_gather(x)` along dim 0."""
     padded, pad = pad_rows(partial, tp)

@@ -11,6 +11,7 @@ import importlib
 import inspect
 import sys
 from importlib import metadata
+from typing import Any
 
 from topl.launcher.align import ops
 from topl.launcher.align.targets import TARGETS, Target, version_key
@@ -20,10 +21,10 @@ class AlignError(RuntimeError):
     """A target is missing or changed in this process: nothing was patched."""
 
 
-def _lookup(t: Target):
+def _lookup(t: Target) -> tuple[Any, str, Any]:
     """(owner, name, current value) for a target; raises LookupError with what is missing."""
     try:
-        owner = importlib.import_module(t.module)
+        owner: Any = importlib.import_module(t.module)
     except Exception as e:  # noqa: BLE001 - any import failure means the target is not there
         raise LookupError(f"cannot import {t.module}: {type(e).__name__}: {e}") from None
     *path, name = t.attr.split(".")
@@ -36,7 +37,7 @@ def _lookup(t: Target):
     return owner, name, inspect.getattr_static(owner, name)
 
 
-def _params(value) -> tuple[str, ...]:
+def _params(value: Any) -> tuple[str, ...]:
     fn = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
     return tuple(inspect.signature(fn).parameters)
 
@@ -83,7 +84,7 @@ def apply(version: str | None = None) -> list[str]:
     return [f"{t.module}:{t.attr}" for t, *_ in found]
 
 
-def _rebind(original, new, name: str) -> None:
+def _rebind(original: Any, new: Any, name: str) -> None:
     """A module function is also held by modules that imported it by name before the patch
     (vllm_ascend/worker/model_runner_v1.py: `from vllm_ascend.ascend_forward_context import
     select_moe_comm_method`): rebind those too, or they keep calling the original."""
@@ -94,14 +95,14 @@ def _rebind(original, new, name: str) -> None:
                 setattr(mod, name, new)
 
 
-def _fn(original):
+def _fn(original: Any) -> Any:
     return original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
 
 
 # ---- replacements: each takes the original and returns the new callable
 
 
-def _silu_mul(original):
+def _silu_mul(original: Any) -> Any:
     def forward_oot(self, x):
         from vllm_ascend.utils import get_weight_prefetch_method
 
@@ -114,7 +115,7 @@ def _silu_mul(original):
     return forward_oot
 
 
-def _moe_mlp(original):
+def _moe_mlp(original: Any) -> Any:
     orig = _fn(original)
 
     def unquant_apply_mlp(hidden_states, w1, w2, group_list, w1_bias=None, w2_bias=None,
@@ -134,7 +135,7 @@ def _moe_mlp(original):
         if need_trans:
             w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)
 
-        def gmm(x, w, b):
+        def gmm(x: Any, w: Any, b: Any) -> Any:
             return torch_npu.npu_grouped_matmul(
                 x=[x],
                 weight=[w],
@@ -153,7 +154,7 @@ def _moe_mlp(original):
     return unquant_apply_mlp
 
 
-def _expert_select(original):
+def _expert_select(original: Any) -> Any:
     orig = _fn(original)
 
     def _select_experts_with_fusion_ops(hidden_states, router_logits, top_k, use_grouped_topk,
@@ -180,7 +181,7 @@ def _expert_select(original):
     return _select_experts_with_fusion_ops
 
 
-def _dispatch(original):
+def _dispatch(original: Any) -> Any:
     def token_dispatch(self, token_dispatch_input):
         from vllm_ascend.ops.fused_moe import token_dispatcher as td
 
@@ -208,7 +209,7 @@ def _dispatch(original):
     return token_dispatch
 
 
-def _combine(original):
+def _combine(original: Any) -> Any:
     def _combine_postprocess(self, permutated_local_input_tokens, combine_metadata):
         k = combine_metadata.topk_weights.shape[-1]
         order = ops.order_from_permutation(
@@ -222,14 +223,14 @@ def _combine(original):
     return _combine_postprocess
 
 
-def _logprobs(original):
+def _logprobs(original: Any) -> Any:
     def compute_logprobs(logits):
         return ops.log_softmax(logits)
 
     return compute_logprobs
 
 
-def _row_parallel(original):
+def _row_parallel(original: Any) -> Any:
     def forward(self, input_):
         from vllm.distributed import (
             split_tensor_along_last_dim,
@@ -261,7 +262,7 @@ def _row_parallel(original):
     return forward
 
 
-def _comm_alltoall(original):
+def _comm_alltoall(original: Any) -> Any:
     def select_moe_comm_method(num_tokens, vllm_config, *args, **kwargs):
         from vllm_ascend.ascend_forward_context import MoECommType
 

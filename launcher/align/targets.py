@@ -15,6 +15,7 @@ align; the code here is topl's own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 LOAD_MODULE = "topl.launcher.align.load"  # what the renderer adds to VERL_USE_EXTERNAL_MODULES
@@ -48,7 +49,7 @@ class Target:
     fact: str  # the stack fact that cites it (topl.launcher.facts.align_facts)
 
 
-def _t(alignment, module, attr, params, fact):
+def _t(alignment: str, module: str, attr: str, params: Iterable[str], fact: str) -> Target:
     return Target(alignment, module, attr, tuple(params), fact)
 
 

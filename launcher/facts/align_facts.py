@@ -20,11 +20,13 @@ SEL = "ops/fused_moe/experts_selector.py"
 TD = "ops/fused_moe/token_dispatcher.py"
 
 
-def vllm(v, path, needle, present=True):
+def vllm(v: str, path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence("vllm", v, f"vllm/{path}", needle, present)
 
 
-def _target(fid, package, text, evidence, seed_needle):
+def _target(
+    fid: str, package: str, text: str, evidence: tuple[Evidence, ...], seed_needle: str
+) -> Fact:
     return Fact(
         fid,
         package,
