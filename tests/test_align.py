@@ -37,15 +37,18 @@ def _logits(t=37, e=16, seed=0, dtype=torch.bfloat16):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("groups", [None, (4, 2)])
 @pytest.mark.parametrize("scale", [None, 2.5])
-def test_expert_selection_is_megatrons_topk_then_softmax(dtype, groups, scale):
+@pytest.mark.parametrize("pre", [False, True])
+def test_expert_selection_is_megatrons_topk_then_softmax(dtype, groups, scale, pre):
     mu = _megatron()
     from topl.launcher.align import ops
 
     logits = _logits(dtype=dtype)
     ng, gk = groups or (None, None)
-    w, ids = ops.select_experts(logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale)
+    w, ids = ops.select_experts(
+        logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale, pre_softmax=pre
+    )
     probs, routing_map = mu.topk_routing_with_score_function(
-        logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale, score_function="softmax"
+        logits, 4, pre, ng, gk, scaling_factor=scale, score_function="softmax"
     )
     mine = torch.zeros_like(logits).scatter(1, ids, w)
     assert torch.equal(mine, probs)
@@ -193,6 +196,188 @@ def test_padded_row_parallel_splits_as_megatron(rows, tp):
         assert torch.equal(out, total)
 
 
+# ---- 0.30.0rc2's MoE replacements and verl's compute_logits, run on CPU
+
+
+class _Router:
+    """A 0.30.0rc2 router's attributes (vllm_ascend/ops/fused_moe/router/
+    grouped_topk_router.py:AscendGroupedTopKRouter.__init__), no NPU."""
+
+    def __init__(self, **kw):
+        self.top_k, self.use_grouped_topk, self.renormalize = 4, False, True
+        self.topk_group = self.num_expert_group = self.e_score_correction_bias = None
+        self.scoring_func, self.routed_scaling_factor = "softmax", 1.0
+        vars(self).update(kw)
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("groups", [None, (4, 2)])
+@pytest.mark.parametrize("indices_type", [None, torch.int64])
+def test_router_replacement_is_megatrons_routing(renormalize, groups, indices_type):
+    """0.30.0rc2's routers replaced: renormalize=True routes as Megatron's top-k then softmax,
+    renormalize=False as its use_pre_softmax; ids in the dtype the router contract asks."""
+    mu = _megatron()
+    from topl.launcher.align import patches
+
+    ng, gk = groups or (None, None)
+    router = _Router(
+        renormalize=renormalize,
+        use_grouped_topk=groups is not None,
+        num_expert_group=ng,
+        topk_group=gk,
+        routed_scaling_factor=2.5,
+    )
+    calls = []
+    fn = patches.REPLACEMENTS["router"](lambda *a, **k: calls.append(a))
+    logits = _logits()
+    w, ids = fn(router, None, logits, indices_type, input_ids=None)
+    assert not calls and ids.dtype == (indices_type or torch.int32)
+    probs, routing_map = mu.topk_routing_with_score_function(
+        logits, 4, not renormalize, ng, gk, scaling_factor=2.5, score_function="softmax"
+    )
+    assert torch.equal(torch.zeros_like(logits).scatter(1, ids.long(), w), probs)
+    assert torch.equal(torch.zeros_like(routing_map).scatter(1, ids.long(), True), routing_map)
+    # sigmoid / bias-corrected routing is not what topl aligns: the original runs
+    fn(_Router(scoring_func="sigmoid"), None, logits, None, input_ids=None)
+    fn(_Router(e_score_correction_bias=torch.zeros(16)), None, logits, None, input_ids=None)
+    assert len(calls) == 2
+
+
+def _gmm(x, w, group_list):
+    """npu_grouped_matmul's maths on CPU (group_list_type=1: tokens per expert)."""
+    out, start = [], 0
+    for e, n in enumerate(group_list.tolist()):
+        out.append(x[start : start + n] @ w[e])
+        start += n
+    return torch.cat(out)
+
+
+class _Unquant:
+    """The hooks of 0.30.0rc2's AscendUnquantizedFusedMoEMethod (routed_experts.py) with the
+    grouped matmuls on CPU; apply_act_quant as that release has it."""
+
+    def __init__(self, w1, w2):
+        self.w1, self.w2 = w1, w2
+
+    def supports_fused_activation(self, activation):
+        return False
+
+    def apply_gmm1(self, m):
+        return _gmm(m.hidden_states, self.w1, m.group_list)
+
+    def apply_act_quant(self, m, hidden_states):
+        return (hidden_states * m.topk_scales if m.topk_scales is not None else hidden_states), None
+
+    def apply_gmm2(self, m, hidden_states, act_out_scale):
+        assert act_out_scale is None
+        return _gmm(hidden_states, self.w2, m.group_list)
+
+
+def _mlp_input(**kw):
+    g = torch.Generator().manual_seed(7)
+    base = dict(
+        hidden_states=torch.randn(10, 8, generator=g).bfloat16(),
+        group_list=torch.tensor([3, 0, 7]),
+        topk_scales=torch.rand(10, 1, generator=g),  # float32, as a float32 router gives them
+        quant=types.SimpleNamespace(is_quant=False),
+        lora_context=None,
+        swiglu_limit=0.0,
+        activation=types.SimpleNamespace(value="silu"),
+    )
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def test_moe_mlp_replacement_applies_weights_as_megatrons_experts(monkeypatch):
+    """0.30.0rc2's unquantised MoE MLP replaced: plain SwiGLU (Megatron's eager swiglu), then
+    (act * probs).to(act dtype) as Megatron's activation_func_with_probs
+    (megatron-core@0.16.1:megatron/core/transformer/moe/experts.py), between the release's own
+    grouped matmuls. The release's apply_act_quant keeps the float32 product instead."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.fusions.fused_bias_swiglu import swiglu
+
+    from topl.launcher.align import patches
+
+    eager = getattr(swiglu, "_torchdynamo_orig_callable", swiglu)
+    stream = types.SimpleNamespace(record_event=lambda: "event")
+    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(current_stream=lambda: stream), raising=False)
+    g = torch.Generator().manual_seed(8)
+    q = _Unquant(torch.randn(3, 8, 12, generator=g).bfloat16(), torch.randn(3, 6, 8, generator=g).bfloat16())
+    calls = []
+    fn = patches.REPLACEMENTS["moe_mlp_hooks"](lambda m, qm: calls.append(m) or ("orig", None))
+    m = _mlp_input()
+    out, event = fn(m, q)
+    fc1 = q.apply_gmm1(m)
+    act = (eager(fc1) * m.topk_scales).to(fc1.dtype)
+    assert event == "event" and not calls
+    assert torch.equal(out, _gmm(act, q.w2, m.group_list))
+    release_act, _ = q.apply_act_quant(m, eager(fc1))
+    assert release_act.dtype == torch.float32  # the release would feed gmm2 another dtype
+    for other in (
+        dict(quant=types.SimpleNamespace(is_quant=True)),
+        dict(lora_context=object()),
+        dict(swiglu_limit=7.0),
+        dict(activation=types.SimpleNamespace(value="gelu")),
+    ):
+        assert fn(_mlp_input(**other), q)[0] == "orig"
+    assert len(calls) == 4
+
+
+def _verl_monkey_patch_compute_logits():
+    """verl's own monkey_patch_compute_logits, read from the installed verl (its module imports
+    vLLM, so the one function is compiled alone)."""
+    import importlib.util
+    from types import MethodType
+    from typing import Optional
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        pytest.skip("verl not installed")
+    path = os.path.join(os.path.dirname(spec.origin), "workers/rollout/vllm_rollout/utils.py")
+    src = open(path).read()
+    fn = _def(ast.parse(src), "monkey_patch_compute_logits")
+    ns = {"torch": torch, "MethodType": MethodType, "Optional": Optional}
+    exec(compile(ast.Module([fn], []), path, "exec"), ns)
+    return ns["monkey_patch_compute_logits"]
+
+
+class _Model:
+    def __init__(self, logits):
+        self.logits = logits
+
+    def compute_logits(self, hidden):
+        return self.logits.clone()
+
+
+def test_rollout_logits_keep_the_vocabulary_megatron_sums_over():
+    """verl 0.9.1 masks logits past len(tokenizer) (Qwen3: 151669 of 151936 rows): the
+    rollout's log-probs then differ from Megatron's cross entropy over every row. With topl's
+    replacement they are its bits; vision placeholders verl bans stay banned."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.tensor_parallel.cross_entropy import VocabParallelCrossEntropy as CE
+
+    from topl.launcher.align import ops, patches
+
+    verl_fn = _verl_monkey_patch_compute_logits()
+    logits = _logits(6, 1000, 9, torch.float32)
+    target = torch.randint(0, 990, (6,), generator=torch.Generator().manual_seed(2))
+    x, m = CE.calculate_logits_max(logits.clone())
+    _, _, predicted, sum_exp, exp = CE.calculate_predicted_logits(x, target, m, 0, 1000)
+    megatron = -CE.calculate_cross_entropy_loss(exp, predicted, sum_exp)[1]
+
+    def rollout_lp(patch, *args):
+        model = _Model(logits)
+        patch(model, 990, *args)
+        out = model.compute_logits(None)
+        return ops.log_softmax(out).gather(-1, target.unsqueeze(-1)).squeeze(-1), out
+
+    mine = patches.REPLACEMENTS["logits_vocab"](verl_fn)
+    assert torch.equal(rollout_lp(mine)[0], megatron)
+    assert not torch.equal(rollout_lp(verl_fn)[0], megatron)
+    _, banned = rollout_lp(mine, [995, 3])
+    assert torch.isinf(banned[:, [995, 3]]).all() and torch.isfinite(banned[:, 990:995]).all()
+
+
 # ---- the module: all or nothing
 
 
@@ -270,6 +455,9 @@ def test_a_function_imported_by_name_elsewhere_is_rebound(monkeypatch):
         ("0.23.0.post1", None, "combine_metadata"),
         ("0.30.0rc2", "comm_alltoall", None),
         ("0.30.0rc2", None, "draft_moe_quant_type"),
+        ("0.30.0rc2", "moe_mlp", None),
+        ("0.30.0rc2", None, "indices_type"),
+        ("0.30.0rc2", None, "banned_token_ids"),
     ],
 )
 def test_a_missing_or_changed_target_patches_nothing(monkeypatch, version, drop, rename):
@@ -299,9 +487,8 @@ def test_every_target_is_a_cited_fact_in_its_release():
     for version, ts in targets.TARGETS.items():
         for t in ts:
             f = facts.fact(t.fact)
-            pkg = "vllm" if t.module.startswith("vllm.") else "vllm-ascend"
+            pkg, want = _package_of(t, version)
             cited = {(e.package, e.version) for e in f.evidence if e.present}
-            want = version if pkg == "vllm-ascend" else _vllm_of(version)
             assert (pkg, want) in cited, (t, want)
     for version, gone in targets.NOT_PROVIDED.items():
         for alignment in gone:
@@ -309,18 +496,26 @@ def test_every_target_is_a_cited_fact_in_its_release():
             assert any(e.version == version and not e.present for e in f.evidence)
 
 
-def _vllm_of(vllm_ascend):
+def _vllm_of(vllm_ascend, key="vllm"):
     from topl.launcher.facts.stacks import profiles
 
     for p in profiles().values():
         if str(p["versions"]["vllm_ascend"]) == vllm_ascend:
-            return str(p["versions"]["vllm"])
+            return str(p["versions"][key])
     raise AssertionError(vllm_ascend)
+
+
+def _package_of(t, vllm_ascend):
+    """(PyPI name, version) a target lives in, on the profile of that vllm-ascend."""
+    top = t.module.split(".")[0]
+    if top == "vllm_ascend":
+        return "vllm-ascend", vllm_ascend
+    return top, _vllm_of(vllm_ascend, top)
 
 
 def test_missing_names_what_topl_leaves_unaligned():
     assert targets.missing("0.23.0.post1") == {}
-    assert set(targets.missing("0.30.0rc2")) == {"moe_mlp", "expert_select"}
+    assert targets.missing("0.30.0rc2") == {}
     assert set(targets.missing("0.18.0")) == set(targets.ALIGNMENTS)
 
 
@@ -345,8 +540,7 @@ def test_targets_match_each_release_by_ast():
     want = []
     for version, ts in targets.TARGETS.items():
         for t in ts:
-            vllm = t.module.startswith("vllm.")
-            pkg, ver = ("vllm", _vllm_of(version)) if vllm else ("vllm-ascend", version)
+            pkg, ver = _package_of(t, version)
             want.append((t, Evidence(pkg, ver, t.module.replace(".", "/") + ".py", "")))
     texts, skipped = read_all([e for _, e in want])
     if skipped:
