@@ -7,9 +7,10 @@ and the parameter names the replacement was written for. The same target is a st
 in a new release fails `scripts/check_facts.py`; in a process whose installed vllm-ascend lacks
 a target or changed its parameters, `patches.resolve` refuses before anything is patched.
 
-The eight alignments are those the seed's module performs on vllm-ascend 0.18.0
-(psyloy/verl-ascend-recipe@6823af18:true_on_policy/patch/README.md §5,
-patch/npu_true_on_policy_patch.py:apply_batch_consistency_patches), a description of what to
+The nine alignments are those the seed's module performs on vllm-ascend 0.18.0 and verl 0.8.0
+(psyloy/verl-ascend-recipe@6823af18:true_on_policy/patch/README.md §5 lists eight;
+patch/npu_true_on_policy_patch.py:apply_batch_consistency_patches also replaces verl's
+monkey_patch_compute_logits), a description of what to
 align; the code here is topl's own.
 """
 

@@ -121,7 +121,6 @@ ALIGN_FACTS: tuple[Fact, ...] = (
                 ".*?topk_weights, topk_ids = topk_weights.topk\\(self.top_k, dim=-1\\)",
             ),
             va(PRE, ROUTER + "router_factory.py", "return AscendFusedMoERouter("),
-            seed(SEED_PATCH, "experts_selector._select_experts_with_fusion_ops = "),
         ),
         "experts_selector._select_experts_with_fusion_ops = ",
     ),
