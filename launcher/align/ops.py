@@ -35,9 +35,7 @@ def select_experts(
         scores = torch.softmax(router_logits, dim=-1, dtype=torch.float32).type_as(router_logits)
     if group_topk:
         group_scores = (
-            scores.view(num_tokens, num_groups, -1)
-            .topk(top_k // group_topk, dim=-1)[0]
-            .sum(dim=-1)
+            scores.view(num_tokens, num_groups, -1).topk(top_k // group_topk, dim=-1)[0].sum(dim=-1)
         )
         group_idx = torch.topk(group_scores, k=group_topk, dim=-1, sorted=False)[1]
         group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)

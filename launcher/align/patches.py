@@ -247,8 +247,9 @@ def _logits_vocab(original):
     def monkey_patch_compute_logits(model, vocab_size, banned_token_ids=None):
         if not banned_token_ids:
             return  # vLLM's compute_logits as it is
-        import torch
         from types import MethodType
+
+        import torch
 
         inner = model.compute_logits
         banned = torch.tensor(banned_token_ids, dtype=torch.long)
