@@ -123,9 +123,9 @@ def stock_recipe(model: str, algo: str, cluster: str, stack: str) -> str:
     body = yaml.safe_dump(changes, sort_keys=False, default_flow_style=False)
     lines = [
         "# @package _global_",
-        f"# {MODELS[model]} {ALGORITHMS[algo]}, true on-policy on stack={stack} ({STACKS[stack]}, "
-        "topl's alignment module);",
-        f"# {cluster_name}: {n} node(s) x {per_node} NPUs, Megatron + vLLM-Ascend.",
+        f"# {MODELS[model]} {ALGORITHMS[algo]}, true on-policy on stack={stack} ({STACKS[stack]}).",
+        f"# {cluster_name}: {n} node(s) x {per_node} NPUs, Megatron + vLLM-Ascend with topl's "
+        "alignment module.",
         f"# Layout: {layout(seed)}.",
         f"# The seed's settings: {seed_name}, changed where stack={stack} refuses them;",
         "# docs/seed.md lists what this file changes.",
