@@ -197,3 +197,21 @@ def test_rollout_logits_keep_the_vocabulary_megatron_sums_over():
     assert not torch.equal(rollout_lp(verl_fn)[0], megatron)
     _, banned = rollout_lp(mine, [995, 3])
     assert torch.isinf(banned[:, [995, 3]]).all() and torch.isfinite(banned[:, 990:995]).all()
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_0_23_selector_follows_renormalize_as_megatron(renormalize):
+    """0.23.0.post1's _select_experts_with_fusion_ops replacement: renormalize=False is
+    Megatron's use_pre_softmax (softmax over all experts, no renormalisation), not top-k then
+    softmax."""
+    mu = _megatron()
+    from topl.launcher.align import patches
+
+    fn = patches.REPLACEMENTS["expert_select"](lambda *a: None)
+    logits = _logits()
+    w, ids = fn(None, logits, 4, False, renormalize, None, None, None)
+    probs, _ = mu.topk_routing_with_score_function(
+        logits, 4, not renormalize, score_function="softmax"
+    )
+    assert ids.dtype == torch.int32
+    assert torch.equal(torch.zeros_like(logits).scatter(1, ids.long(), w), probs)
