@@ -140,7 +140,7 @@ def import_main(args: list[str]) -> int:
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
     mine = args[: args.index("--")] if "--" in args else args
-    flags, args = parse(mine, flags=("--json",), passthrough=("-o", "--env"))
+    flags, args = parse(mine, flags=("--json",), passthrough=("-o", "--env", "--launch", "--force"))
     as_json = flags.json
     env, choices, out, rest, force, launch = {}, {}, None, [], False, None
     it = iter(args)
