@@ -125,8 +125,23 @@ HARD_OWNED = (
 )
 
 
+_SETS: dict[int, tuple[tuple, frozenset]] = {}  # id of a prefix tuple -> (it, as a set)
+
+
 def _under(key: str, prefixes) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
+    """`key` is one of `prefixes` or below one: its ancestors looked up in a set (plan asks
+    this for every user-set key of every point)."""
+    got = _SETS.get(id(prefixes))
+    if got is None or got[0] is not prefixes:
+        got = _SETS[id(prefixes)] = (prefixes, frozenset(prefixes))
+    ps = got[1]
+    while True:
+        if key in ps:
+            return True
+        i = key.rfind(".")
+        if i < 0:
+            return False
+        key = key[:i]
 
 
 @functools.cache
