@@ -123,7 +123,7 @@ def ray_head(tmp_path_factory):
         env={**os.environ, "RAY_AUTH_MODE": "disabled"},
     )
     address = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # a busy machine (another xdist worker beside it) starts it slowly
     while time.time() < deadline:
         try:
             JobSubmissionClient(address).list_jobs()
