@@ -150,6 +150,18 @@ def _prefix(written: str, sch: Schema) -> str:
     return bare(spell(written, sch) or written)[0]
 
 
+_META: dict[tuple[int, bool], tuple[Any, dict[str, tuple[str, str]]]] = {}
+
+
+def _key_meta(sch: Schema, megatron: bool) -> dict[str, tuple[str, str]]:
+    """verl key -> (prefix, origin) of topl's own entries: they depend on the key, the schema and
+    the engine only, not on the value (plan builds a command per point)."""
+    got = _META.get((id(sch), megatron))
+    if got is None or got[0] is not sch:
+        got = _META[(id(sch), megatron)] = (sch, {})
+    return got[1]
+
+
 def build(s: JobSpec) -> Command:
     """The command for a (plain) spec; see `command` for the cached entry point."""
     sch = schema_for(s)
@@ -158,10 +170,15 @@ def build(s: JobSpec) -> Command:
         algorithm=dataclasses.replace(s.algorithm, extra_overrides={}),
         verl_overrides={},
     )
-    table = _own_origins(s)
+    megatron = s.train.engine == "megatron"
+    table = _origins(megatron)
+    meta = _key_meta(sch, megatron)
     own: dict[str, Entry] = {}
     for key, value in R.overrides(plain):  # topl's own keys, spelled for the declared verl
-        own[key] = Entry(key, value, _prefix(key, sch), "topl", _origin(key, table))
+        m = meta.get(key)
+        if m is None:
+            m = meta[key] = (_prefix(key, sch), _origin(key, table))
+        own[key] = Entry(key, value, m[0], "topl", m[1])
     entries = dict(own)
     written: dict[str, str] = {}  # verbatim key -> as written (respell reads the written form)
     for key, value in R.extra_items(s.algorithm.extra_overrides):

@@ -6,6 +6,7 @@ in composition order, then the command-line overrides; the last writer of a key 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -225,8 +226,11 @@ def _compose(
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
+            hydra = GlobalHydra.instance().hydra
+            assert hydra is not None  # initialize_config_dir just set it
+            seen = _record_defaults(hydra.config_loader)
             cfg = compose("config", overrides=hydra_overrides, return_hydra_config=True)
-            sources = _sources(loader_for(root), hydra_overrides, root)
+            sources = _sources(None, hydra_overrides, root, seen)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _friendly(e, overrides) from None
     finally:
@@ -291,7 +295,7 @@ def from_hydra_job(
         OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
     )
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
-    sources = _sources(loader_for(root), hydra_overrides, root)
+    sources = _sources(None, hydra_overrides, root)
     recipe = str(root.source_of(chosen.get("recipe"))) if root else None
     return Composed(typed, sources, user_overrides, chosen, recipe)
 
@@ -308,14 +312,93 @@ def loader_for(root: recipes.RecipeRoot | None) -> ConfigLoaderImpl:
     return ConfigLoaderImpl(config_search_path=path)
 
 
+# Each file's keys by the inputs that decide them: Hydra's defaults list and the files it names
+# cost as much as the compose itself, and within one process most composes repeat them (a sweep,
+# a fix search, the tests). Value overrides of dotted keys never change the defaults list.
+_FILE_SOURCES: dict[tuple[Any, ...], dict[str, str]] = {}
+_FILE_SOURCES_MAX = 256
+
+
+def _sources_key(hydra_overrides: list[str], root: recipes.RecipeRoot | None) -> tuple[Any, ...]:
+    """What the file part of `_sources` depends on: the overrides that may choose files, the conf/
+    tree and the recipe root's files (names, sources, bytes), each by content or stat."""
+    rdir = str(root.dir) if root is not None else None
+    choosing = []
+    for o in hydra_overrides:
+        k = o.partition("=")[0].lstrip("+~")
+        if "." in k and not k.startswith("hydra") and "@" not in k and "/" not in k:
+            continue  # a value: the same files whatever it is
+        choosing.append(o.replace(rdir, "<root>") if rdir else o)
+    files: list[Any] = []
+    for base in (conf_dir(), root.dir if root is not None else None):
+        if base is None:
+            continue
+        for dirpath, _, names in sorted(os.walk(base)):
+            for n in sorted(names):
+                st = os.stat(os.path.join(dirpath, n))
+                files.append((os.path.relpath(os.path.join(dirpath, n), base), st.st_size))
+                if base == conf_dir():
+                    files.append(st.st_mtime_ns)
+                else:  # written fresh per compose: the bytes themselves
+                    files.append(Path(dirpath, n).read_bytes())
+    named = tuple(sorted((k, str(v)) for k, v in root.files.items())) if root is not None else ()
+    return (tuple(choosing), named, str(conf_dir()), tuple(files))
+
+
+def _record_defaults(loader: Any) -> list[Any]:
+    """The defaults list this compose's loader builds (filled in by the compose), so that
+    `_sources` need not build it a second time."""
+    seen: list[Any] = []
+    real = loader._compose_config_from_defaults_list
+
+    def recording(defaults: Any, repo: Any) -> Any:
+        seen[:] = defaults
+        return real(defaults=defaults, repo=repo)
+
+    loader._compose_config_from_defaults_list = recording  # this compose's loader only
+    return seen
+
+
 def _sources(
-    loader: ConfigLoaderImpl, hydra_overrides: list[str], root: recipes.RecipeRoot | None
+    loader: Any,
+    hydra_overrides: list[str],
+    root: recipes.RecipeRoot | None,
+    defaults: Any = None,
 ) -> dict[str, str]:
-    defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    fkey = _sources_key(hydra_overrides, root)
+    if fkey not in _FILE_SOURCES:
+        if len(_FILE_SOURCES) >= _FILE_SOURCES_MAX:
+            _FILE_SOURCES.clear()
+        _FILE_SOURCES[fkey] = _file_sources(
+            loader or loader_for(root), hydra_overrides, root, defaults
+        )
+    sources = dict(_FILE_SOURCES[fkey])
+    parser = OverridesParser.create()
+    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
+        key = ov.key_or_group
+        if "@" in key or "/" in key or key in GROUPS:
+            continue  # a group choice: its file is the source of the values
+        text = ov.input_line or f"{key}={ov.value()}"
+        sources[key] = f"command line `{text}`"
+        for k in list(sources):
+            if k.startswith(key + "."):
+                sources[k] = f"command line `{text}`"
+    return sources
+
+
+def _file_sources(
+    loader: Any,
+    hydra_overrides: list[str],
+    root: recipes.RecipeRoot | None,
+    defaults: Any = None,
+) -> dict[str, str]:
+    """Each key a config file of the defaults list sets -> that file's label (the last wins)."""
+    if not defaults:
+        defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN).defaults
     repo = _repo(loader, root)
     sources: dict[str, str] = {}
     conf = conf_dir()
-    for d in defaults.defaults:
+    for d in defaults:
         if (
             d.config_path is None
             or d.config_path.startswith("hydra/")
@@ -338,16 +421,6 @@ def _sources(
         data = OmegaConf.to_container(result.config, resolve=False)
         for key in _value_keys(data, package if package not in ("_global_",) else ""):
             sources[key] = label
-    parser = OverridesParser.create()
-    for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
-        key = ov.key_or_group
-        if "@" in key or "/" in key or key in GROUPS:
-            continue  # a group choice: its file is the source of the values
-        text = ov.input_line or f"{key}={ov.value()}"
-        sources[key] = f"command line `{text}`"
-        for k in list(sources):
-            if k.startswith(key + "."):
-                sources[k] = f"command line `{text}`"
     return sources
 
 

@@ -130,6 +130,9 @@ class Planner:
     def _base(self, group_overrides: list[str]) -> Base:
         key = tuple(group_overrides)
         if key not in self._bases:
+            if len(self._bases) >= 256:  # a sweep over `+` forms: a base per point, kept few
+                self._bases.pop(next(iter(self._bases)))
+                self._memos.clear()
             c = compose_job(list(group_overrides))
             interp = [(k, raw_value(c.cfg, k)) for k in interpolated_keys(c.cfg)]
             self._bases[key] = (c, c.to_object(), interp)
@@ -146,7 +149,7 @@ class Planner:
                 got = ("group", None, k)
             elif not replayable(text, k, v):
                 # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted
-                # number, a dict entry, an interpolation...): the point is composed through Hydra
+                # number, a dict entry, an interpolation...): Hydra composes it (_split)
                 got = ("compose", None, k)
             else:
                 got = ("value", typed_value(k, v), k)
@@ -154,16 +157,20 @@ class Planner:
         return got[0], got[1]
 
     def _split(self, point: list[Item]) -> tuple[list[str], list[Item], bool]:
-        groups: list[str] = []
-        values: list[Item] = []
-        composed = False
+        """(the overrides composed into the base, the values replayed on it, whether the point
+        must be composed whole). A form the fast path cannot type (`+verl_overrides.k=v`) is
+        composed into the base with the group choices, unless a replayed value touches its key
+        (then their order matters, and Hydra composes the point)."""
+        groups, values, composes = [], [], []
         for item in point:
             kind, typed = self._kind(item)
-            if kind == "group":
+            if kind in ("group", "compose"):
                 groups.append(item[0])
+                if kind == "compose":
+                    composes.append(item[1].lstrip("+~"))
             elif kind == "value":
                 values.append((item[0], item[1], typed))
-            composed |= kind == "compose"
+        composed = any(_overlap(k, c) for _, k, _ in values for c in composes)
         return groups, values, composed
 
     def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
@@ -216,6 +223,10 @@ class Planner:
         errs, warns = memo.verdict(spec, vals)
         tg, rg = memo.estimate(spec, vals)
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:

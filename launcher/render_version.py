@@ -63,6 +63,17 @@ def spell(key: str, sch: Schema) -> str | None:
     """The override name of `key` on this verl; None where it cannot compose. A single `+` written
     in a recipe is decided by the schema too (Hydra refuses `+` on a key that exists); `++` (add
     or override) and `~` (delete) stay as written."""
+    memo = getattr(sch, "spelled", None)
+    if memo is None:
+        return _spell(key, sch)
+    try:
+        got: str | None = memo[key]
+    except KeyError:
+        got = memo[key] = _spell(key, sch)
+    return got
+
+
+def _spell(key: str, sch: Schema) -> str | None:
     prefix, k = bare(key)
     if prefix in ("++", "~"):
         return key if (sch.has(k) or sch.free_form(k) or prefix == "++") else None
@@ -79,7 +90,7 @@ def shell_vars(v: Any) -> list[str]:
     """Names of the shell variables a value refers to (a leading `~` counts as HOME)."""
     if isinstance(v, (list, tuple)):
         return [n for x in v for n in shell_vars(x)]
-    if not isinstance(v, str):
+    if not isinstance(v, str) or ("$" not in v and not v.startswith("~")):
         return []
     names = [a or b for a, b in _VAR.findall(v)]
     return (["HOME"] if v == "~" or v.startswith("~/") else []) + names

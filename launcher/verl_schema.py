@@ -42,6 +42,9 @@ class Schema:
     source: str = ""  # where the keys were read (citation)
     exact: bool = True  # False: no schema of this version ships; the nearest older one is used
     cites: dict[str, str] = field(default_factory=dict, repr=False)  # patched key -> citation
+    # key as written -> render_version.spell's answer: a pure function of the key and this
+    # schema, asked about a hundred times per point by `plan` (filled on use)
+    spelled: dict[str, str | None] = field(default_factory=dict, repr=False, compare=False)
 
     def has(self, key: str) -> bool:
         return key in self.keys

@@ -17,6 +17,7 @@ so the tests compose it on top of the same verl without GitHub access.
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import os
 import subprocess
@@ -70,6 +71,15 @@ def release_root(version: str) -> Path:
     root = cache() / version
     if (root / "verl" / "trainer" / "config").is_dir():
         return root
+    cache().mkdir(parents=True, exist_ok=True)
+    with open(cache() / ".lock", "w") as lock:  # test workers (xdist) unpack it once, whole
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "verl" / "trainer" / "config").is_dir():
+            _unpack(version, root)
+    return root
+
+
+def _unpack(version: str, root: Path) -> None:
     dl = cache() / f"dl-{version}"
     wheels = list(dl.glob(f"verl-{version}-*.whl"))
     if not wheels:
@@ -81,7 +91,6 @@ def release_root(version: str) -> Path:
         wheels = list(dl.glob(f"verl-{version}-*.whl"))
     with zipfile.ZipFile(wheels[0]) as z:
         z.extractall(root, [n for n in z.namelist() if n.startswith("verl/")])
-    return root
 
 
 def dict_fields(root: Path) -> dict[str, tuple[str, set[str]]]:

@@ -30,16 +30,30 @@ SLOW_TESTS = {
 }
 
 
+# pytest-xdist (`-n 2 --dist loadgroup`, the README's command): a module runs on one worker (its
+# module fixtures are built once), every test on the session's Ray head on one worker (one head),
+# and the tests of these modules, each long and independent, spread over the workers.
+SPREAD_MODULES = {"test_fix.py", "test_accepted_runs.py", "test_local_algorithms.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         name = item.path.name
+        on_ray = "ray_head" in getattr(item, "fixturenames", ())
         if (
             name in SLOW_MODULES
             or getattr(item, "originalname", item.name) in SLOW_TESTS.get(name, ())
-            or "ray_head" in getattr(item, "fixturenames", ())
+            or on_ray
             or item.get_closest_marker("facts_sources")
         ):
             item.add_marker(pytest.mark.slow)
+        if xdist and not item.get_closest_marker("xdist_group"):
+            if on_ray:
+                item.add_marker(pytest.mark.xdist_group("ray_head"))
+            elif name not in SPREAD_MODULES:
+                item.add_marker(pytest.mark.xdist_group(name))
 
 
 def _hypothesis_profiles():
@@ -109,7 +123,7 @@ def ray_head(tmp_path_factory):
         env={**os.environ, "RAY_AUTH_MODE": "disabled"},
     )
     address = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # a busy machine (another xdist worker beside it) starts it slowly
     while time.time() < deadline:
         try:
             JobSubmissionClient(address).list_jobs()

@@ -170,3 +170,62 @@ def test_a_rule_reading_outside_the_view_is_found_by_probing(compose):
     plain = Rule("Y", "error", "", ("rollout.tp",), "", lambda s: str(s.rollout.tp))
     assert _reads_whole_spec(hidden, spec) and not _reads_whole_spec(plain, spec)
     assert all(r is not hidden for r in RULES)
+
+
+# a `+` form the fast path cannot type, next to swept values: composed into the base once
+PLUS_SWEEPS = [
+    [
+        "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        "+verl_overrides.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
+        "train.use_dynamic_bsz=true,false",
+        "rollout.tp=1,2",
+    ],
+    # a swept value below the `+` key: their order matters, each point is composed whole
+    [
+        "+verl_overrides.trainer.total_epochs=3",
+        "verl_overrides.trainer.total_epochs=1,2",
+    ],
+]
+
+
+@pytest.mark.parametrize("sweep", PLUS_SWEEPS, ids=range(len(PLUS_SWEEPS)))
+def test_plus_forms_compose_into_the_base_with_the_same_verdicts(sweep, monkeypatch):
+    from topl.launcher import plan
+    from topl.launcher.plan import Planner, expand_items
+
+    points = expand_items(sweep)
+    full = Planner(memo=False)
+    want = [full.verdict(p).to_dict() for p in points]
+    composes = []
+    real = plan.compose_job
+    monkeypatch.setattr(plan, "compose_job", lambda ovs: composes.append(ovs) or real(ovs))
+    fast = Planner()
+    got = [fast.verdict(p).to_dict() for p in points]
+    assert got == want
+    overlapping = any(o.startswith("verl_overrides.") for o in sweep)
+    assert len(composes) == (len(points) if overlapping else 1), composes
+
+
+def test_cached_sources_equal_a_fresh_replay_and_follow_the_recipe_bytes(tmp_path):
+    """The file part of each key's source is cached per process; it equals Hydra's defaults list
+    replayed from scratch, and a recipe rewritten in place is read again."""
+    from topl.launcher import compose as C
+
+    for ovs in ([], ["train=fsdp", "train.tp=2"], ["recipe=qwen3_30b_a3b_grpo_a3_strict"]):
+        got = C.compose_job(ovs).sources
+        hyd, root = C.split_recipe(ovs)
+        try:
+            fresh = C._file_sources(C.loader_for(root), hyd, root)
+        finally:
+            if root is not None:
+                root.cleanup()
+        assert {k: v for k, v in got.items() if not v.startswith("command line")} == {
+            k: v for k, v in fresh.items() if k in got and not got[k].startswith("command line")
+        }
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("# @package _global_\ntrain:\n  tp: 2\n")
+    assert C.compose_job([f"recipe={recipe}"]).source("train.tp") == str(recipe)
+    recipe.write_text("# @package _global_\nrollout:\n  tp: 2\n")
+    again = C.compose_job([f"recipe={recipe}"])
+    assert again.source("rollout.tp") == str(recipe)
+    assert again.source("train.tp") != str(recipe)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
@@ -134,8 +133,25 @@ HARD_OWNED = (
 )
 
 
-def _under(key: str, prefixes: Iterable[str]) -> bool:
-    return any(key == p or key.startswith(p + ".") for p in prefixes)
+_SETS: dict[
+    int, tuple[tuple[str, ...], frozenset[str]]
+] = {}  # id of a prefix tuple -> (it, as a set)
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    """`key` is one of `prefixes` or below one: its ancestors looked up in a set (plan asks
+    this for every user-set key of every point)."""
+    got = _SETS.get(id(prefixes))
+    if got is None or got[0] is not prefixes:
+        got = _SETS[id(prefixes)] = (prefixes, frozenset(prefixes))
+    ps = got[1]
+    while True:
+        if key in ps:
+            return True
+        i = key.rfind(".")
+        if i < 0:
+            return False
+        key = key[:i]
 
 
 @functools.cache
