@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 CONFIG = PYPROJECT["tool"]["mypy"]
 SPEC_PARAMS = {"s", "spec"}  # what the launcher calls a job spec in a signature
-# generic over a spec and its sections (`T`): the one helper that takes both
-NOT_JOBSPEC = {("launcher/contract/view.py", "unwrap")}
+# generic over a spec and its sections (`T`), or recursive over them (any dataclass): the helpers
+# that take both
+NOT_JOBSPEC = {("launcher/contract/view.py", "unwrap"), ("launcher/constraints.py", "problems")}
 
 
 def _mypy(request, *args: str) -> subprocess.CompletedProcess:
