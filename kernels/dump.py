@@ -113,7 +113,9 @@ def model_facts(model: Any) -> dict[str, Any]:
 
     if hasattr(model, "arch"):
         arch = model.arch
-        return asdict(arch) if is_dataclass(arch) and not isinstance(arch, type) else dict(vars(arch))
+        return (
+            asdict(arch) if is_dataclass(arch) and not isinstance(arch, type) else dict(vars(arch))
+        )
     cfg = getattr(model, "config", None)
     if cfg is None:
         return {}

@@ -106,7 +106,9 @@ class Model:
     def __init__(self, arch: Arch, weights: dict[str, torch.Tensor]):
         self.arch, self.w = arch, weights
         self.scale = 1.0 / math.sqrt(arch.head_dim)
-        self.recorder: Recorder | None = None  # a kernels.dump.Recorder: boundary tensors for `topl diagnose`
+        self.recorder: Recorder | None = (
+            None  # a kernels.dump.Recorder: boundary tensors for `topl diagnose`
+        )
         self.row_keys: list[tuple[int, int]] = []  # (sequence, position) of each row being computed
 
     def tap(self, boundary: str, t: torch.Tensor, rows: torch.Tensor | None = None) -> None:

@@ -114,7 +114,9 @@ def test_a_misused_kernel_is_caught(request):
     assert r.returncode == 1, out
     assert re.search(r'expression has type "str", target has type "float"', out), out
     assert re.search(r'Dict entry 0 has incompatible type "str": "str"; expected "str": "int"', out)
-    assert re.search(r'Argument 2 to "probe" has incompatible type "str"; expected "Alignment"', out)
+    assert re.search(
+        r'Argument 2 to "probe" has incompatible type "str"; expected "Alignment"', out
+    )
     assert "Found 3 errors" in out, out
 
 

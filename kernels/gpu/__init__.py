@@ -23,9 +23,7 @@ def available() -> bool:
     return ok
 
 
-def paged_hook(
-    model: Model, side: Side, block_size: int
-) -> Callable[..., torch.Tensor] | None:
+def paged_hook(model: Model, side: Side, block_size: int) -> Callable[..., torch.Tensor] | None:
     """The rollout engine's batched paged attention on CUDA (one kernel call per layer and step,
     every request of the step together), or None where the per-request path must stay: CPU, an
     unaligned plan (then SDPA stands in for the native kernel), or a page that is not the tile."""
