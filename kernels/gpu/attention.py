@@ -36,9 +36,8 @@ NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V prefetch depth 
 INF = float("inf")
 
 
-def blocks_for(
-    q_seq: Any,
-    q_tokens: int = 16,  # q_seq: a tensor or a list of sequence ids
+def blocks_for(  # q_seq: a tensor or a list of sequence ids
+    q_seq: Any, q_tokens: int = 16
 ) -> tuple[list[int], list[int], list[int]]:
     """Program descriptors (seq, first row, rows): runs of up to q_tokens consecutive queries of the
     same sequence, the runs with the most keys first (a causal run's keys grow with its position:
@@ -52,9 +51,8 @@ def blocks_for(
             list(firsts),
             [min(q_tokens, len(q_seq) - a) for a in firsts],
         )
-    runs: list[
-        tuple[int, int, int, int]
-    ] = []  # (last position in its sequence, seq, first row, rows)
+    # (last position in its sequence, seq, first row, rows)
+    runs: list[tuple[int, int, int, int]] = []
     i = 0
     for s, run in itertools.groupby(q_seq):
         n = len(list(run))
