@@ -77,7 +77,7 @@ def apply(version: str | None = None) -> list[str]:
             " 0.23.0.post1, stack=prerelease: 0.30.0rc2); `topl check` names what is aligned"
         )
     for t, owner, name, original in found:
-        new = REPLACEMENTS[t.alignment](original)
+        new = REPLACEMENTS[t.impl or t.alignment](original)
         setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
         if "." not in t.attr:
             _rebind(original, new, name)
@@ -168,17 +168,111 @@ def _expert_select(original: Any) -> Any:
             return orig(hidden_states, router_logits, top_k, use_grouped_topk, renormalize,
                         e_score_correction_bias, topk_group, num_expert_group, scoring_func,
                         routed_scaling_factor, tid2eid, input_ids)  # fmt: skip
-        grouped = use_grouped_topk and topk_group is not None and num_expert_group is not None
-        weights, ids = ops.select_experts(
-            router_logits,
-            top_k,
-            num_groups=num_expert_group if grouped else None,
-            group_topk=topk_group if grouped else None,
-            scaling_factor=routed_scaling_factor if routed_scaling_factor != 1.0 else None,
-        )
+        weights, ids = _softmax_topk(router_logits, top_k, use_grouped_topk, renormalize,
+                                     topk_group, num_expert_group, routed_scaling_factor)  # fmt: skip
         return weights, ids.to(torch.int32)
 
     return _select_experts_with_fusion_ops
+
+
+def _softmax_topk(
+    logits: Any,
+    top_k: int,
+    use_grouped: bool,
+    renormalize: bool,
+    topk_group: Any,
+    num_groups: Any,
+    scale: float,
+) -> Any:
+    grouped = use_grouped and topk_group is not None and num_groups is not None
+    return ops.select_experts(
+        logits,
+        top_k,
+        num_groups=num_groups if grouped else None,
+        group_topk=topk_group if grouped else None,
+        scaling_factor=scale if scale != 1.0 else None,
+        pre_softmax=not renormalize,  # softmax over all experts, no renormalisation
+    )
+
+
+def _router(original: Any) -> Any:
+    """0.30.0rc2's routers (AscendFusedTopKRouter / AscendGroupedTopKRouter._compute_routing):
+    the softmax top-k as Megatron computes it, in place of npu_moe_gating_top_k and of the
+    native softmax-then-top-k."""
+    orig = _fn(original)
+
+    def _compute_routing(self, hidden_states, router_logits, indices_type, *, input_ids=None):
+        import torch
+
+        if (
+            self.scoring_func != "softmax"
+            or self.e_score_correction_bias is not None
+            or getattr(self, "tid2eid", None) is not None
+            or getattr(self, "bias_vl", None) is not None
+        ):  # sigmoid / bias-corrected / hash routing: not the softmax top-k topl aligns
+            return orig(self, hidden_states, router_logits, indices_type, input_ids=input_ids)
+        weights, ids = _softmax_topk(router_logits, self.top_k, self.use_grouped_topk,
+                                     self.renormalize, self.topk_group, self.num_expert_group,
+                                     self.routed_scaling_factor)  # fmt: skip
+        return weights, ids.to(torch.int32 if indices_type is None else indices_type)
+
+    return _compute_routing
+
+
+def _moe_mlp_hooks(original: Any) -> Any:
+    """0.30.0rc2's apply_moe_mlp(mlp_compute_input, quant_method): for the unquantised method,
+    its own grouped matmuls (apply_gmm1 / apply_gmm2) around the plain SwiGLU, the routing
+    weights applied after it as Megatron's experts do, (act * probs).to(act dtype)."""
+    orig = _fn(original)
+
+    def apply_moe_mlp(mlp_compute_input, quant_method):
+        m = mlp_compute_input
+        name = getattr(m.activation, "value", m.activation)
+        if (
+            m.quant.is_quant
+            or m.lora_context is not None
+            or m.swiglu_limit
+            or name != "silu"
+            or quant_method.supports_fused_activation(m.activation)
+        ):  # quantised, LoRA, clamped or other activations: vllm-ascend's own path
+            return orig(m, quant_method)
+        import torch
+
+        act = ops.silu_mul(quant_method.apply_gmm1(m))
+        if m.topk_scales is not None:
+            act = (act * m.topk_scales).to(act.dtype)
+        before_gmm2 = torch.npu.current_stream().record_event()
+        return quant_method.apply_gmm2(m, act, None), before_gmm2
+
+    return apply_moe_mlp
+
+
+def _logits_vocab(original: Any) -> Any:
+    """verl's monkey_patch_compute_logits sets logits[..., len(tokenizer):] to -inf; Megatron's
+    log-prob sums over every row of the output layer, so the rollout's must too. The vision
+    placeholders verl also bans (multimodal models only) stay banned: sampling one takes the
+    job down (verl@0.9.1:verl/workers/rollout/utils.py:get_vision_placeholder_token_ids)."""
+
+    def monkey_patch_compute_logits(model, vocab_size, banned_token_ids=None):
+        if not banned_token_ids:
+            return  # vLLM's compute_logits as it is
+        from types import MethodType
+
+        import torch
+
+        inner = model.compute_logits
+        banned = torch.tensor(banned_token_ids, dtype=torch.long)
+
+        def compute_logits(self, *args, **kwargs):
+            nonlocal banned
+            logits = inner(*args, **kwargs)
+            if banned.device != logits.device:
+                banned = banned.to(logits.device)
+            return logits.index_fill_(-1, banned, float("-inf"))
+
+        model.compute_logits = MethodType(compute_logits, model)
+
+    return monkey_patch_compute_logits
 
 
 def _dispatch(original: Any) -> Any:
@@ -280,4 +374,7 @@ REPLACEMENTS = {
     "logprobs": _logprobs,
     "row_parallel": _row_parallel,
     "comm_alltoall": _comm_alltoall,
+    "logits_vocab": _logits_vocab,
+    "moe_mlp_hooks": _moe_mlp_hooks,
+    "router": _router,
 }

@@ -100,14 +100,14 @@ def bi_ops(s: JobSpec) -> Outcome:
         "cluster.versions.verl_patches",
         "model.num_experts",
     ),
-    "use stack=seed (the seed's module and its versions together) or stack=release (topl's "
-    "alignment module, vllm-ascend 0.23.0.post1); on stack=prerelease a dense model is aligned, "
-    "a MoE one is not yet",
+    "use stack=seed (the seed's module and its versions together), or stack=release / "
+    "stack=prerelease (topl's alignment module, vllm-ascend 0.23.0.post1 / 0.30.0rc2)",
     facts=(
         "seed_patch_module",
         "verl_external_modules",
         "align_moe_mlp",
         "align_expert_select",
+        "align_logits_vocab",
         "training_consistency_only_selects_fa3",
     ),
 )
