@@ -18,7 +18,7 @@ def pad(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return x, mask
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """verl@0.9.1:verl/utils/torch_functional.py:masked_mean (1e-8: an empty mask stays finite)."""
     s = (x * mask).sum() if dim is None else (x * mask).sum(dim)
     return s / ((mask.sum() if dim is None else mask.sum(dim)) + 1e-8)
@@ -50,7 +50,9 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Ten
     return loss / mask.shape[-1] if mode == "seq-mean-token-sum-norm" else loss
 
 
-def grpo_advantages(scores: torch.Tensor, n: int, eps: float = 1e-6, norm_by_std: bool = True):
+def grpo_advantages(
+    scores: torch.Tensor, n: int, eps: float = 1e-6, norm_by_std: bool = True
+) -> torch.Tensor:
     """verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_grpo_outcome_advantage, for groups of
     n consecutive samples: (r - mean) / (unbiased std + eps); a group of one gets mean 0, std 1."""
     if n == 1:
@@ -91,7 +93,14 @@ def gae(
 
 
 def vanilla_policy_loss(
-    old_logp, logp, adv, mask, clip_low: float, clip_high: float, clip_c: float, agg: str
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float,
+    agg: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_policy_loss_vanilla: PPO clip with
     asymmetric ranges (DAPO's clip-higher: clip_high > clip_low) and the dual clip at clip_c for
@@ -116,7 +125,13 @@ def vanilla_policy_loss(
 
 
 def gspo_policy_loss(
-    old_logp, logp, adv, mask, clip_low: float, clip_high: float, agg: str
+    old_logp: torch.Tensor,
+    logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    agg: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_policy_loss_gspo: one importance ratio
     per sequence, the geometric mean of its token ratios, carried to each token as
@@ -147,7 +162,12 @@ def _ratio_metrics(ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
 
 
 def value_loss(
-    vpreds, returns, values, mask, clip: float, agg: str
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    agg: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_value_loss:
     0.5 * agg(max((v - R)^2, (clip(v, v_old +- clip) - R)^2)), and the fraction of tokens where

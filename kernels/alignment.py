@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 # Field metadata ("ge", "one_of", "src", ...) declares a field's constraint; the launcher checks
 # it (launcher/constraints.py). verl 0.9.1's rollout correction checks, cited per field:
@@ -103,4 +103,5 @@ class Alignment:
             raise ValueError(
                 f"unknown alignment switch {switch!r}; known: {', '.join(self.SWITCHES)}"
             )
-        return replace(self, **{switch: False}, mode="off")
+        off: dict[str, Any] = {switch: False}  # one bool switch, named at run time
+        return replace(self, **off, mode="off")

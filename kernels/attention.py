@@ -48,7 +48,15 @@ def num_splits(sequences: int, heads: int, max_q_rows: int, max_keys: int, tile:
     return max(1, min(-(-SMS // work), -(-max_keys // tile), 128))
 
 
-def _partial(q, k, v, plan: Plan, vis: torch.Tensor, valid: torch.Tensor, dtype):
+def _partial(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: Plan,
+    vis: torch.Tensor,
+    valid: torch.Tensor,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(max, sum, unnormalised out) of one whole KV tile for rows q [R, H, D]; k, v [R, tile, H, D]
     (each row's own sequence's tile, fp32, zero past the sequence's end), `vis` [R] keys of the tile
     each row may see, `valid` [R] keys that exist. Every reduction runs over the full tile width,
@@ -93,6 +101,7 @@ def attend(
     if q.is_cuda:
         if k.dim() == 3:
             return _attend_cuda(q, positions, k, v, plan, scale, splits)
+        assert seq is not None and lens is not None, "a batch (k [S, L, KVH, D]) needs seq and lens"
         out = torch.empty_like(q)  # a batch: one sequence at a time
         for s in range(k.shape[0]):
             rows = [i for i, x in enumerate(seq) if x == s]
@@ -233,7 +242,15 @@ def attend_paged(
     return out
 
 
-def _attend_cuda(q, positions, k, v, plan: Plan, scale: float, splits: int = 1) -> torch.Tensor:
+def _attend_cuda(
+    q: torch.Tensor,
+    positions: list[int],
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: Plan,
+    scale: float,
+    splits: int = 1,
+) -> torch.Tensor:
     """GPU: the aligned plan runs the Triton kernel family (kernels/gpu/attention.py); any other
     plan is the native path, torch SDPA."""
     aligned = (

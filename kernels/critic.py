@@ -11,18 +11,18 @@ from __future__ import annotations
 import torch
 
 from topl.kernels.algorithms import masked_mean, value_loss
-from topl.kernels.model import Model, Side
+from topl.kernels.model import Arch, Model, Side
 from topl.kernels.training import TrainingEngine
 
 
 class Critic:
     def __init__(
         self,
-        arch,
+        arch: Arch,
         init: dict[str, torch.Tensor],
         side: Side,
         micro_batch: int,
-        dtype,
+        dtype: torch.dtype,
         lr: float,
         seed: int = 0,
     ):

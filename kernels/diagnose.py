@@ -23,6 +23,8 @@ all the same way (a x1.01 scale is within 2 bf16 ULPs, but every |value| grows).
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,7 +36,7 @@ from topl.kernels.diagnose_stats import (  # noqa: F401  (re-exported)
     systematic,
     ulp_distance,
 )
-from topl.kernels.dump import LAYER_BOUNDARIES, canonical_order
+from topl.kernels.dump import LAYER_BOUNDARIES, Manifest, Rows, canonical_order
 
 # Alignment switches that change each boundary's operator, most likely first (kernels/model.py);
 # with the contract rules that enforce them.
@@ -120,7 +122,11 @@ class BoundaryMismatch(ValueError):
     """The two dumps do not record the same boundaries: comparing a subset would hide the rest."""
 
 
-def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = False) -> dict:
+Dump = tuple[Manifest, dict[str, Rows]]  # what dump.load returns
+Layouts = tuple[dict[str, Any], dict[str, Any]]  # each dump's manifest["layout"]
+
+
+def diagnose(a: Dump, b: Dump, common_only: bool = False) -> dict[str, Any]:
     """Compare two dumps (manifest, rows) -> report with a per-boundary table and a verdict.
     Dumps with different boundary sets are refused (BoundaryMismatch) unless `common_only`."""
     (ma, ra), (mb, rb) = a, b
@@ -138,7 +144,7 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
             + (f"; not canonical boundary names: {', '.join(unknown)}" if unknown else "")
         )
     moe = bool(ma["model"].get("num_experts", 0))
-    report = {
+    report: dict[str, Any] = {
         "a": ma.get("engine"),
         "b": mb.get("engine"),
         "boundaries": [],
@@ -157,7 +163,7 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
     report["config_differ"] = {k: list(v) for k, v in cfg_diff.items()}
     for name in canonical_order(num_layers):
         in_a, in_b = name in ra, name in rb
-        row = {"boundary": name}
+        row: dict[str, Any] = {"boundary": name}
         if not (in_a and in_b):
             row["mapped"] = "absent in " + (
                 "both" if not (in_a or in_b) else ("A" if not in_a else "B")
@@ -178,10 +184,13 @@ def diagnose(a: tuple[dict, dict], b: tuple[dict, dict], common_only: bool = Fal
     report["verdict"], report["reason"], report["remedy"], report["switches"] = _verdict(
         report, num_layers, moe, layouts
     )
-    return strict_json(report)
+    out: dict[str, Any] = strict_json(report)
+    return out
 
 
-def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
+def switches_for(
+    first: str, rows: dict[str, dict[str, Any]], moe: bool, layouts: Layouts
+) -> list[str]:
     """The alignment switches that address an operator difference at `first`, most likely first."""
     kind = first.rsplit(".", 1)[-1]
     cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
@@ -198,7 +207,9 @@ def switches_for(first: str, rows: dict, moe: bool, layouts: tuple[dict, dict]) 
     return [c for c in cands if c in off] or cands
 
 
-def _verdict(report, num_layers, moe, layouts):
+def _verdict(
+    report: dict[str, Any], num_layers: int, moe: bool, layouts: Layouts
+) -> tuple[str, str, str, list[str]]:
     """(verdict, reason, remedy, switches)."""
     rows = {r["boundary"]: r for r in report["boundaries"]}
     first = report["first_divergence"]
@@ -321,7 +332,7 @@ def _verdict(report, num_layers, moe, layouts):
     )
 
 
-def _all_on(first: str, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
+def _all_on(first: str, moe: bool, layouts: Layouts) -> list[str]:
     """The boundary's candidate switches when both dumps record all of them on, else []."""
     kind = first.rsplit(".", 1)[-1]
     cands = [c for c in CANDIDATES.get(kind, []) if moe or c != "moe_fixed_combine"]
@@ -331,10 +342,10 @@ def _all_on(first: str, moe: bool, layouts: tuple[dict, dict]) -> list[str]:
     return []
 
 
-def plot(report: dict, rows_a: dict, rows_b: dict, out_dir) -> list:
+def plot(
+    report: dict[str, Any], rows_a: dict[str, Rows], rows_b: dict[str, Rows], out_dir: str | Path
+) -> list[Path]:
     """max |Δ| per boundary (log scale) and a histogram of Δ log p."""
-    from pathlib import Path
-
     import matplotlib
 
     matplotlib.use("Agg")

@@ -4,8 +4,12 @@ and whether a difference looks like rounding (kernels/diagnose.py reads them int
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from topl.kernels.dump import Rows
 
 # Median ULP distance of the differing elements up to which a difference is "rounding level": a
 # reordered sum or a fused op moves results by one ULP here and there (median 1 for every switch of
@@ -35,7 +39,7 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ia - ib).abs()
 
 
-def _nonfinite(t: torch.Tensor, keys: list) -> dict | None:
+def _nonfinite(t: torch.Tensor, keys: list[tuple[int, int]]) -> dict[str, Any] | None:
     """NaN / inf counts of one side and where the first one is (token key, flat element index)."""
     bad = ~torch.isfinite(t)
     if not bad.any():
@@ -49,7 +53,7 @@ def _nonfinite(t: torch.Tensor, keys: list) -> dict | None:
     }
 
 
-def compare_boundary(ra: dict, rb: dict) -> dict | None:
+def compare_boundary(ra: Rows, rb: Rows) -> dict[str, Any] | None:
     """Per-boundary statistics: shape, then dtype, then values (NaN equal to NaN, non-finite
     values counted per side, the value statistics over the elements finite on both sides)."""
     keys = sorted(set(ra) & set(rb))
@@ -98,7 +102,7 @@ def compare_boundary(ra: dict, rb: dict) -> dict | None:
     return out
 
 
-def strict_json(obj):
+def strict_json(obj: Any) -> Any:
     """The report with non-finite floats as strings ("nan", "inf", "-inf"): strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if obj != obj else ("inf" if obj > 0 else "-inf")
@@ -109,7 +113,7 @@ def strict_json(obj):
     return obj
 
 
-def systematic(r: dict) -> str | None:
+def systematic(r: dict[str, Any]) -> str | None:
     """Why the differing elements are not rounding noise, or None."""
     n = r.get("differing", 0)
     if r["median_ulp_of_diffs"] > ROUNDING_ULPS:
@@ -128,7 +132,7 @@ def systematic(r: dict) -> str | None:
     return None
 
 
-def _nonfinite_text(r: dict) -> str:
+def _nonfinite_text(r: dict[str, Any]) -> str:
     """'3 NaN, 0 inf in A (first at token [2, 5], element 17); B: none' for a boundary row."""
     nf = r.get("nonfinite", {})
     parts = []

@@ -16,10 +16,13 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, cast
 
 import torch
 from safetensors.torch import load_file, save_file
+
+Rows = dict[tuple[int, int], torch.Tensor]  # one boundary's rows, keyed by (sequence, position)
+Manifest = dict[str, Any]  # manifest.json: the dump's JSON self-description
 
 LAYER_BOUNDARIES = (
     "input_norm",
@@ -50,14 +53,15 @@ class Recorder:
     """Collects boundary rows keyed by (sequence, position); `positions` filters what is kept."""
 
     def __init__(self, keep: Callable[[int, int], bool] | None = None):
-        self.rows: dict[str, dict[tuple[int, int], torch.Tensor]] = defaultdict(dict)
+        self.rows: dict[str, Rows] = defaultdict(dict)
         self.keep = keep
 
     def record(self, boundary: str, t: torch.Tensor, keys: list[tuple[int, int]]) -> None:
         t = t.detach()
         for i, key in enumerate(keys):
             if self.keep is None or self.keep(*key):
-                self.rows[boundary][tuple(key)] = t[i].clone()
+                # tuple(): callers may pass [seq, pos] lists (JSON keys)
+                self.rows[boundary][cast(tuple[int, int], tuple(key))] = t[i].clone()
 
 
 def layer_hashes(weights: dict[str, torch.Tensor]) -> dict[str, str]:
@@ -76,7 +80,7 @@ def layer_hashes(weights: dict[str, torch.Tensor]) -> dict[str, str]:
     return out
 
 
-def save(path: str | Path, recorder: Recorder, manifest: dict) -> Path:
+def save(path: str | Path, recorder: Recorder, manifest: Manifest) -> Path:
     """`path/dump.safetensors` (one tensor per boundary, rows in key order) + `path/manifest.json`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -92,7 +96,7 @@ def save(path: str | Path, recorder: Recorder, manifest: dict) -> Path:
     return path
 
 
-def load(path: str | Path) -> tuple[dict, dict[str, dict[tuple[int, int], torch.Tensor]]]:
+def load(path: str | Path) -> tuple[Manifest, dict[str, Rows]]:
     path = Path(path)
     manifest = json.loads((path / "manifest.json").read_text())
     tensors = load_file(str(path / "dump.safetensors"))
@@ -102,13 +106,16 @@ def load(path: str | Path) -> tuple[dict, dict[str, dict[tuple[int, int], torch.
     return manifest, rows
 
 
-def model_facts(model) -> dict:
+def model_facts(model: Any) -> dict[str, Any]:
     """The architecture a dump records: a reference Model's `arch`, or a Hugging Face model's
     config (num_hidden_layers is also given as `num_layers`, the name diagnose reads)."""
     from dataclasses import asdict, is_dataclass
 
     if hasattr(model, "arch"):
-        return asdict(model.arch) if is_dataclass(model.arch) else dict(vars(model.arch))
+        arch = model.arch
+        return (
+            asdict(arch) if is_dataclass(arch) and not isinstance(arch, type) else dict(vars(arch))
+        )
     cfg = getattr(model, "config", None)
     if cfg is None:
         return {}
@@ -118,8 +125,12 @@ def model_facts(model) -> dict:
 
 
 def manifest_for(
-    engine: str, model, *, layout: dict | None = None, dims: dict | None = None
-) -> dict:
+    engine: str,
+    model: Any,
+    *,
+    layout: dict[str, Any] | None = None,
+    dims: dict[str, int] | None = None,
+) -> Manifest:
     """What a dump says about itself; `dims` names the sharded dim of TP-split boundaries.
     `model`: a reference Model, or any nn.Module (weights hashed from its state_dict)."""
     import platform
@@ -193,14 +204,15 @@ class HookDumper:
     def __init__(
         self,
         module: torch.nn.Module,
-        name_map: str | list,
+        name_map: str | list[tuple[str, str, str]],
         keys: list[tuple[int, int]],
         recorder: Recorder | None = None,
-        gather: Callable | None = None,
-        dims: dict | None = None,
+        gather: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+        dims: dict[str, int] | None = None,
     ):
         self.recorder, self.keys = recorder or Recorder(), keys
-        self.gather, self.dims, self.handles = gather, dims or {}, []
+        self.handles: list[Any] = []  # torch hook handles
+        self.gather, self.dims = gather, dims or {}
         table = NAME_MAPS[name_map] if isinstance(name_map, str) else name_map
         for name, mod in module.named_modules():
             for pattern, where, template in table:
@@ -208,8 +220,8 @@ class HookDumper:
                 if m:
                     self._attach(mod, where, template.format(*m.groups()))
 
-    def _attach(self, mod, where: str, boundary: str) -> None:
-        def grab(t):
+    def _attach(self, mod: torch.nn.Module, where: str, boundary: str) -> None:
+        def grab(t: Any) -> None:
             t = t[0] if isinstance(t, (tuple, list)) else t
             if isinstance(t, tuple):
                 t = t[0]

@@ -10,12 +10,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
 from topl.kernels.attention import Plan
+
+if TYPE_CHECKING:
+    from topl.kernels.dump import Recorder
+
+# The architecture: any object with ModelSpec's fields (the launcher's ModelSpec, a
+# SimpleNamespace in probes and tests); kernels/ does not import the launcher, so read duck-typed.
+Arch = Any
 
 # Qwen3-30B-A3B as `model=qwen3_30b_a3b` composes it (conf/model/qwen3_30b_a3b.yaml plus ModelSpec's
 # defaults), every architecture field but the depth: the GPU tests and benchmarks build it at 2-4
@@ -95,10 +103,12 @@ def sides(
 class Model:
     """Architecture facts (any object with the ModelSpec fields) plus a dict of weights."""
 
-    def __init__(self, arch, weights: dict[str, torch.Tensor]):
+    def __init__(self, arch: Arch, weights: dict[str, torch.Tensor]):
         self.arch, self.w = arch, weights
         self.scale = 1.0 / math.sqrt(arch.head_dim)
-        self.recorder = None  # a kernels.dump.Recorder: boundary tensors for `topl diagnose`
+        self.recorder: Recorder | None = (
+            None  # a kernels.dump.Recorder: boundary tensors for `topl diagnose`
+        )
         self.row_keys: list[tuple[int, int]] = []  # (sequence, position) of each row being computed
 
     def tap(self, boundary: str, t: torch.Tensor, rows: torch.Tensor | None = None) -> None:
@@ -109,7 +119,9 @@ class Model:
 
     # --- weights ---------------------------------------------------------------------------
     @classmethod
-    def random(cls, arch, seed: int = 0, dtype=torch.bfloat16, std: float = 0.02) -> "Model":
+    def random(
+        cls, arch: Arch, seed: int = 0, dtype: torch.dtype = torch.bfloat16, std: float = 0.02
+    ) -> "Model":
         g = torch.Generator().manual_seed(seed)
         a = arch
         shapes = {
@@ -161,7 +173,9 @@ class Model:
         return cls(arch, w)
 
     @classmethod
-    def from_safetensors(cls, arch, path: str | Path, dtype=torch.bfloat16) -> "Model":
+    def from_safetensors(
+        cls, arch: Arch, path: str | Path, dtype: torch.dtype = torch.bfloat16
+    ) -> "Model":
         """Real Hugging Face weights: every *.safetensors file in a folder (or one file)."""
         from safetensors.torch import load_file
 
@@ -178,7 +192,7 @@ class Model:
     def device(self) -> torch.device:
         return self.w["model.embed_tokens.weight"].device
 
-    def to(self, device) -> "Model":
+    def to(self, device: torch.device | str) -> "Model":
         """The same model with its weights on `device` (e.g. "cuda")."""
         return type(self)(self.arch, {k: v.to(device) for k, v in self.w.items()})
 
@@ -192,7 +206,9 @@ class Model:
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.w["model.embed_tokens.weight"][ids]
 
-    def input_norm(self, i: int, h: torch.Tensor, pending: torch.Tensor | None, side: Side):
+    def input_norm(
+        self, i: int, h: torch.Tensor, pending: torch.Tensor | None, side: Side
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """RMSNorm before attention; `pending` is the previous MLP output not yet added to h."""
         w, eps = self.w[f"model.layers.{i}.input_layernorm.weight"], self.arch.rms_norm_eps
         if pending is None:
@@ -202,7 +218,9 @@ class Model:
         self.tap(f"layers.{i}.input_norm", x)
         return x, h
 
-    def qkv(self, i: int, x: torch.Tensor, positions: torch.Tensor, side: Side):
+    def qkv(
+        self, i: int, x: torch.Tensor, positions: torch.Tensor, side: Side
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [R, H, D], k and v [R, KVH, D]: projections, per-head q/k RMSNorm, RoPE."""
         a, p = self.arch, f"model.layers.{i}.self_attn."
         r = x.shape[0]
@@ -228,7 +246,9 @@ class Model:
             self.tap(f"layers.{i}.{name}", t)
         return q, k, v
 
-    def post_attention(self, i: int, h: torch.Tensor, attn: torch.Tensor, side: Side):
+    def post_attention(
+        self, i: int, h: torch.Tensor, attn: torch.Tensor, side: Side
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """o_proj (row-parallel), residual add + post-attention norm, MLP. Returns (h, pending)."""
         p = f"model.layers.{i}."
         self.tap(f"layers.{i}.attn", attn.reshape(attn.shape[0], -1))
@@ -271,7 +291,9 @@ class Model:
             leaves,
         )
 
-    def route(self, i: int, x: torch.Tensor, side: Side):
+    def route(
+        self, i: int, x: torch.Tensor, side: Side
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Softmax router (fp32), top-k, renormalised weights."""
         logits = P.linear(x, self.w[f"model.layers.{i}.mlp.gate.weight"], side.invariant).float()
         probs = torch.softmax(logits, -1)

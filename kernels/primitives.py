@@ -7,6 +7,8 @@ reductions, fused ops), which is exactly what breaks bitwise agreement.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 M_TILE = 16  # batch-invariant matmul: every row is computed inside a GEMM of exactly this many rows
@@ -14,11 +16,11 @@ SPLIT_BELOW = 64  # native kernels switch to split-K / split reductions below th
 SPLITS = 4
 
 
-class _InvariantLinear(torch.autograd.Function):
+class _InvariantLinear(torch.autograd.Function):  # type: ignore[misc]  # torch is Any
     """Forward in fixed 16-row tiles (row results independent of M); ordinary backward."""
 
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, w)
         if x.is_cuda:  # Triton: fixed 128x128x64 tiles for every M, no split-K
             from topl.kernels.gpu.ops import bi_matmul
@@ -31,7 +33,7 @@ class _InvariantLinear(torch.autograd.Function):
         return out[:m]
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x, w = ctx.saved_tensors
         return g @ w.to(g.dtype), g.t() @ x.to(g.dtype)
 
@@ -154,7 +156,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, invariant: bool)
     return weight * (xf * torch.rsqrt(var + eps)).to(x.dtype)
 
 
-def add_rms_norm(x, residual, weight, eps, invariant: bool, fused: bool):
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    invariant: bool,
+    fused: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """residual + x, then RMSNorm. Fused (npu_add_rms_norm style): the norm reads the fp32 sum
     before it is rounded to the model dtype; unfused: add, round, then norm."""
     if fused:
@@ -165,7 +174,9 @@ def add_rms_norm(x, residual, weight, eps, invariant: bool, fused: bool):
     return rms_norm(s, weight, eps, invariant), s
 
 
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
+def rope_tables(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     inv = 1.0 / (
         theta
         ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)

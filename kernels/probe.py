@@ -7,13 +7,15 @@ import random
 import time
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
 from topl.kernels.alignment import Alignment
 from topl.kernels.dump import Recorder, manifest_for, save
 from topl.kernels.metrics import compare
-from topl.kernels.model import Model, sides
+from topl.kernels.model import Arch, Model, sides
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
 from topl.kernels.training import TrainingEngine
 
@@ -46,11 +48,9 @@ def make_requests(
     return reqs
 
 
-def tp_pair_arch(train_tp: int, rollout_tp: int):
+def tp_pair_arch(train_tp: int, rollout_tp: int) -> SimpleNamespace:
     """The smallest dense model whose heads and MLP width split over both TP degrees (heads =
     lcm(train_tp, rollout_tp)): the TP-pair table (scripts/numerics_tables.py) and its tests."""
-    from types import SimpleNamespace
-
     n = math.lcm(train_tp, rollout_tp)
     return SimpleNamespace(
         name=f"tp_pair_{n}",
@@ -83,7 +83,7 @@ def tp_pair_logdiff(train_tp: int, rollout_tp: int, alignment: Alignment | None 
         block_size=8,
         max_num_batched_tokens=32,
     )
-    return out["max_abs_logprob_diff"]
+    return float(out["max_abs_logprob_diff"])
 
 
 def long_requests(
@@ -115,7 +115,7 @@ def probe(
     sampling: SamplingParams | None = None,
     dump_dir: str | Path | None = None,
     train_model: Model | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Rollout then training recompute of the same tokens; metrics plus timing.
 
     `dump_dir`: write boundary dumps of both engines (`rollout/`, `training/`) for `topl diagnose`.
@@ -143,6 +143,7 @@ def probe(
     train_model.recorder = None
     t2 = time.perf_counter()
     if dump_dir:
+        assert recs[0] is not None and recs[1] is not None
         layout = {
             "train_tp": train_tp,
             "rollout_tp": rollout_tp,
@@ -169,8 +170,8 @@ def probe(
 
 
 def matrix_point(
-    arch, seed: int, dtype: str, chunked: bool, batch: int, length: int = 600, tile: int = 64
-) -> dict:
+    arch: Arch, seed: int, dtype: str, chunked: bool, batch: int, length: int = 600, tile: int = 64
+) -> dict[str, Any]:
     """One point of the strict-exactness matrix: `batch` requests of `length` tokens on seeded
     weights, KV tile = cache block = `tile`; chunked prefill with a 256-token budget, or unchunked
     with a budget that holds the longest prompt. Returns the probe's metrics plus the point."""

@@ -81,7 +81,7 @@ class LoopConfig:
     seed: int = 0  # weights, prompts and sampling
 
 
-def _engines(cfg: LoopConfig, model: Model):
+def _engines(cfg: LoopConfig, model: Model) -> tuple[RolloutEngine, TrainingEngine]:
     train_side, rollout_side = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
     rollout = RolloutEngine(
         model,
@@ -94,7 +94,14 @@ def _engines(cfg: LoopConfig, model: Model):
     return rollout, TrainingEngine(model, train_side, cfg.micro_batch)
 
 
-def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
+def _generate(
+    cfg: LoopConfig,
+    rollout: RolloutEngine,
+    step: int,
+    gen: int,
+    task: ReverseTask,
+    rnd: random.Random,
+) -> tuple[list[Request], torch.Tensor]:
     """One generation batch: (requests, their prompts' digits, unshaped scores)."""
     tok, n = DigitTokenizer(), cfg.n
     digits = task.prompts(cfg.batch_size, rnd)
@@ -116,12 +123,16 @@ def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
     return reqs, acc
 
 
-def _sample(cfg: LoopConfig, rollout, step: int, task, rnd) -> tuple[list, torch.Tensor, int]:
+def _sample(
+    cfg: LoopConfig, rollout: RolloutEngine, step: int, task: ReverseTask, rnd: random.Random
+) -> tuple[list[Request], torch.Tensor, int]:
     """The step's batch: (requests, unshaped scores, generation batches used). With filter_groups,
     DAPO's dynamic sampling: groups whose scores are all equal are dropped and fresh prompts
     sampled until batch_size groups are kept (verl-project/verl-recipe@59fa05c:
     dapo/dapo_ray_trainer.py:RayDAPOTrainer.fit)."""
-    reqs, acc, gen = [], [], 0
+    reqs: list[Request] = []
+    acc: list[torch.Tensor] = []
+    gen = 0
     while True:
         new, new_acc = _generate(cfg, rollout, step, gen, task, rnd)
         gen += 1
@@ -140,7 +151,9 @@ def _sample(cfg: LoopConfig, rollout, step: int, task, rnd) -> tuple[list, torch
             )
 
 
-def _policy_loss(cfg: LoopConfig, old, logp, adv, mask):
+def _policy_loss(
+    cfg: LoopConfig, old: torch.Tensor, logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
     if cfg.policy_loss == "gspo":
         return A.gspo_policy_loss(
             old, logp, adv, mask, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode
@@ -160,13 +173,13 @@ def _policy_loss(cfg: LoopConfig, old, logp, adv, mask):
 def train_step(
     cfg: LoopConfig,
     step: int,
-    master: dict,
+    master: dict[str, torch.Tensor],
     ref: Model | None,
-    opt,
-    task,
-    rnd,
+    opt: torch.optim.Optimizer,
+    task: ReverseTask,
+    rnd: random.Random,
     critic: Critic | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One RL step; returns verl-named metrics."""
     dtype = DTYPES[cfg.dtype]
     t0 = time.perf_counter()
@@ -192,6 +205,7 @@ def train_step(
     if cfg.adv_estimator == "gae":
         # verl computes values, then updates the critic on the same batch and weights: with one
         # mini-batch and one epoch the update's first forward *is* compute_values, so run it once
+        assert critic is not None  # run() builds one with adv_estimator=gae
         vpreds, _ = A.pad(critic.values(seqs, starts, grad=True))
         values = vpreds.detach()
         adv, returns = A.gae(
@@ -258,7 +272,7 @@ def train_step(
     return out
 
 
-def run(cfg: LoopConfig) -> Iterator[dict]:
+def run(cfg: LoopConfig) -> Iterator[dict[str, Any]]:
     """Seeded weights, reference policy, critic and optimizers; yields each step's metrics (the
     caller may stop)."""
     if cfg.adv_estimator not in ADV_ESTIMATORS or cfg.policy_loss not in POLICY_LOSSES:

@@ -43,8 +43,8 @@ class PagedKVCache:
         block_size: int,
         kv_heads: int,
         head_dim: int,
-        dtype,
-        device="cpu",
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
     ):
         shape = (layers, blocks, block_size, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
@@ -62,7 +62,7 @@ class PagedKVCache:
         self.free += req.blocks
         req.blocks = []
 
-    def _slots(self, req: Request, positions: torch.Tensor):
+    def _slots(self, req: Request, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         table = torch.tensor(req.blocks, device=positions.device)
         return table[positions // self.block_size], positions % self.block_size
 
@@ -72,7 +72,7 @@ class PagedKVCache:
         b, o = self._slots(req, positions)
         self.k[layer, b, o], self.v[layer, b, o] = k, v
 
-    def read(self, layer: int, req: Request, length: int):
+    def read(self, layer: int, req: Request, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         b, o = self._slots(req, torch.arange(length, device=self.k.device))
         return self.k[layer, b, o], self.v[layer, b, o]
 
@@ -166,15 +166,18 @@ class RolloutEngine:
     def _step(self, items: list[tuple[Request, int]]) -> torch.Tensor:
         """One forward over all scheduled rows; returns logits of each item's last row."""
         m, side = self.model, self.side
-        ids, pos, spans = [], [], []
+        ids: list[int] = []
+        pos: list[int] = []
+        spans: list[tuple[int, int]] = []
         for r, n in items:
             spans.append((len(ids), len(ids) + n))
             ids += r.tokens[r.cached : r.cached + n]
             pos += list(range(r.cached, r.cached + n))
-        ids, positions = torch.tensor(ids, device=m.device), torch.tensor(pos, device=m.device)
+        positions = torch.tensor(pos, device=m.device)
         self.batch_sizes.append(len(ids))
         m.row_keys = [(r.id, p) for (r, n) in items for p in range(r.cached, r.cached + n)]
-        h, pending = m.embed(ids), None
+        h = m.embed(torch.tensor(ids, device=m.device))
+        pending: torch.Tensor | None = None
         m.tap("embed", h)
         for i in range(m.arch.num_layers):
             x, h = m.input_norm(i, h, pending, side)
@@ -193,6 +196,7 @@ class RolloutEngine:
         last = torch.tensor([b - 1 for _, b in spans], device=m.device)
         keys = m.row_keys
         m.row_keys = [keys[i] for i in last.tolist()]
+        assert pending is not None  # a model has at least one layer
         return m.logits(h[last], pending[last], side)
 
     def _sample(self, r: Request, logits: torch.Tensor, sp: SamplingParams) -> int:
@@ -226,7 +230,15 @@ class RolloutEngine:
         tok = int(torch.multinomial(processed.exp().cpu(), 1, generator=g))
         return self._record(r, raw, masked, processed, tok, sp)
 
-    def _record(self, r: Request, raw, masked, processed, tok: int, sp: SamplingParams) -> int:
+    def _record(
+        self,
+        r: Request,
+        raw: torch.Tensor,
+        masked: torch.Tensor,
+        processed: torch.Tensor,
+        tok: int,
+        sp: SamplingParams,
+    ) -> int:
         """Append what `logprobs_mode` returns for the sampled token; returns the token."""
         fp32 = self.side.fp32_logits
         value = {

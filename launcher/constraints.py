@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def c(
-    default: Any, *, ge=None, gt=None, le=None, ne=None, one_of=None, each_of=None, src: str = ""
-):
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    ne: float | None = None,
+    one_of: Sequence[Any] | None = None,
+    each_of: Sequence[str] | None = None,
+    src: str = "",
+) -> Any:  # a dataclass field default, as dataclasses.field is typed for the class body
     """A dataclass field with a constraint: bounds (ge/gt/le/ne), one_of (allowed values),
     each_of (allowed items of a comma-separated string), src (who enforces it)."""
     given = {"ge": ge, "gt": gt, "le": le, "ne": ne, "one_of": one_of, "each_of": each_of}
@@ -38,7 +49,7 @@ class Problem:
         return f"set {self.key} to a value that is {self.message.split(': must be ', 1)[-1]}"
 
 
-def describe(meta) -> str:
+def describe(meta: Mapping[str, Any]) -> str:
     """The constraint in words: `>= 1`, `one of a | b`."""
     parts = []
     if "ge" in meta:
@@ -56,11 +67,11 @@ def describe(meta) -> str:
     return ", ".join(parts)
 
 
-def _show(v) -> str:
+def _show(v: object) -> str:
     return "null" if v is None else str(v)
 
 
-def violated(value, meta) -> bool:
+def violated(value: object, meta: Mapping[str, Any]) -> bool:
     if value is None:
         return "one_of" in meta and None not in meta["one_of"]
     if "one_of" in meta and value not in meta["one_of"]:
@@ -80,7 +91,9 @@ def violated(value, meta) -> bool:
     return False
 
 
-def fields(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+def fields(
+    cls: type[DataclassInstance], prefix: str = ""
+) -> Iterator[tuple[str, dataclasses.Field[Any]]]:
     """(dotted key, field) for every constrained field of a dataclass type, recursively."""
     import typing
 
@@ -88,18 +101,18 @@ def fields(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         typ = hints.get(f.name)
-        if dataclasses.is_dataclass(typ):
+        if isinstance(typ, type) and dataclasses.is_dataclass(typ):  # a section's class
             yield from fields(typ, key + ".")
         elif "src" in f.metadata:
             yield key, f
 
 
-def problems(spec, prefix: str = "") -> list[Problem]:
+def problems(spec: DataclassInstance, prefix: str = "") -> list[Problem]:
     """Every field whose value breaks its declared constraint."""
     out = []
     for f in dataclasses.fields(spec):
         value, key = getattr(spec, f.name), f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a section
             out += problems(value, key + ".")
         elif "src" in f.metadata and violated(value, f.metadata):
             out.append(
@@ -113,7 +126,7 @@ def problems(spec, prefix: str = "") -> list[Problem]:
     return out
 
 
-def table(cls) -> str:
+def table(cls: type[DataclassInstance]) -> str:
     """Markdown: every constrained field, its constraint and who enforces it."""
     lines = ["| field | constraint | enforced by |", "|---|---|---|"]
     for key, f in fields(cls):

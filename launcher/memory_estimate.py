@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from topl.launcher.spec import world_size
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec, ModelSpec
 
 GB = 1e9
 
 
-def param_counts(m) -> dict[str, int]:
+def param_counts(m: ModelSpec) -> dict[str, int]:
     """Parameter counts: total, non-expert ("dense"), expert, and the largest single layer."""
     attn = m.hidden_size * m.head_dim * (2 * m.num_heads + 2 * m.num_kv_heads) + 2 * m.head_dim
     if m.num_experts:
@@ -27,7 +32,7 @@ def param_counts(m) -> dict[str, int]:
     }
 
 
-def megatron_train_bytes(s) -> float:
+def megatron_train_bytes(s: JobSpec) -> float:
     """Per device: bf16 weights (2 B) + fp32 grads (4 B) on the shard, fp32 master+Adam (12 B) over dp.
 
     shard = dense / (tp*pp) + expert / (ep*etp*pp); dense dp = world/(tp*pp*cp), expert dp =
@@ -47,7 +52,7 @@ def megatron_train_bytes(s) -> float:
     return total
 
 
-def fsdp_train_bytes(s) -> float:
+def fsdp_train_bytes(s: JobSpec) -> float:
     """ZeRO-3 model states per device: the closed form of DeepSpeed's estimator
     (`zero3_gpu_bytes`). DeepSpeed is never imported here (it pulls in torch: seconds on every
     `check`); tests/test_front_door.py proves the two equal where DeepSpeed is installed."""
@@ -65,12 +70,12 @@ def fsdp_train_bytes(s) -> float:
 
 
 def zero3_gpu_bytes(
-    total_params,
-    largest_layer_params,
-    num_gpus_per_node,
-    num_nodes,
-    cpu_offload,
-    cpu_offload_params,
+    total_params: int,
+    largest_layer_params: int,
+    num_gpus_per_node: int,
+    num_nodes: int,
+    cpu_offload: bool,
+    cpu_offload_params: bool,
 ) -> int:
     """The device term of deepspeed@0.19.8:deepspeed/runtime/zero/stage3.py:
     estimate_zero3_model_states_mem_needs: 4 B per largest-layer parameter, plus 2 B (bf16
@@ -83,17 +88,17 @@ def zero3_gpu_bytes(
     return largest + int((2 if cpu_offload else 18) * total_params / gpus)
 
 
-def train_bytes(s) -> float:
+def train_bytes(s: JobSpec) -> float:
     return megatron_train_bytes(s) if s.train.engine == "megatron" else fsdp_train_bytes(s)
 
 
-def rollout_weight_bytes(s) -> float:
+def rollout_weight_bytes(s: JobSpec) -> float:
     """bf16 weights of one rollout rank: dense over tp*pp, experts over max(ep, tp)*pp."""
     r, pc = s.rollout, param_counts(s.model)
     return 2 * (pc["dense"] / (r.tp * r.pp) + pc["expert"] / (max(r.ep, r.tp) * r.pp))
 
 
-def kv_bytes_per_token(s) -> float:
+def kv_bytes_per_token(s: JobSpec) -> float:
     """K and V, bf16, for the layers and KV heads one rollout rank holds."""
     m, r = s.model, s.rollout
     layers = -(-m.num_layers // r.pp)
@@ -101,7 +106,7 @@ def kv_bytes_per_token(s) -> float:
     return 2 * layers * heads * m.head_dim * 2
 
 
-def rollout_fit(s) -> dict[str, float]:
+def rollout_fit(s: JobSpec) -> dict[str, float]:
     """Rollout side only, per device: weights GB, KV room GB, full-length sequences that fit."""
     weights = rollout_weight_bytes(s)
     kv_room = s.rollout.gpu_memory_utilization * s.cluster.device_memory_gb * GB - weights
@@ -113,7 +118,7 @@ def rollout_fit(s) -> dict[str, float]:
     }
 
 
-def estimate(s) -> dict[str, float]:
+def estimate(s: JobSpec) -> dict[str, float]:
     """Per-device GB: training states, rollout weights, KV room, and the device budget."""
     return {
         "train_gb": train_bytes(s) / GB,

@@ -17,9 +17,12 @@ import functools
 import json
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 KNOWN = ("0.8.0", "0.9.0", "0.9.1")
 # declared verl patch -> the facts whose `value` maps verl key -> [type, default] it adds. The
@@ -37,7 +40,7 @@ class Schema:
     version: str  # the declared verl version
     patches: tuple[str, ...]
     config: str  # the trainer config name (ppo_trainer, dapo_megatron_trainer)
-    keys: dict[str, list] = field(repr=False)  # key -> [type, default]
+    keys: dict[str, list[Any]] = field(repr=False)  # key -> [type, default]
     free: tuple[str, ...] = field(repr=False)  # containers that accept new keys (with `+`)
     source: str = ""  # where the keys were read (citation)
     exact: bool = True  # False: no schema of this version ships; the nearest older one is used
@@ -54,7 +57,8 @@ class Schema:
 
     def type(self, key: str) -> str:
         """bool, int, float, str, list, null, interp (an interpolation such as ${...}), any."""
-        return self.keys[key][0]
+        kind: str = self.keys[key][0]
+        return kind
 
     def free_form(self, key: str) -> bool:
         """Not a key of its own but below a mapping verl passes on: Hydra needs `+key`."""
@@ -92,15 +96,16 @@ def nearest(version: str) -> str:
 
 
 @functools.cache
-def _load(version: str) -> dict:
+def _load(version: str) -> dict[str, Any]:
     path = files("topl.launcher.contract").joinpath(f"verl_schema/verl-{version}.json")
-    return json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
-def _patch_keys(patches: tuple[str, ...]) -> tuple[dict[str, list], dict[str, str]]:
+def _patch_keys(patches: tuple[str, ...]) -> tuple[dict[str, list[Any]], dict[str, str]]:
     from topl.launcher import facts
 
-    keys: dict[str, list] = {}
+    keys: dict[str, list[Any]] = {}
     cites: dict[str, str] = {}
     for p in patches:
         for fid in PATCH_FACTS.get(p, ()):
@@ -135,7 +140,7 @@ def schema(version: str, patches: tuple[str, ...] = (), config: str = "ppo_train
     )
 
 
-def schema_for(spec) -> Schema:
+def schema_for(spec: JobSpec) -> Schema:
     """The schema of the verl the spec declares (cluster.versions), for its trainer config."""
     vs = spec.cluster.versions
     config = getattr(spec.algorithm, "config_name", None) or "ppo_trainer"

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 CONFIG = PYPROJECT["tool"]["mypy"]
 SPEC_PARAMS = {"s", "spec"}  # what the launcher calls a job spec in a signature
-# generic over a spec and its sections (`T`): the one helper that takes both
-NOT_JOBSPEC = {("launcher/contract/view.py", "unwrap")}
+# generic over a spec and its sections (`T`), or recursive over them (any dataclass): the helpers
+# that take both
+NOT_JOBSPEC = {("launcher/contract/view.py", "unwrap"), ("launcher/constraints.py", "problems")}
 
 
 def _mypy(request, *args: str) -> subprocess.CompletedProcess:
@@ -82,6 +83,43 @@ def test_a_misused_spec_is_caught(request):
     assert "Found 3 errors" in out, out
 
 
+KERNELS_MISUSE = """
+import torch
+
+from topl.kernels.algorithms import vanilla_policy_loss
+from topl.kernels.dump import manifest_for
+from topl.kernels.model import Model
+from topl.kernels.probe import probe
+
+x = torch.zeros(2, 3)
+loss, metrics = vanilla_policy_loss(x, x, x, x, 0.2, 0.28, 3.0, "token-mean")
+metrics["actor/pg_loss"] = "0"
+model = Model.random(None)
+manifest_for("topl-rollout", model, dims={"v": "1"})
+probe(model, "exact", requests=[])
+"""
+
+
+def test_a_misused_kernel_is_caught(request):
+    """The engines' annotations are real too (torch is Any: the metrics, dumps and the alignment
+    are what mypy can hold them to)."""
+    # the project's torch / triton skip (reading torch cold would be ~40 s), nothing else of it
+    ini = request.getfixturevalue("tmp_path") / "mypy.ini"
+    ini.write_text(
+        "[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
+        "[mypy-torch,torch.*,triton,triton.*]\nfollow_imports = skip\n"
+    )
+    r = _mypy(request, f"--config-file={ini}", "-c", KERNELS_MISUSE)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert re.search(r'expression has type "str", target has type "float"', out), out
+    assert re.search(r'Dict entry 0 has incompatible type "str": "str"; expected "str": "int"', out)
+    assert re.search(
+        r'Argument 2 to "probe" has incompatible type "str"; expected "Alignment"', out
+    )
+    assert "Found 3 errors" in out, out
+
+
 def test_every_spec_parameter_is_a_jobspec():
     """A parameter named `s` / `spec` in a checked module is annotated `JobSpec` (contract rules,
     render, command, plan, fix, ...): mypy then follows the spec through every signature."""
@@ -114,3 +152,42 @@ def test_ci_runs_the_pinned_mypy_after_ruff():
     assert mypy < next(i for i, l in enumerate(commands) if l.endswith('pytest -m "not matrix"'))
     pin = re.search(r"mypy==[\w.]+", commands[mypy]).group(0)
     assert pin in PYPROJECT["project"]["optional-dependencies"]["test"]
+
+
+# kernels/grpo.py (the toy task) is being renamed to kernels/task.py (issue 34 item 4): list the
+# new name in [tool.mypy] modules with the rename (it checks clean already), then drop this.
+KERNELS_UNLISTED = {"topl.kernels.grpo"}
+
+
+def test_every_kernels_module_is_checked():
+    """A new module under kernels/ joins the strict check, or this names it."""
+    found = set()
+    for path in (ROOT / "kernels").rglob("*.py"):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        found.add("topl." + ".".join(parts))
+    assert found - KERNELS_UNLISTED <= set(CONFIG["modules"]), sorted(
+        found - KERNELS_UNLISTED - set(CONFIG["modules"])
+    )
+    assert KERNELS_UNLISTED <= found  # stale once the rename lands: list kernels.task instead
+
+
+def _is_triton_jit(node: ast.AST) -> bool:
+    return any(ast.unparse(d) in ("triton.jit", "jit") for d in node.decorator_list)
+
+
+def test_untyped_defs_are_triton_kernels_only():
+    """The modules allowed unannotated functions ([tool.mypy.overrides]) hold nothing but
+    `@triton.jit` kernels, whose parameters Triton reads itself: host code there is typed too."""
+    relaxed = [
+        o["module"]
+        for o in CONFIG.get("overrides", [])
+        if o.get("disallow_untyped_defs") is False and o["module"].startswith("topl.kernels")
+    ]
+    assert relaxed == ["topl.kernels.gpu.attention_kernels"]
+    for module in relaxed:
+        tree = ast.parse(_path(module).read_text())
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        assert defs and all(_is_triton_jit(n) for n in defs), [
+            n.name for n in defs if not _is_triton_jit(n)
+        ]

@@ -3,6 +3,15 @@
 Importing the modules needs Triton; callers check `available()` first.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from topl.kernels.model import Model, Side
+
 
 def available() -> bool:
     try:
@@ -10,10 +19,11 @@ def available() -> bool:
         import triton  # noqa: F401
     except ImportError:
         return False
-    return torch.cuda.is_available()
+    ok: bool = torch.cuda.is_available()
+    return ok
 
 
-def paged_hook(model, side, block_size: int):
+def paged_hook(model: Model, side: Side, block_size: int) -> Callable[..., torch.Tensor] | None:
     """The rollout engine's batched paged attention on CUDA (one kernel call per layer and step,
     every request of the step together), or None where the per-request path must stay: CPU, an
     unaligned plan (then SDPA stands in for the native kernel), or a page that is not the tile."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from typing import Any
 
 import torch
 import triton
@@ -35,7 +36,9 @@ NUM_STAGES = int(os.environ.get("TOPL_ATTN_STAGES", "3"))  # K/V prefetch depth 
 INF = float("inf")
 
 
-def blocks_for(q_seq, q_tokens: int = 16):
+def blocks_for(  # q_seq: a tensor or a list of sequence ids
+    q_seq: Any, q_tokens: int = 16
+) -> tuple[list[int], list[int], list[int]]:
     """Program descriptors (seq, first row, rows): runs of up to q_tokens consecutive queries of the
     same sequence, the runs with the most keys first (a causal run's keys grow with its position:
     launching the long ones first leaves short ones for the tail; B1 S8192 prefill 1.32 -> 1.25 ms
@@ -48,7 +51,8 @@ def blocks_for(q_seq, q_tokens: int = 16):
             list(firsts),
             [min(q_tokens, len(q_seq) - a) for a in firsts],
         )
-    runs = []  # (last position in its sequence, seq, first row, rows)
+    # (last position in its sequence, seq, first row, rows)
+    runs: list[tuple[int, int, int, int]] = []
     i = 0
     for s, run in itertools.groupby(q_seq):
         n = len(list(run))
@@ -68,32 +72,34 @@ def launch_config(
     return qt, warps or min(8, max(4, 4 * qt * group // 64)), stages or NUM_STAGES
 
 
-def _tma_ok(dev) -> bool:
+def _tma_ok(dev: torch.device) -> bool:
     """Hopper or newer, and a Triton that takes host-side tensor descriptors."""
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
     except ImportError:
         return False
-    return torch.cuda.get_device_capability(dev)[0] >= 9
+    major: int = torch.cuda.get_device_capability(dev)[0]
+    return major >= 9
 
 
-def _kv_desc(x: torch.Tensor, tile: int):
+def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
     """A [rows, KVH * D] view of packed or paged K/V, read a whole tile [tile, D] at a time."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
 
 
-def _sms(dev) -> int:
-    return torch.cuda.get_device_properties(dev).multi_processor_count
+def _sms(dev: torch.device) -> int:
+    n: int = torch.cuda.get_device_properties(dev).multi_processor_count
+    return n
 
 
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    q_seq,
-    q_pos: torch.Tensor,
+    q_seq: torch.Tensor | list[int],
+    q_pos: torch.Tensor | list[int],
     *,
     kv_start: torch.Tensor | None = None,
     block_table: torch.Tensor | None = None,
@@ -104,7 +110,7 @@ def attention(
     split: bool | None = None,
     max_pos: int | None = None,
     tiles_per_prog: int | None = None,
-    descriptors=None,
+    descriptors: tuple[list[int], list[int], list[int]] | None = None,
     check: bool = True,
     tma: bool | None = None,
     whole: bool = True,
@@ -134,13 +140,15 @@ def attention(
     kf, vf = (k.reshape(-1, kvh, dim), v.reshape(-1, kvh, dim)) if paged else (k, v)
     dev = q.device
 
-    def as_t(x):  # no copy when x is already an int32 tensor on the device
+    def as_t(x: Any) -> torch.Tensor:  # no copy when x is already an int32 tensor on the device
         return torch.as_tensor(x, dtype=torch.int32, device=dev)
 
     bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, qt)))
     pos = as_t(q_pos)
     o = torch.empty_like(q)
-    bt = block_table if paged else torch.zeros(1, 1, dtype=torch.int32, device=dev)
+    bt = (
+        block_table if block_table is not None else torch.zeros(1, 1, dtype=torch.int32, device=dev)
+    )
     k0 = kv_start if kv_start is not None else torch.zeros(1, dtype=torch.int32, device=dev)
     n_blk = len(bseq)
     if split is None:  # few programs for the SMs, and tile states that fit in 256 MiB
@@ -166,7 +174,8 @@ def attention(
     kw = {"G": group, "QT": qt, "BLOCK_N": tile, "D": dim}
     if not split:
         wm = wl = wa = o
-        grid, tpp = (n_blk, kvh), 0
+        grid: tuple[int, ...] = (n_blk, kvh)
+        tpp = 0
     else:
         tiles = (int(pos.max()) if max_pos is None else max_pos) // tile + 1
         # about two programs per SM (H200 decode: fewer, longer programs beat one tile each)
@@ -239,7 +248,14 @@ def attention(
 
 
 def paged_step(
-    q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[int], tile: int, graph=False
+    q: torch.Tensor,
+    cache_k: torch.Tensor,
+    cache_v: torch.Tensor,
+    tables: list[list[int]],
+    spans: list[tuple[int, int]],
+    pos: list[int],
+    tile: int,
+    graph: bool = False,
 ) -> torch.Tensor:
     """A continuous-batching step in one call: item i owns rows spans[i] of q (a prefill chunk or
     one decode row) at positions pos[a:b], and pages tables[i] of the cache [pages, tile, KVH, D]."""

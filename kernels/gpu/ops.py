@@ -41,8 +41,8 @@ TMA_PLANS = (
 )  # explored: bench_gpu.py
 
 
-@triton.jit
-def _bi_matmul(
+@triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
+def _bi_matmul(  # type: ignore[no-untyped-def]
     X,
     W,
     Y,
@@ -84,8 +84,8 @@ def _bi_matmul(
     )
 
 
-@triton.jit
-def _bi_matmul_tma(
+@triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
+def _bi_matmul_tma(  # type: ignore[no-untyped-def]
     x_desc,
     w_desc,
     y_desc,
@@ -114,11 +114,11 @@ def _bi_matmul_tma(
         y_desc.store([pm * BM, pn * BN], acc.to(OUT))
 
 
-_SMS: dict = {}
+_SMS: dict[int, int] = {}
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
-def _sms(device) -> int:
+def _sms(device: torch.device) -> int:
     dev = device.index or 0
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -139,7 +139,7 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 def bi_matmul(
     x: torch.Tensor,
     w: torch.Tensor,
-    plan: tuple | None = None,
+    plan: tuple[int, ...] | None = None,
     tma: bool | None = None,
     graph: bool = False,
 ) -> torch.Tensor:
@@ -153,6 +153,7 @@ def bi_matmul(
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
+    auto: tuple[int, ...]  # (BM, BN, BK, warps, stages)
     _, kind, auto = next(p for p in PLANS if m <= p[0])
     if graph and m <= TMA_PLANS[0][0]:
         kind, auto = "tma", TMA_PLANS[0][1]
@@ -208,8 +209,8 @@ def bi_matmul(
     return y
 
 
-@triton.jit
-def _rms_norm(X, Wt, Y, N, sx, sy, eps, BLOCK: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
+def _rms_norm(X, Wt, Y, N, sx, sy, eps, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     x = tl.load(X + row * sx + cols, mask=cols < N, other=0.0).to(tl.float32)
@@ -240,8 +241,8 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return y.view(x.shape)
 
 
-@triton.jit
-def _log_softmax(X, Y, N, sx, sy, BLOCK: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
+def _log_softmax(X, Y, N, sx, sy, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     m = tl.full([BLOCK], float("-inf"), tl.float32)
