@@ -149,7 +149,7 @@ def test_ci_runs_the_pinned_mypy_after_ruff():
     ]
     mypy = next(i for i, l in enumerate(commands) if re.search(r"(^|&& )mypy$", l))
     assert commands.index("ruff format --check .") < mypy
-    assert mypy < next(i for i, l in enumerate(commands) if l.endswith('pytest -m "not matrix"'))
+    assert mypy < next(i for i, l in enumerate(commands) if l.endswith('-m "not matrix"'))
     pin = re.search(r"mypy==[\w.]+", commands[mypy]).group(0)
     assert pin in PYPROJECT["project"]["optional-dependencies"]["test"]
 
