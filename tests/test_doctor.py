@@ -264,7 +264,7 @@ def test_ray_job_spec_checked_here_says_every_node_needs_topl():
 
 def test_a_node_without_topl_reports_it_instead_of_failing_the_doctor_job():
     """Ray runs `node_task` on each node, pickled by value: run it where topl is not installed."""
-    from topl.launcher.cli import doctor as cli
+    from topl.launcher.backends import ray_doctor as cli
 
     code = (
         f"import json, runpy; ns = runpy.run_path({cli.__file__!r}); "
@@ -316,7 +316,7 @@ def test_ray_node_without_topl_is_reported_by_the_doctor_job(ray_head, tmp_path)
 
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    from topl.launcher.cli.doctor import MARK, spec_to_json
+    from topl.launcher.backends.ray_doctor import MARK, MODULE, spec_to_json
     from topl.launcher.compose import compose_job
 
     (tmp_path / "sitecustomize.py").write_text(HIDE_TOPL_IN_RAY_WORKERS)
@@ -325,7 +325,7 @@ def test_ray_node_without_topl_is_reported_by_the_doctor_job(ray_head, tmp_path)
     worker_python.chmod(0o755)
     client = JobSubmissionClient(ray_head)
     job = client.submit_job(
-        entrypoint=f"{sys.executable} -m topl.launcher.cli.doctor --node",
+        entrypoint=f"{sys.executable} -m {MODULE} --node",
         runtime_env={
             "env_vars": {"TOPL_DOCTOR_SPEC": spec_to_json(compose_job([]).to_object())},
             "py_executable": str(worker_python),

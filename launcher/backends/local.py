@@ -60,6 +60,45 @@ def loop_config(spec):
     )
 
 
+class LocalBackend:
+    """The embedded RL loop on the reference engines, on this machine's CPU (no verl)."""
+
+    name, remote, here, nodes = "local", False, True, False
+
+    def preflight(self, spec) -> None:
+        """The `local` extra (torch, ...) is installed, or one message (exit 2)."""
+        import importlib.util
+
+        from topl.launcher.errors import LOCAL_EXTRA, local_extra_error
+
+        for module in LOCAL_EXTRA:
+            if importlib.util.find_spec(module) is None:
+                raise local_extra_error("the local backend (cluster.backend=local)", module)
+
+    def doctor(self, spec) -> list[dict]:
+        from topl.launcher.doctor import nodes_here
+
+        return nodes_here(spec)
+
+    def start(self, spec, inv, run_dir: Path, follow: bool) -> int:
+        try:
+            return run_local(spec, run_dir)
+        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
+            import sys
+
+            print(e.render(), file=sys.stderr)
+            return 2
+
+    def detached(self, follow: bool) -> bool:
+        return False
+
+    def handle(self, run_dir: Path) -> str | None:
+        return None
+
+
+BACKEND = LocalBackend()
+
+
 def threads_for(spec) -> int:
     """Intra-op threads for the reference engines (see LocalRunSpec.threads)."""
     if spec.local.threads > 0:
@@ -126,7 +165,7 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     from topl.kernels import rl_loop
 
     _embeddable(spec)
-    from topl.launcher.cli.output import make_console
+    from topl.launcher.console import make_console
 
     console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []

@@ -100,3 +100,29 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait()
     except ProcessLookupError:
         proc.wait()
+
+
+class SubprocessBackend:
+    """verl's entrypoint as a child of topl on this machine, with cluster.python."""
+
+    name, remote, here, nodes = "subprocess", True, True, False
+
+    def preflight(self, spec) -> None:
+        """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
+
+    def doctor(self, spec) -> list[dict]:
+        from topl.launcher.doctor import nodes_here
+
+        return nodes_here(spec)
+
+    def start(self, spec, inv, run_dir: Path, follow: bool) -> int:
+        return run_subprocess(inv, run_dir, spec.cluster.python)
+
+    def detached(self, follow: bool) -> bool:
+        return False
+
+    def handle(self, run_dir: Path) -> str | None:
+        return None
+
+
+BACKEND = SubprocessBackend()

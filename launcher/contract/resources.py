@@ -1,5 +1,6 @@
 """Resource arithmetic: layouts that cannot be placed on the declared cluster."""
 
+from topl.launcher import backends
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
 
 
@@ -189,7 +190,7 @@ def local_model_size(s):
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
     from topl.launcher.memory_estimate import param_counts
 
-    if s.cluster.backend == "local":
+    if not backends.of(s).remote:  # the reference engines, here
         total = param_counts(s.model)["total"]
         if total > LOCAL_MAX_PARAMS:
             return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"

@@ -7,7 +7,7 @@ would have expanded, a stock verl that cannot run strict Megatron.
 
 from __future__ import annotations
 
-from topl.launcher import facts
+from topl.launcher import backends, facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
 
@@ -24,7 +24,7 @@ def _rendered(s, own_only: bool = False):
     from topl.launcher.verl_schema import schema_for
 
     plain = unwrap(s)
-    if plain.cluster.backend == "local":
+    if not backends.of(plain).remote:  # the reference engines run no verl command
         return None
     cmd = command(plain)
     pairs = [
