@@ -16,8 +16,10 @@ from topl.launcher.spec import is_strict
 def loop_config(spec):
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
     from topl.kernels.rl_loop import LoopConfig
+    from topl.launcher.engines import engine_settings
 
     r, t, a = spec.rollout, spec.train, spec.algorithm
+    e = engine_settings(spec)
     return LoopConfig(
         model=spec.model,
         alignment=spec.alignment,
@@ -25,15 +27,17 @@ def loop_config(spec):
         batch_size=t.train_batch_size,
         n=r.n,
         max_response_length=t.max_response_length,
-        dtype=t.dtype,
-        train_tp=t.tp,
-        rollout_tp=r.tp,
-        order=spec.collective.order,
-        block_size=r.block_size,
-        max_num_seqs=r.max_num_seqs,
-        max_num_batched_tokens=r.max_num_batched_tokens,
-        chunked_prefill=r.chunked_prefill,
-        micro_batch=t.ppo_micro_batch_size_per_gpu,
+        dtype=e.dtype,
+        train_tp=e.train_tp,
+        rollout_tp=e.rollout_tp,
+        order=e.order,
+        block_size=e.block_size,
+        max_num_seqs=e.max_num_seqs,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        chunked_prefill=e.chunked_prefill,
+        micro_batch=e.update_micro_batch,
+        log_prob_micro_batch=e.log_prob_micro_batch,
+        ref_micro_batch=e.ref_micro_batch,
         temperature=r.temperature,
         top_p=r.top_p,
         top_k=r.top_k,
