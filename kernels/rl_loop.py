@@ -22,11 +22,11 @@ import torch
 from topl.kernels import algorithms as A
 from topl.kernels.alignment import Alignment
 from topl.kernels.critic import Critic
-from topl.kernels.task import EOS, DigitTokenizer, ReverseTask
 from topl.kernels.metrics import compare
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import DTYPES
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
+from topl.kernels.task import EOS, DigitTokenizer, ReverseTask
 from topl.kernels.training import TrainingEngine
 
 ADV_ESTIMATORS = ("grpo", "gae")

@@ -171,3 +171,19 @@ def test_the_per_node_doctor_gives_up_at_its_deadline_and_stops_its_job(
     with pytest.raises(ToplError, match="did not finish in time"):
         ray_doctor.on_ray("http://h:8265", spec)
     assert fake_head.stopped == ["raysubmit_1"]
+
+
+def test_the_contract_reads_verl_key_tables_from_the_neutral_module():
+    """Tables (UPPER_CASE names) come from verl_tables.py, which both the renderer and the
+    contract import; the contract asks the renderer only for what it computes."""
+    hits = []
+    for p in (LAUNCHER / "contract").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "topl.launcher.render"
+            ):
+                hits += [f"{p.name}: {a.name}" for a in node.names if a.name.isupper()]
+    assert not hits, hits
+    from topl.launcher import render, verl_tables
+
+    assert render.VERL_KEYS is verl_tables.VERL_KEYS and render.ARR == verl_tables.ARR

@@ -4,7 +4,8 @@ import re
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.view import unwrap
-from topl.launcher.render import ENV_OWNERS, derived_env, env_value
+from topl.launcher.render import derived_env, env_value
+from topl.launcher.verl_tables import ENV_OWNERS
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -14,8 +14,9 @@ from importlib.resources import files
 from topl.launcher.command import Entry, command, note
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
-from topl.launcher.render import ARR, VLLM, fmt
+from topl.launcher.render import fmt
 from topl.launcher.render_version import spell
+from topl.launcher.verl_tables import ARR, VLLM
 
 # verl keys that decide batch composition, graph capture or the consistency switches: in strict
 # mode `algorithm.extra_overrides` may not set them (they belong to topl, set through the spec).

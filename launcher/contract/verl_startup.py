@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
-from topl.launcher.render import ARR
+from topl.launcher.verl_tables import ARR
 
 VERSIONS = ("0.8.0", "0.9.0", "0.9.1")
 A, R_, MC = f"{ARR}.actor", f"{ARR}.rollout", f"{ARR}.actor.megatron"

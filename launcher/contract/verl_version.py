@@ -71,8 +71,8 @@ def grad_offload(s):
     """verl 0.9.1 dropped McoreEngineConfig.grad_offload: its param_offload also releases the
     gradient buffers (verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig.param_offload),
     so topl renders grad_offload there only through param_offload, which must say the same."""
-    from topl.launcher.render_version import GRAD_OFFLOAD
     from topl.launcher.verl_schema import schema_for
+    from topl.launcher.verl_tables import GRAD_OFFLOAD
 
     t = s.train
     if t.engine != "megatron" or t.grad_offload is None:
