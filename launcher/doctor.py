@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from topl.launcher import backends
 from topl.launcher.errors import ERROR, OK, WARNING  # noqa: F401  (re-exported to the checks)
@@ -30,6 +30,9 @@ from topl.launcher.installed import (  # noqa: F401  (public names stay importab
     torch_pin,
 )
 from topl.launcher.spec import is_strict, on_npu
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 
 @dataclass
@@ -116,7 +119,7 @@ def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> l
     return ctx.out
 
 
-def nodes_here(spec) -> list[dict]:
+def nodes_here(spec: JobSpec) -> list[dict]:
     """The doctor's report for this machine: [{node, findings}] (one node)."""
     import socket
 
@@ -124,7 +127,7 @@ def nodes_here(spec) -> list[dict]:
     return [{"node": f"{socket.gethostname()} (local)", "findings": findings}]
 
 
-def report_nodes(spec, ray_address: str | None = None) -> list[dict]:
+def report_nodes(spec: JobSpec, ray_address: str | None = None) -> list[dict]:
     """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`."""
     if ray_address:
         from topl.launcher.backends.ray_doctor import on_ray

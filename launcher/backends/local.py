@@ -7,13 +7,18 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher.errors import ToplError
 from topl.launcher.render import overlong_buffer_len
 from topl.launcher.spec import is_strict
 
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
-def loop_config(spec):
+
+def loop_config(spec: JobSpec):
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
     from topl.kernels.rl_loop import LoopConfig
     from topl.launcher.engines import engine_settings
@@ -69,7 +74,7 @@ class LocalBackend:
 
     name, remote, here, nodes = "local", False, True, False
 
-    def preflight(self, spec) -> None:
+    def preflight(self, spec: JobSpec) -> None:
         """The `local` extra (torch, ...) is installed, or one message (exit 2)."""
         import importlib.util
 
@@ -79,12 +84,12 @@ class LocalBackend:
             if importlib.util.find_spec(module) is None:
                 raise local_extra_error("the local backend (cluster.backend=local)", module)
 
-    def doctor(self, spec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict]:
         from topl.launcher.doctor import nodes_here
 
         return nodes_here(spec)
 
-    def start(self, spec, inv, run_dir: Path, follow: bool) -> int:
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
         try:
             return run_local(spec, run_dir)
         except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
@@ -103,7 +108,7 @@ class LocalBackend:
 BACKEND = LocalBackend()
 
 
-def threads_for(spec) -> int:
+def threads_for(spec: JobSpec) -> int:
     """Intra-op threads for the reference engines (see LocalRunSpec.threads)."""
     if spec.local.threads > 0:
         return spec.local.threads
@@ -127,7 +132,7 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def _embeddable(spec) -> None:
+def _embeddable(spec: JobSpec) -> None:
     """What the loop cannot run is the user's input: one ToplError, before any step."""
     from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
 
@@ -156,13 +161,13 @@ def _embeddable(spec) -> None:
         )
 
 
-def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+def run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     with torch_threads(threads_for(spec)):
         return _run_local(spec, run_dir, quiet)
 
 
-def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -210,7 +215,7 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     return rc
 
 
-def _guard(steps, spec):
+def _guard(steps, spec: JobSpec):
     """The loop's steps; DAPO running out of generation batches becomes topl's one-message error."""
     from topl.kernels.rl_loop import FilterGroupsExhausted
 
@@ -225,7 +230,7 @@ def _guard(steps, spec):
         ) from None
 
 
-def plot(history: list[dict], path: Path, spec) -> None:
+def plot(history: list[dict], path: Path, spec: JobSpec) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -248,7 +253,7 @@ def plot(history: list[dict], path: Path, spec) -> None:
     plt.close(fig)
 
 
-def summary(console, history: list[dict], spec, run_dir: Path) -> None:
+def summary(console, history: list[dict], spec: JobSpec, run_dir: Path) -> None:
     from rich.table import Table
 
     if not history:

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 MARK = "TOPL_DOCTOR_JSON="
 NO_TOPL = "No module named 'topl"  # how Python says topl is not installed (ModuleNotFoundError)
@@ -83,7 +87,7 @@ def node_main() -> int:
     return 0
 
 
-def spec_to_json(spec) -> str:
+def spec_to_json(spec: JobSpec) -> str:
     import dataclasses
 
     return json.dumps(dataclasses.asdict(spec))
@@ -98,7 +102,7 @@ def spec_from_json(text: str):
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JobSpec), json.loads(text)))
 
 
-def on_ray(address: str, spec) -> list[dict]:
+def on_ray(address: str, spec: JobSpec) -> list[dict]:
     """Submit the per-node doctor as a Ray job with the job's runtime_env and driver Python (the
     head runs `cluster.python`, as it will run verl's driver); collect its report."""
     import shlex

@@ -10,10 +10,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher import redact, rundir
 from topl.launcher.errors import ToplError
 from topl.launcher.lifecycle import with_deadline
+
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
 
 def _call(fn, what: str, timeout: float):
@@ -255,15 +260,15 @@ class RayJobBackend:
 
     name, remote, here, nodes = "ray_job", True, False, True
 
-    def preflight(self, spec) -> None:
+    def preflight(self, spec: JobSpec) -> None:
         check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
 
-    def doctor(self, spec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict]:
         from topl.launcher.backends.ray_doctor import on_ray
 
         return on_ray(spec.cluster.ray_address, spec)
 
-    def start(self, spec, inv, run_dir: Path, follow: bool) -> int:
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
         return run_ray_job(
             inv,
             run_dir,

@@ -12,8 +12,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher import redact
+
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
 
 def child_env(invocation, run_dir: Path) -> dict[str, str]:
@@ -107,15 +112,15 @@ class SubprocessBackend:
 
     name, remote, here, nodes = "subprocess", True, True, False
 
-    def preflight(self, spec) -> None:
+    def preflight(self, spec: JobSpec) -> None:
         """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
 
-    def doctor(self, spec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict]:
         from topl.launcher.doctor import nodes_here
 
         return nodes_here(spec)
 
-    def start(self, spec, inv, run_dir: Path, follow: bool) -> int:
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
         return run_subprocess(inv, run_dir, spec.cluster.python)
 
     def detached(self, follow: bool) -> bool:
