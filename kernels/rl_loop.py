@@ -83,7 +83,9 @@ class LoopConfig:
     seed: int = 0  # weights, prompts and sampling
 
 
-def _engines(cfg: LoopConfig, model: Model, micro_batch: int):
+def _engines(cfg: LoopConfig, model: Model, micro_batch: int | None = None):
+    """(rollout, training) engines on `model`; the training engine's micro-batch is the pass's
+    (recompute, update or reference; default: the update's)."""
     train_side, rollout_side = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
     rollout = RolloutEngine(
         model,
@@ -93,7 +95,7 @@ def _engines(cfg: LoopConfig, model: Model, micro_batch: int):
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         chunked_prefill=cfg.chunked_prefill,
     )
-    return rollout, TrainingEngine(model, train_side, micro_batch)
+    return rollout, TrainingEngine(model, train_side, micro_batch or cfg.micro_batch)
 
 
 def _generate(cfg: LoopConfig, rollout, step: int, gen: int, task, rnd):
