@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 from topl.launcher import render as R
 from topl.launcher.render_version import respell, spell
 from topl.launcher.tree import flatten
 from topl.launcher.verl_schema import schema_for
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
 
 ENV_PREFIX = "ray_kwargs.ray_init.runtime_env.env_vars."
 USER = ("verl_overrides", "extra_overrides")
@@ -73,8 +77,9 @@ class Command:
     topl itself rendered for each key before a recipe or override replaced it. The environment
     entries (`ray_kwargs...env_vars.*`) are made on first use: most rules never read them."""
 
-    def __init__(self, entries: dict[str, Entry], own: dict[str, Entry], spec):
-        self.entries, self.own, self._spec, self._env = entries, own, spec, None
+    def __init__(self, entries: dict[str, Entry], own: dict[str, Entry], spec: JobSpec):
+        self.entries, self.own, self._spec = entries, own, spec
+        self._env: dict[str, Entry] | None = None
         self.user = [e for e in entries.values() if e.by in USER]  # verbatim, in command order
 
     @property
@@ -107,7 +112,7 @@ def bare(key: str) -> tuple[str, str]:
     return prefix, k[len(prefix) :]
 
 
-def verl_override_items(verbatim: dict) -> list[tuple[str, Any]]:
+def verl_override_items(verbatim: dict[str, Any]) -> list[tuple[str, Any]]:
     """verl_overrides as (dotted key as written, value): nested mappings (what
     `+verl_overrides.a.b=v` or a nested YAML block composes into) become dotted keys, as verl's
     override grammar needs. Not flattening them would render `a="{'b': v}"`: a string replacing
@@ -127,7 +132,7 @@ def _origins(megatron: bool) -> dict[str, str]:
     return {verl: field_ for field_, verl in table.items()}
 
 
-def _own_origins(s) -> dict[str, str]:
+def _own_origins(s: JobSpec) -> dict[str, str]:
     return _origins(s.train.engine == "megatron")
 
 
@@ -139,13 +144,13 @@ def _origin(key: str, table: dict[str, str]) -> str:
     return next((f for p, f in DERIVED_PREFIXES.items() if key.startswith(p)), "")
 
 
-def _prefix(written: str, sch) -> str:
+def _prefix(written: str, sch: Schema) -> str:
     """The prefix render gives a key on the declared verl (render_version.spell); a key that
     verl cannot take keeps the prefix as written (TOP-VERL-001 / TOP-SCHEMA-001 refuse it)."""
     return bare(spell(written, sch) or written)[0]
 
 
-def build(s) -> Command:
+def build(s: JobSpec) -> Command:
     """The command for a (plain) spec; see `command` for the cached entry point."""
     sch = schema_for(s)
     plain = dataclasses.replace(
@@ -180,7 +185,7 @@ def build(s) -> Command:
     return Command(entries, own, s)
 
 
-def _env_entries(s) -> dict[str, Entry]:
+def _env_entries(s: JobSpec) -> dict[str, Entry]:
     """The environment the command forwards to Ray workers (render_env.argv_env), by origin."""
     out, set_env = {}, s.cluster.env
     for name, value in R.argv_env(s).items():
@@ -194,7 +199,7 @@ _CACHE: dict[int, tuple[Any, Command]] = {}
 _CACHE_SIZE = 64
 
 
-def command(s) -> Command:
+def command(s: JobSpec) -> Command:
     """The command of a spec (or a contract View of one), built once per spec object: every rule
     that reads it shares one build. Specs are not changed after composition (rules are pure; plan
     copies a spec per point), so the object is the key; it is held, so its id cannot be reused."""
@@ -211,7 +216,7 @@ def command(s) -> Command:
     return cmd
 
 
-def note(s, *entries: Entry | None) -> None:
+def note(s: JobSpec, *entries: Entry | None) -> None:
     """Record entries as read by the rule running over `s` (a contract View): the violation then
     lists each one under its origin, with the origin's source (recipe file, command line)."""
     reads = getattr(s, "_reads", None)

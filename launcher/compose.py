@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -23,6 +23,10 @@ from topl.launcher import recipes, redact, untrusted
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec, register_configs
 from topl.launcher.tree import flatten
+
+if TYPE_CHECKING:
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.config_repository import ConfigRepository
 
 SCHEMA_SOURCE = "topl schema default"
 
@@ -57,12 +61,12 @@ class Composed:
     def value(self, key: str) -> Any:
         return OmegaConf.select(self.cfg, key, throw_on_missing=False)
 
-    def to_object(self):
+    def to_object(self) -> JobSpec:
         """The JobSpec dataclass instance (interpolations resolved)."""
-        return OmegaConf.to_object(self.cfg)
+        return cast(JobSpec, OmegaConf.to_object(self.cfg))
 
 
-def _value_keys(data: dict, package: str) -> list[str]:
+def _value_keys(data: Any, package: str) -> list[str]:
     """Dotted keys a config file sets (its `defaults` list and `hydra` section are not values)."""
     values = {k: v for k, v in data.items() if package or k not in ("defaults", "hydra")}
     return list(flatten(values, package))
@@ -71,7 +75,8 @@ def _value_keys(data: dict, package: str) -> list[str]:
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
     """Refuse unsafe Hydra overrides (untrusted.guard_overrides), then replace `recipe=NAME|PATH`
     by the validated recipe on a private temporary search path. The caller owns root.cleanup()."""
-    out, root = [], None
+    out: list[str] = []
+    root: recipes.RecipeRoot | None = None
     for o in untrusted.guard_overrides(overrides):
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
@@ -84,6 +89,7 @@ def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | 
                     names.append(root.name)
                 else:
                     names.append(root.add(path))
+            assert root is not None  # values is never empty
             root.user_value = ",".join(values)  # the sweep as the user spelled it, in order
             o = f"recipe={','.join(names)}"
         out.append(o)
@@ -102,7 +108,8 @@ def _strict_bools(hydra_overrides: list[str]) -> None:
     ):
         if ov.is_sweep_override() or ov.is_delete():
             continue
-        node, typ = JobSpec, None
+        node: Any = JobSpec
+        typ: Any = None
         for part in ov.key_or_group.split("."):
             hints = typing.get_type_hints(node) if isinstance(node, type) else {}
             typ = hints.get(part)
@@ -126,8 +133,9 @@ def _recipe_sweep(override: str) -> list[str] | None:
         return None  # not a sweep Hydra can read: resolved (and refused) as one name
     if not ov.is_sweep_override():
         return None
-    if isinstance(ov.value(), Glob):
-        return ov.value().filter(list(recipes.available()))
+    value = ov.value()
+    if isinstance(value, Glob):
+        return value.filter(list(recipes.available()))
     if not ov.is_discrete_sweep():
         raise ToplError(
             f"{override}: a sweep over recipes needs a list, choice() or glob()",
@@ -178,12 +186,12 @@ def _check_no_code(cfg: DictConfig, overrides: list[str]) -> None:
     )
 
 
-def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
+def _refuse_unknown(cfg: DictConfig, schema: Any, prefix: str) -> None:
     """`+new.key=...` is accepted by Hydra; the spec has no such field, so refuse it."""
     import dataclasses
 
     names = {f.name: f for f in dataclasses.fields(schema)}
-    for key in cfg.keys():
+    for key in map(str, cfg.keys()):  # a config's keys are names
         if key not in names:
             raise ToplError(
                 f"unknown key {prefix}{key}: the job spec has no such field",
@@ -195,7 +203,10 @@ def _refuse_unknown(cfg: DictConfig, schema, prefix: str) -> None:
             _refuse_unknown(node, node._metadata.object_type, f"{prefix}{key}.")
 
 
-def compose_job(overrides: list[str] | None = None, prepared=None) -> Composed:
+def compose_job(
+    overrides: list[str] | None = None,
+    prepared: tuple[list[str], recipes.RecipeRoot | None] | None = None,
+) -> Composed:
     """Compose the job spec; every input problem becomes a ToplError. `prepared` is a
     `split_recipe` result the caller keeps (launch composes again through Hydra from it)."""
     register_configs()
@@ -208,7 +219,9 @@ def compose_job(overrides: list[str] | None = None, prepared=None) -> Composed:
             root.cleanup()
 
 
-def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed:
+def _compose(
+    overrides: list[str], hydra_overrides: list[str], root: recipes.RecipeRoot | None
+) -> Composed:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
@@ -225,7 +238,9 @@ def _compose(overrides: list[str], hydra_overrides: list[str], root) -> Composed
         del cfg["hydra"]
     _check_no_code(cfg, overrides)
     _strict_bools(hydra_overrides)
-    redact.remember(OmegaConf.to_container(cfg.cluster.env) if "cluster" in cfg else {})
+    redact.remember(
+        cast(dict[str, Any], OmegaConf.to_container(cfg.cluster.env)) if "cluster" in cfg else {}
+    )
     try:
         _refuse_unknown(cfg, JobSpec, "")
         OmegaConf.to_object(cfg)  # resolves interpolations and checks MISSING fields now
@@ -262,12 +277,16 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
 
 
 def from_hydra_job(
-    cfg: DictConfig, hydra_overrides: list[str], choices: dict, root, user_overrides: list[str]
+    cfg: DictConfig,
+    hydra_overrides: list[str],
+    choices: dict[str, Any],
+    root: recipes.RecipeRoot | None,
+    user_overrides: list[str],
 ) -> Composed:
     """The Composed of a job Hydra composed itself (`topl launch -m`: one per sweep point)."""
-    typed = OmegaConf.merge(OmegaConf.structured(JobSpec), cfg)
+    typed = cast(DictConfig, OmegaConf.merge(OmegaConf.structured(JobSpec), cfg))
     _check_no_code(typed, user_overrides)
-    redact.remember(OmegaConf.to_container(typed.cluster.env))
+    redact.remember(cast(dict[str, Any], OmegaConf.to_container(typed.cluster.env)))
     untrusted.check_no_secret_on_argv(
         OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
     )
@@ -277,7 +296,7 @@ def from_hydra_job(
     return Composed(typed, sources, user_overrides, chosen, recipe)
 
 
-def loader_for(root):
+def loader_for(root: recipes.RecipeRoot | None) -> ConfigLoaderImpl:
     """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
@@ -289,7 +308,9 @@ def loader_for(root):
     return ConfigLoaderImpl(config_search_path=path)
 
 
-def _sources(loader, hydra_overrides: list[str], root) -> dict[str, str]:
+def _sources(
+    loader: ConfigLoaderImpl, hydra_overrides: list[str], root: recipes.RecipeRoot | None
+) -> dict[str, str]:
     defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
     repo = _repo(loader, root)
     sources: dict[str, str] = {}
@@ -339,7 +360,7 @@ def _label(path: Path) -> str:
     return f"recipes/{path.name}" if path.parent == shipped else str(path)
 
 
-def _repo(loader, root):
+def _repo(loader: ConfigLoaderImpl, root: recipes.RecipeRoot | None) -> ConfigRepository:
     """A config repository over Hydra's search path plus the recipe root (a searchpath override)."""
     from hydra._internal.config_repository import ConfigRepository
 

@@ -10,7 +10,7 @@ which topl renders from train.log_prob_micro_batch_size_per_gpu)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from topl.launcher.spec import JobSpec
@@ -33,7 +33,7 @@ class EngineSettings:
     update_micro_batch: int  # actor update and critic: train.ppo_micro_batch_size_per_gpu
     ref_micro_batch: int  # reference policy: train.log_prob_micro_batch_size_per_gpu
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -18,25 +18,25 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from typing import cast as typed_as
 
 from topl.launcher.compose import GROUPS, compose_job
 from topl.launcher.constraints import violated
 from topl.launcher.contract import ERROR, RULES, evaluate
 from topl.launcher.contract.view import Reads, View
 from topl.launcher.errors import ToplError
-from topl.launcher.plan import (
-    Item,
-    Planner,
-    _hints,
-    _interpolated,
-    _raw,
-    _replayable,
-    _resolve,
-    expand_items,
+from topl.launcher.overrides import (
+    field_hints,
+    interpolated_keys,
+    raw_value,
+    replayable,
+    resolve,
 )
-from topl.launcher.plan import (
-    _typed as _field_typed,
+from topl.launcher.overrides import (
+    typed_value as _field_typed,
 )
+from topl.launcher.plan import Item, Planner, expand_items
+from topl.launcher.spec import JobSpec
 from topl.launcher.sweep_memo import copy_on_write
 from topl.launcher.tree import parent_of
 
@@ -45,6 +45,8 @@ SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes",
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 DEPTH = 8  # keys a fix may change
 VO = "verl_overrides."  # entries are whole dotted verl keys, not nested spec paths
+# a candidate set's rank, smaller first: (user keys touched, keys, log2 distance, warnings)
+Cost = tuple[int, int, float, int]
 # What a fix never changes: the model being trained, the alignment being asked for (turning it
 # down "fixes" every strict rule and defeats the point), the declared stack and the cluster's
 # hardware, and the settings that choose what runs (docs/security.md).
@@ -93,7 +95,7 @@ class Fix:
     evaluated: int  # candidate sets judged by the contract
     blocking: dict[str, str] = field(default_factory=dict)  # rule id -> message, when not found
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "found": self.found,
             "overrides": [c.override for c in self.changes],
@@ -106,7 +108,7 @@ class Fix:
         }
 
 
-def _text(v) -> str:
+def _text(v: Any) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -114,7 +116,7 @@ def _text(v) -> str:
     return str(v)
 
 
-def _typed(text: str):
+def typed_value(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -145,11 +147,11 @@ class Search:
         self.planner = Planner()
         base = compose_job([t for t, _, _ in self.base])  # once: the base may not be replayable
         self.spec0 = base.to_object()
-        self.interp = [(k, _raw(base.cfg, k)) for k in _interpolated(base.cfg)]
+        self.interp = [(k, raw_value(base.cfg, k)) for k in interpolated_keys(base.cfg)]
         self.evaluated = 0
-        self._memo: dict[tuple, tuple[frozenset, frozenset, Any]] = {}
+        self._memo: dict[tuple[Any, ...], tuple[frozenset[str], frozenset[str], Any]] = {}
 
-    def judge(self, changes: tuple) -> tuple[frozenset, frozenset, Any]:
+    def judge(self, changes: tuple[Change, ...]) -> tuple[frozenset[str], frozenset[str], Any]:
         """(errors, warnings, spec) for the base spec with `changes` applied."""
         key = tuple(sorted((c.key, repr(c.value)) for c in changes))
         if key not in self._memo:
@@ -165,12 +167,12 @@ class Search:
             self._memo[key] = (errs, warns, spec)
         return self._memo[key]
 
-    def _build(self, changes: tuple):
+    def _build(self, changes: tuple[Change, ...]) -> JobSpec:
         """The base spec with `changes` set, typed as Hydra would; through Hydra for group
         choices and values the fast path cannot type exactly (as `plan` does)."""
         vo = {c.key[len(VO) :]: c.value for c in changes if c.key.startswith(VO)}
         items = [(c.override, c.key, c.value) for c in changes if not c.key.startswith(VO)]
-        if any(k in GROUPS or not _replayable(t, k, v) for t, k, v in items):
+        if any(k in GROUPS or not replayable(t, k, v) for t, k, v in items):
             spec = self.planner.spec(self.base + items)[0]
             return copy_on_write(spec, [("verl_overrides", {**spec.verl_overrides, **vo})])
         sets = [(k, _field_typed(k, v)) for _, k, v in items]
@@ -181,22 +183,24 @@ class Search:
         again = [(k, raw) for k, raw in self.interp if k not in changed]
         if again:  # ${a.b} references follow the values just set
             spec = copy_on_write(
-                spec, [(k, _field_typed(k, _resolve(raw, spec))) for k, raw in again]
+                spec, [(k, _field_typed(k, resolve(raw, spec))) for k, raw in again]
             )
         return spec
 
-    def targets(self, errs: frozenset, warns: frozenset) -> frozenset:
+    def targets(self, errs: frozenset[str], warns: frozenset[str]) -> frozenset[str]:
         return errs | warns if self.warnings else errs
 
-    def candidates(self, spec, bad: frozenset, taken: set[str], allow_user: bool) -> list[tuple]:
+    def candidates(
+        self, spec: JobSpec, bad: frozenset[str], taken: set[str], allow_user: bool
+    ) -> list[tuple[Change, ...]]:
         """Moves (one change, or a train/rollout pair that must stay equal) suggested by the rules
         in `bad`: the fields they read, the settings their fix text names."""
-        out: dict[tuple, tuple] = {}
+        out: dict[tuple[Any, ...], tuple[Change, ...]] = {}
         for r in RULES:
             if r.id not in bad:
                 continue
             reads = Reads()
-            r.run(View(spec, reads))
+            r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
             for k in reads:
                 for v in _neighbours(spec, k):
                     side, _, leaf = k.partition(".")
@@ -207,22 +211,22 @@ class Search:
                         move.append(Change(f"{twin}.{leaf}", v))
                     out.setdefault(tuple((c.key, repr(c.value)) for c in move), tuple(move))
             for k, v in _SETTING.findall(f"{r.fix} {r.title}"):
-                out.setdefault(((k, repr(_typed(v))),), (Change(k, _typed(v)),))
+                out.setdefault(((k, repr(typed_value(v))),), (Change(k, typed_value(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
-    def _stuck(self, spec, bad: frozenset) -> list[str]:
+    def _stuck(self, spec: JobSpec, bad: frozenset[str]) -> list[str]:
         """The rules in `bad` whose every read key is protected: a rule's verdict depends only on
         what it reads, so none of them can change."""
         out = []
         for r in RULES:
             if r.id in bad:
                 reads = Reads()
-                r.run(View(spec, reads))
+                r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
                 if reads and all(_protected(k) for k in reads):
                     out.append(r.id)
         return out
 
-    def _usable(self, c: Change, spec, taken: set[str], allow_user: bool) -> bool:
+    def _usable(self, c: Change, spec: JobSpec, taken: set[str], allow_user: bool) -> bool:
         if c.key in taken or (c.key in self.user and not allow_user):
             return False
         if _protected(c.key):
@@ -249,11 +253,16 @@ class Search:
                 return fix
         return fix
 
-    def _beam(self, errs, warns, spec, allow_user: bool) -> Fix:
+    def _beam(
+        self, errs: frozenset[str], warns: frozenset[str], spec: JobSpec, allow_user: bool
+    ) -> Fix:
         """Best-first: always extend the set that leaves the fewest errors (then the cheapest);
         a move may add one error on the way (rollout.pp=1 frees the pipeline but needs a larger
         rollout.tp). After the first accepted set, only cheaper sets are explored."""
         start = len(self.targets(errs, warns))
+        heap: list[
+            tuple[int, Cost, int, tuple[Change, ...], frozenset[str], frozenset[str], JobSpec]
+        ]
         heap = [(start, _cost((), warns), 0, (), errs, warns, spec)]
         seen, tick, best, closest = set(), 0, None, heap[0]
         while heap and self.evaluated < self.budget:
@@ -289,7 +298,7 @@ class Search:
             [], False, self.evaluated, {r: _message(r, closest[6] or spec) for r in blocking}
         )
 
-    def _explain(self, changes: list[Change], errs: frozenset) -> list[Change]:
+    def _explain(self, changes: list[Change], errs: frozenset[str]) -> list[Change]:
         """Which of the original errors each change clears on its own."""
         for c in changes:
             alone = self.judge((c,))[0]
@@ -297,7 +306,7 @@ class Search:
         return sorted(changes, key=lambda c: c.key)
 
 
-def _cost(changes: tuple, warns: frozenset) -> tuple:
+def _cost(changes: tuple[Change, ...], warns: frozenset[str]) -> Cost:
     """Fewest user keys touched, fewest keys, least change, fewest warnings."""
     dist = 0.0
     for c in changes:
@@ -313,7 +322,7 @@ def _protected(key: str) -> bool:
     return key in PROTECTED_GROUPS or key.startswith(PROTECTED) or key in PROTECTED
 
 
-def _has(spec, key: str) -> bool:
+def _has(spec: JobSpec, key: str) -> bool:
     try:
         _current(spec, key)
     except (AttributeError, KeyError, TypeError):
@@ -321,14 +330,14 @@ def _has(spec, key: str) -> bool:
     return True
 
 
-def _current(spec, key: str):
+def _current(spec: JobSpec, key: str) -> Any:
     if key.startswith(VO):
         return spec.verl_overrides[key[len(VO) :]]
     obj, leaf = parent_of(spec, key)
     return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
 
 
-def _neighbours(spec, key: str) -> list:
+def _neighbours(spec: JobSpec, key: str) -> list[Any]:
     """Other values worth trying for a field a violated rule read."""
     if key.startswith(VO):  # a recipe's verl key: flip a switch, nothing else
         value = spec.verl_overrides.get(key[len(VO) :])
@@ -339,10 +348,11 @@ def _neighbours(spec, key: str) -> list:
         return []
     if isinstance(obj, dict) or not dataclasses.is_dataclass(obj):
         return []
-    meta = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
-    typ = _hints(type(obj)).get(leaf)
+    meta: Any = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
+    cls: type = type(obj)
+    typ = field_hints(cls).get(leaf)
     value = getattr(obj, leaf)
-    out: list = []
+    out: list[Any] = []
     if "one_of" in meta:
         out += [v for v in meta["one_of"] if v != value]
     if isinstance(value, bool) or typ is bool:
@@ -363,7 +373,7 @@ def _neighbours(spec, key: str) -> list:
     return [v for v in out if not (meta.get("src") is not None and violated(v, meta))]
 
 
-def _message(rule_id: str, spec) -> str:
+def _message(rule_id: str, spec: JobSpec) -> str:
     for r in RULES:
         if r.id == rule_id:
             got = r.run(spec)

@@ -10,6 +10,10 @@ command line; `untrusted.check_recipe` refuses such keys wherever a recipe nests
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topl.launcher.compose import Composed
 
 # topl's own fields that name what the launching machine executes.
 FIELDS = {
@@ -118,13 +122,13 @@ def command_line_only(key: str) -> str | None:
     return None
 
 
-def recipe_hits(data: dict) -> list[tuple[str, str]]:
+def recipe_hits(data: dict[str, Any]) -> list[tuple[str, str]]:
     """(dotted key, reason) for every command-line-only setting a parsed recipe makes, at every
     level: top-level keys (dotted or nested), the maps verl_overrides / algorithm.extra_overrides /
     cluster.env (their keys are names, not paths), and hydra.sweeper.params keys."""
     hits: list[tuple[str, str]] = []
 
-    def walk(node, path: str) -> None:
+    def walk(node: Any, path: str) -> None:
         if not isinstance(node, dict):
             return
         for k, v in node.items():
@@ -158,7 +162,7 @@ def recipe_hits(data: dict) -> list[tuple[str, str]]:
     return hits
 
 
-def settings(composed) -> list[dict]:
+def settings(composed: Composed) -> list[dict[str, Any]]:
     """The command-line-only settings a composed job makes, each with its value and source (for
     `topl check`: a person sees who chose the interpreter, the modules, the loader variables)."""
     from omegaconf import OmegaConf
@@ -172,7 +176,7 @@ def settings(composed) -> list[dict]:
             out.append({"key": key, "value": composed.value(key), "source": src})
     for prefix in ("cluster.env", "verl_overrides", "algorithm.extra_overrides"):
         node = composed.value(prefix)
-        tree = OmegaConf.to_container(node, resolve=False) if node is not None else {}
+        tree: Any = OmegaConf.to_container(node, resolve=False) if node is not None else {}
         names = tree if prefix == "cluster.env" else flatten(tree)
         for name in names:
             key = f"{prefix}.{name}"

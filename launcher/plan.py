@@ -7,28 +7,28 @@ spec (typed like Hydra would) and runs the contract: thousands of points per sec
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import itertools
-import re
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
+from topl.launcher.overrides import (
+    interpolated_keys,
+    raw_value,
+    replayable,
+    resolve,
+    typed_value,
+)
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
 from topl.launcher.tree import get_path
-
-_REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
 
 @dataclass
@@ -40,8 +40,14 @@ class Verdict:
     train_gb: float | None = None  # estimated training states per device
     rollout_gb: float | None = None  # rollout weights per device
     devices: int = 0  # world size the point uses
+    cost: dict[str, Any] | None = (
+        None  # `plan --rank`: the step estimate of an accepted point (launcher/cost.py)
+    )
+    ranked: bool = False  # --rank asked: to_dict carries "cost" (null when not estimated)
 
-    def to_dict(self) -> dict:  # what dataclasses.asdict gives, without its deep copy per point
+    def to_dict(
+        self,
+    ) -> dict[str, Any]:  # what dataclasses.asdict gives, without its deep copy per point
         return {
             "overrides": list(self.overrides),
             "valid": self.valid,
@@ -50,13 +56,16 @@ class Verdict:
             "train_gb": self.train_gb,
             "rollout_gb": self.rollout_gb,
             "devices": self.devices,
+            **({"cost": self.cost} if self.ranked else {}),
         }
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)
+# one composed set of group choices: (composed, its spec, its interpolated keys with raw values)
+Base = tuple[Composed, JobSpec, list[tuple[str, str]]]
 
 
-def _parse(overrides: list[str]):
+def _parse(overrides: list[str]) -> list[Any]:  # Hydra's Overrides (value(): a wide union)
     try:
         return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(
             overrides
@@ -108,51 +117,21 @@ def iter_expand(overrides: list[str]) -> Iterator[list[str]]:
     return ([t for t, _, _ in p] for p in iter_items(overrides))
 
 
-@functools.cache
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value, typ, key: str):
-    args = typing.get_args(typ)
-    if value is None and type(None) in args:
-        return None
-    base = (
-        next((a for a in args if a is not type(None)), typ)
-        if args and typing.get_origin(typ) is typing.Union
-        else typ
-    )
-    try:
-        if base is bool and not isinstance(value, bool):
-            raise ValueError
-        if base is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError
-        if base in (float, int, str, bool):
-            return base(value)
-    except (TypeError, ValueError):
-        raise ToplError(
-            f"value {value!r} for {key} is not a {getattr(base, '__name__', base)}",
-            where=f"`{key}={value}`",
-            fix="give a value of the field's type (see launcher/spec.py)",
-        ) from None
-    return value
-
-
 class Planner:
     """Validates points; composes each distinct set of group choices once, and reuses across a
     sweep whatever a point does not change (launcher/sweep_memo.py)."""
 
     def __init__(self, memo: bool = True):
-        self._bases: dict[tuple, tuple[Composed, Any, list[tuple[str, str]]]] = {}
-        self._memos: dict[tuple, Any] = {}
-        self._items: dict[str, tuple] = {}  # override text -> (kind, typed value)
+        self._bases: dict[tuple[str, ...], Base] = {}
+        self._memos: dict[tuple[Any, ...], BaseMemo] = {}
+        self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
-    def _base(self, group_overrides: list[str]):
+    def _base(self, group_overrides: list[str]) -> Base:
         key = tuple(group_overrides)
         if key not in self._bases:
             c = compose_job(list(group_overrides))
-            interp = [(k, _raw(c.cfg, k)) for k in _interpolated(c.cfg)]
+            interp = [(k, raw_value(c.cfg, k)) for k in interpolated_keys(c.cfg)]
             self._bases[key] = (c, c.to_object(), interp)
         return self._bases[key]
 
@@ -165,17 +144,19 @@ class Planner:
                 got = ("hydra", None, k)  # Hydra's own settings (sweeper, run dir): not the job's
             elif k.lstrip("+~") in GROUPS or "/" in k or "@" in k:
                 got = ("group", None, k)
-            elif not _replayable(text, k, v):
+            elif not replayable(text, k, v):
                 # a form the fast path cannot type exactly as Hydra would (+/++/~, a quoted
                 # number, a dict entry, an interpolation...): the point is composed through Hydra
                 got = ("compose", None, k)
             else:
-                got = ("value", _typed(k, v), k)
+                got = ("value", typed_value(k, v), k)
             self._items[text] = got
         return got[0], got[1]
 
-    def _split(self, point: list[Item]):
-        groups, values, composed = [], [], False
+    def _split(self, point: list[Item]) -> tuple[list[str], list[Item], bool]:
+        groups: list[str] = []
+        values: list[Item] = []
+        composed = False
         for item in point:
             kind, typed = self._kind(item)
             if kind == "group":
@@ -185,7 +166,7 @@ class Planner:
             composed |= kind == "compose"
         return groups, values, composed
 
-    def _fast_spec(self, groups, values):
+    def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
         base = self._base(groups)
         _, obj, interp = base
@@ -193,10 +174,12 @@ class Planner:
         swept = {k for _, k, _ in values}
         again = [(k, raw) for k, raw in interp if k not in swept]
         if again:  # re-resolve ${a.b} references after the point's values are set
-            spec = copy_on_write(spec, [(k, _typed(k, _resolve(raw, spec))) for k, raw in again])
+            spec = copy_on_write(
+                spec, [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
+            )
         return base, spec, [k for k, _ in again]
 
-    def spec(self, point: list[Item]):
+    def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
         groups, values, composed = self._split(point)
         if composed:
@@ -208,12 +191,21 @@ class Planner:
             sources[k] = f"command line `{text}`"
         return spec, sources
 
-    def verdict(self, point: list[Item]) -> Verdict:
+    def verdict(self, point: list[Item], rank: bool = False) -> Verdict:
+        """The point's verdict; with `rank`, an accepted point also gets its step estimate."""
+        v, spec = self._verdict(point)
+        if rank:
+            from topl.launcher.cost import step_cost
+
+            v.ranked, v.cost = True, step_cost(spec) if v.valid else None
+        return v
+
+    def _verdict(self, point: list[Item]) -> tuple[Verdict, JobSpec]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
         if composed or not self.memo:
             spec, _ = self.spec(point)
-            return _full_verdict(overrides, spec)
+            return _full_verdict(overrides, spec), spec
         _, spec, interp = self._fast_spec(groups, values)
         varying = (*(k for _, k, _ in values), *interp)
         memo_key = (tuple(groups), varying)
@@ -223,101 +215,26 @@ class Planner:
         vals = {k: get_path(spec, k) for k in varying}
         errs, warns = memo.verdict(spec, vals)
         tg, rg = memo.estimate(spec, vals)
-        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
+        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
 
 
-def _full_verdict(overrides: list[str], spec) -> Verdict:
+def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:
     """A point's verdict from the whole contract (the reference the memoised path must equal)."""
     from topl.launcher.memory_estimate import estimate
 
-    errs, warns = [], []
+    errs: list[str] = []
+    warns: list[str] = []
     for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
         bucket = errs if severity == ERROR else warns
         if r.id not in bucket:
             bucket.append(r.id)
     try:
         e = estimate(spec)
-        tg, rg = round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2)
+        tg: float | None = round(e["train_gb"], 2)
+        rg: float | None = round(e["rollout_weights_gb"], 2)
     except (ValueError, ZeroDivisionError):
         tg = rg = None
     return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec))
-
-
-def _typed(dotted: str, value: Any):
-    """`value` as the spec field `dotted` holds it (inside a dict field: as it is)."""
-    cls = JobSpec
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        hints = _hints(cls)
-        if part not in hints:
-            raise ToplError(
-                f"unknown key {dotted}",
-                where=f"`{dotted}=...`",
-                fix="check the spelling (`topl launch --cfg job` lists every key)",
-            )
-        typ = hints[part]
-        if i == len(parts) - 1:
-            return _coerce(value, typ, dotted)
-        if not dataclasses.is_dataclass(typ):
-            return value  # an entry of a dict field
-        cls = typ
-    return value
-
-
-def _replayable(text: str, key: str, value) -> bool:
-    """True when setting `value` on the typed spec equals what Hydra + OmegaConf would compose."""
-    if text.startswith(("+", "~")) or (isinstance(value, str) and "${" in value):
-        return False
-    cls = JobSpec
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        hints = _hints(cls)
-        if part not in hints:
-            return False  # unknown key: Hydra's own message
-        typ = hints[part]
-        if dataclasses.is_dataclass(typ):
-            cls = typ
-            continue
-        if i != len(parts) - 1:
-            return False  # inside a dict field (cluster.env, extra_overrides)
-        args = typing.get_args(typ)
-        if value is None:
-            return type(None) in args
-        base = next((a for a in args if a is not type(None)), typ) if args else typ
-        return (type(value) is base or (base is float and type(value) is int)) and base in (
-            int,
-            float,
-            str,
-            bool,
-        )
-    return False
-
-
-def _interpolated(cfg, prefix: str = "") -> list[str]:
-    out = []
-    for k in cfg.keys():
-        node = cfg._get_node(k)
-        key = f"{prefix}{k}"
-        if OmegaConf.is_interpolation(cfg, k):
-            out.append(key)
-        elif OmegaConf.is_dict(node):
-            out += _interpolated(node, key + ".")
-    return out
-
-
-def _raw(cfg, key: str) -> str:
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    return node._get_node(leaf)._value()
-
-
-def _resolve(raw: str, spec):
-    whole = _REF.fullmatch(raw.strip())
-    if whole:
-        return get_path(spec, whole.group(1))
-    if ":" in raw.replace("${", "").split("}")[0]:
-        raise ToplError(f"interpolation {raw!r} uses a resolver the planner cannot replay")
-    return _REF.sub(lambda m: str(get_path(spec, m.group(1))), raw)
 
 
 def plan(overrides: list[str]) -> list[Verdict]:
@@ -325,12 +242,12 @@ def plan(overrides: list[str]) -> list[Verdict]:
     return list(iter_plan(overrides))
 
 
-def iter_plan(overrides: list[str]) -> Iterator[Verdict]:
-    """`plan` one verdict at a time, as each point is checked."""
+def iter_plan(overrides: list[str], rank: bool = False) -> Iterator[Verdict]:
+    """`plan` one verdict at a time, as each point is checked (`rank`: with step estimates)."""
     from topl.launcher.untrusted import guard_overrides
 
     planner = Planner()
-    return (planner.verdict(list(p)) for p in iter_items(guard_overrides(overrides)))
+    return (planner.verdict(list(p), rank) for p in iter_items(guard_overrides(overrides)))
 
 
 def swept_keys(overrides: list[str]) -> list[str]:

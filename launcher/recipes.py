@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from topl.launcher import untrusted
 from topl.launcher.errors import ToplError
@@ -63,7 +64,7 @@ def resolve(value: str) -> Path:
     return names[value]
 
 
-def find_targets(node, path: str = "") -> list[str]:
+def find_targets(node: Any, path: str = "") -> list[str]:
     """Dotted paths of every key that names code (`_target_`, `()`, ...), dotted keys included."""
     return untrusted.code_keys(node)
 

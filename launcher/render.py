@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.errors import ToplError
 from topl.launcher.redact import REDACTED
@@ -53,6 +54,10 @@ from topl.launcher.verl_tables import (  # noqa: F401  (re-exported: render's pu
     MEGATRON_KEYS,
     VERL_KEYS,
 )
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
 
 
 @dataclass
@@ -122,7 +127,7 @@ def fmt(v: Any) -> str:
     return s if _PLAIN.match(s) else '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def plus(key: str, sch=None) -> str:
+def plus(key: str, sch: Schema | None = None) -> str:
     """The override name on the declared verl (`sch`, default verl 0.9.1): `key` where it has
     the key, `+key` below a mapping it passes on; a key it cannot take is returned as written
     (contract/verl_version.py refuses it, `render` raises)."""
@@ -131,7 +136,7 @@ def plus(key: str, sch=None) -> str:
     return spell(key, sch or schema("0.9.1")) or key
 
 
-def overrides(s) -> list[tuple[str, Any]]:
+def overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """(verl key, value) pairs, in a stable order."""
     megatron = s.train.engine == "megatron"
     table = {**VERL_KEYS, **(MEGATRON_KEYS if megatron else FSDP_KEYS)}
@@ -197,7 +202,7 @@ def overrides(s) -> list[tuple[str, Any]]:
     return respell(with_verl_overrides(out, s.verl_overrides), schema_for(s))
 
 
-def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
+def extra_items(extra: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """extra_overrides as (dotted verl key, value): nested mappings (what `+algorithm.extra_overrides.
     a.b=1` composes into) become dotted keys, as verl's override grammar needs."""
     out = []
@@ -207,7 +212,9 @@ def extra_items(extra, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tuple[str, Any]]:
+def with_verl_overrides(
+    pairs: list[tuple[str, Any]], verbatim: dict[str, Any]
+) -> list[tuple[str, Any]]:
     """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
     nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
     from topl.launcher.command import verl_override_items
@@ -225,14 +232,15 @@ def with_verl_overrides(pairs: list[tuple[str, Any]], verbatim: dict) -> list[tu
     return list(out.items())
 
 
-def overlong_buffer_len(s) -> int:
+def overlong_buffer_len(s: JobSpec) -> int:
     """DAPO's overlong buffer in tokens: the last fraction of max_response_length."""
     return round(s.algorithm.overlong_buffer_fraction * s.train.max_response_length)
 
 
-def algorithm_overrides(s) -> list[tuple[str, Any]]:
+def algorithm_overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """GAE, critic, DAPO dynamic sampling and overlong shaping, only where the algorithm uses them."""
-    a, out = s.algorithm, []
+    a = s.algorithm
+    out: list[tuple[str, Any]] = []
     if a.adv_estimator == "gae":
         out += [("algorithm.gamma", a.gamma), ("algorithm.lam", a.lam)]
     if a.use_critic:
@@ -260,7 +268,7 @@ def algorithm_overrides(s) -> list[tuple[str, Any]]:
     return out
 
 
-def render(s, environ=None) -> Invocation:
+def render(s: JobSpec, environ: Mapping[str, str] | None = None) -> Invocation:
     """JobSpec -> Invocation. Env vars reach every Ray worker: the non-secret ones through
     `ray_kwargs.ray_init.runtime_env.env_vars` on the command line (verl merges it into ray.init,
     verl@0.9.1:verl/trainer/main_ppo.py:run_ppo), secrets only through the backend, because verl

@@ -7,13 +7,16 @@ Pure like render.py: no I/O, no environment reads. render.py re-exports every na
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.redact import secret_entry
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.verl_tables import ENV_OWNERS  # noqa: F401  (re-exported: render's names)
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 # What OmegaConf makes of a YAML bool in `cluster.env` (a Dict[str, str]): str(True) == "True"
 # (omegaconf@2.3.1:omegaconf/nodes.py:StringNode._validate_and_convert_impl returns str(value)).
@@ -29,7 +32,7 @@ def env_value(v: Any) -> str:
     return _PY_BOOLS.get(s, s)
 
 
-def env_vars(s) -> dict[str, str]:
+def env_vars(s: JobSpec) -> dict[str, str]:
     """Environment every process (driver and each Ray worker) must see: derived, then cluster.env,
     then topl's guard (strict runs). Secrets included: see `argv_env` for what may be printed."""
     env = {**derived_env(s), **{k: env_value(v) for k, v in s.cluster.env.items()}}
@@ -42,7 +45,7 @@ def secret_names(env: dict[str, str]) -> list[str]:
     return [k for k, v in env.items() if secret_entry(k, v)]
 
 
-def argv_env(s) -> dict[str, str]:
+def argv_env(s: JobSpec) -> dict[str, str]:
     """The part of `env_vars` the rendered command forwards to Ray workers on its command line
     (`+ray_kwargs.ray_init.runtime_env.env_vars.K=V`): everything but secrets, which the backend
     passes through the environment instead (backends/subprocess.py, backends/ray_job.py)."""
@@ -51,14 +54,14 @@ def argv_env(s) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in hidden}
 
 
-def ray_worker_env(s) -> dict[str, str]:
+def ray_worker_env(s: JobSpec) -> dict[str, str]:
     """What every Ray worker of the rendered job sees from topl: the command line forwards
     `argv_env`, the backend the secrets (subprocess: the driver's environment, inherited by the
     Ray that verl starts; ray_job: the job's runtime_env)."""
     return env_vars(s)
 
 
-def derived_env(s) -> dict[str, str]:
+def derived_env(s: JobSpec) -> dict[str, str]:
     """The environment the spec's own fields decide (without cluster.env)."""
     c, strict, npu = s.collective, is_strict(s), on_npu(s)
     env: dict[str, str] = {}
@@ -104,7 +107,7 @@ GUARDED_ENV = {
 GUARD_MODULE = "topl.launcher.guard"  # = guard.MODULE (not imported: render stays import-light)
 
 
-def align_module(s, patch: list[str]) -> list[str]:
+def align_module(s: JobSpec, patch: list[str]) -> list[str]:
     """topl's alignment module (TOP-STACK-005), before the guard, on NPU strict runs whose
     vllm-ascend it has targets for and where the seed's module is not declared."""
     seed = "verl_ascend_recipe.true_on_policy.patch"  # = contract.stack.SEED_MODULE
@@ -114,7 +117,7 @@ def align_module(s, patch: list[str]) -> list[str]:
     return []
 
 
-def guard_env(s, env: dict[str, str]) -> dict[str, str]:
+def guard_env(s: JobSpec, env: dict[str, str]) -> dict[str, str]:
     """Strict runs: topl's guard after the patch module in VERL_USE_EXTERNAL_MODULES (verl imports
     them in order in every process, verl@0.9.1:verl/__init__.py) and its manifest (TOPL_GUARD):
     the env vars and modules every process must have, each with the rule that requires it."""

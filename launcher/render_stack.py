@@ -7,12 +7,15 @@ Pure like render.py, which re-exports every name here.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher import facts
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.tree import get_path
 from topl.launcher.verl_tables import ARR, VLLM  # noqa: F401  (re-exported: render's names)
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 # spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
 GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}
@@ -26,13 +29,13 @@ CUDAGRAPH_MODE = {
 }
 
 
-def renders(s, field_: str) -> bool:
+def renders(s: JobSpec, field_: str) -> bool:
     """Whether a table row is rendered on this stack."""
     fact = GATED_ON_NPU.get(field_)
     return not (fact and on_npu(s) and not facts.supports(fact, s.cluster.versions))
 
 
-def logprobs_mode(s) -> str:
+def logprobs_mode(s: JobSpec) -> str:
     """`auto`: raw_logprobs at temperature 1, else processed_logprobs (raw ones are taken before
     the temperature, facts: raw_logprobs_before_temperature; the trainer divides by it)."""
     r = s.rollout
@@ -41,11 +44,11 @@ def logprobs_mode(s) -> str:
     return "raw_logprobs" if r.temperature == 1.0 else "processed_logprobs"
 
 
-def rendered_value(s, field_: str):
+def rendered_value(s: JobSpec, field_: str) -> Any:
     return logprobs_mode(s) if field_ == "rollout.logprobs_mode" else get_path(s, field_)
 
 
-def graph_overrides(s) -> list[tuple[str, Any]]:
+def graph_overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """Eager, or the graph mode the spec names, stated to vLLM (never verl's default)."""
     mode = s.rollout.graph_mode
     if mode == "eager":
@@ -56,7 +59,7 @@ def graph_overrides(s) -> list[tuple[str, Any]]:
     ]
 
 
-def sampling_seed(s) -> str:
+def sampling_seed(s: JobSpec) -> str:
     """How rollout sampling is seeded: per_request (the stack's per-request seed) or none.
     verl's rollout.full_determinism is never rendered: it gives all n samples of a prompt on one
     replica the same seed (facts: full_determinism_fixes_replica_seed)."""
@@ -66,7 +69,7 @@ def sampling_seed(s) -> str:
     return "per_request" if want else "none"
 
 
-def stack_overrides(s) -> list[tuple[str, Any]]:
+def stack_overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """Version-aware keys: FA3 selection, NZ off, sampling seed (each from `topl.launcher.facts`)."""
     v, npu, strict = s.cluster.versions, on_npu(s), is_strict(s)
     out: list[tuple[str, Any]] = []

@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from topl.launcher.verl_schema import Schema
 
 from topl.launcher.verl_tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
 
@@ -29,7 +32,7 @@ STOCK_AT_DEFAULT = {f"{ARR}.rollout.per_request_seed": "verl_patch_rollout_seed_
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 
-def respell(pairs: list[tuple[str, Any]], sch) -> list[tuple[str, Any]]:
+def respell(pairs: list[tuple[str, Any]], sch: Schema) -> list[tuple[str, Any]]:
     """(key, value) pairs as the declared verl spells them. grad_offload on a verl without it is
     carried by param_offload when the two agree (otherwise it stays, and cannot compose)."""
     from topl.launcher import facts
@@ -55,7 +58,7 @@ def bare(key: str) -> tuple[str, str]:
     return prefix, key[len(prefix) :]
 
 
-def spell(key: str, sch) -> str | None:
+def spell(key: str, sch: Schema) -> str | None:
     """The override name of `key` on this verl; None where it cannot compose. A single `+` written
     in a recipe is decided by the schema too (Hydra refuses `+` on a key that exists); `++` (add
     or override) and `~` (delete) stay as written."""
@@ -67,7 +70,7 @@ def spell(key: str, sch) -> str | None:
     return sch.spelling(k)
 
 
-def unspellable(pairs: list[tuple[str, Any]], sch) -> list[str]:
+def unspellable(pairs: list[tuple[str, Any]], sch: Schema) -> list[str]:
     return [k for k, _ in pairs if spell(k, sch) is None]
 
 
@@ -94,7 +97,9 @@ def expand(v: Any, environ: Mapping[str, str] | None = None) -> Any:
     return _VAR.sub(lambda m: env[m.group(1) or m.group(2)], v)
 
 
-def unset_vars(pairs: list[tuple[str, Any]], environ: Mapping[str, str] | None = None) -> dict:
+def unset_vars(
+    pairs: list[tuple[str, Any]], environ: Mapping[str, str] | None = None
+) -> dict[str, list[str]]:
     """{verl key: [unset variable names]} over the rendered values."""
     env = os.environ if environ is None else environ
     out = {}

@@ -27,7 +27,18 @@ from topl.launcher.script_import_fit import (
     topl_adds,
     verl_default,
 )
+from topl.launcher.script_import_version import (
+    command_line,
+    command_line_rows,
+    shell_var_rows,
+    spelled,
+    spelled_why,
+    stack_choice,
+    unknown_keys,
+    version_rows,
+)
 from topl.launcher.script_read import Script, Setting, choose_launch, read_script  # noqa: F401
+from topl.launcher.verl_schema import schema_for
 
 # Env vars `render.env_vars` derives from a spec field. Only a hint: each is kept on its field only
 # when rendering the recipe gives the script's value back, otherwise it stays in cluster.env.
@@ -96,13 +107,9 @@ def guess_groups(s: Script) -> dict[str, str]:
         "collective": "default",
         "cluster": ({16: "atlas_a3"}.get(gpus, "atlas_a2") if on_npu_script(s) else "local"),
     }
-    mod = s.env.get("VERL_USE_EXTERNAL_MODULES")
-    if (
-        mod
-        and mod.text.startswith("verl_ascend_recipe.true_on_policy")
-        and (conf_dir() / "stack").is_dir()
-    ):
-        groups["stack"] = "seed"  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
+    stack = stack_choice(s)  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
+    if stack and (conf_dir() / "stack").is_dir():
+        groups["stack"] = stack[0]
     path = v.get(MODEL_KEY)
     group = model_group(path) if path is not None else None
     if group:
@@ -119,6 +126,13 @@ class Imported:
     topl_adds: list[dict] = field(default_factory=list)  # {key, value, why}: kept, not the script's
     verl_defaults: list[str] = field(default_factory=list)  # keys written with verl's own value
     secrets: dict = field(default_factory=dict)  # name -> script_read.Secret (redaction only)
+    # what the user types next to `recipe=OUT` (a recipe may not choose the program or config)
+    command_line: dict[str, str] = field(default_factory=dict)
+    respelled: dict[str, str | None] = field(default_factory=dict)  # key -> the key saying it
+    verl: str = ""  # the declared verl the recipe was checked against (version + patches)
+
+    def command_args(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.command_line.items()]
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -178,6 +192,11 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     groups = {**guess_groups(s), **(choices or {})}
     model_fields = _model(s, groups)
     base = compose_job([f"{g}={o}" for g, o in groups.items()])
+    cmdline = command_line(s, base.cfg.algorithm)
+    if cmdline:  # composed as the printed command composes it: the schema reads config_name
+        base = compose_job([f"{g}={o}" for g, o in groups.items()] + [*_args(cmdline)])
+    sch = schema_for(base.to_object())
+    carried = spelled(s, sch)  # keys the declared verl says through another (compared there)
     engine = OmegaConf.select(base.cfg, "train.engine")
     inv = inverse_table(engine)
     vcfg = script_config(s, engine == "megatron")
@@ -185,10 +204,6 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     verbatim: dict[str, Any] = {}
     ray_fields, ray_report = _ray_job(s) if s.runner == "ray job submit" else ({}, [])
     fields.update(ray_fields)
-    if s.entrypoint != base.cfg.algorithm.entrypoint:
-        fields["algorithm.entrypoint"] = s.entrypoint
-    if (s.config_name or "ppo_trainer") != (base.cfg.algorithm.config_name or "ppo_trainer"):
-        fields["algorithm.config_name"] = s.config_name
     for key, st in s.overrides.items():
         f = inv.get(key)
         if f and isinstance(st.value, (str, int, float, bool)):
@@ -229,6 +244,10 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                 moved = True
         for key, st in s.overrides.items():
             got = pairs.get(key, pairs.get("+" + key, _MISSING))
+            if key in carried:  # kept as written; rendered through its carrier (respell)
+                if inv.get(key) not in fields:
+                    verbatim.setdefault(("+" if st.add else "") + key, st.value)
+                continue
             if got is _MISSING or not same(got, st.value):
                 f = inv.get(key)
                 fields.pop(f, None) if f else None
@@ -237,7 +256,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                     verbatim[vkey] = st.value
                     moved = True
         for k, v in pairs.items():  # a key the script leaves to verl: verl's value, not a group's
-            d = verl_default(k, vcfg)
+            d = verl_default(k, vcfg, sch)
             if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d):
                 continue
             if d is not _MISSING and not same(v, d) and not isinstance(d, dict):
@@ -255,7 +274,16 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             rec.setdefault("cluster", {}).setdefault("env", {})[sec.name] = ref
         else:
             rec.setdefault("verl_overrides", {})[sec.target] = ref
-    return _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, ray_report)
+    imp = _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, ray_report, sch)
+    imp.command_line = cmdline
+    imp.report += command_line_rows(s, cmdline, base.cfg.algorithm.config_name or "ppo_trainer")
+    imp.report += version_rows(s, groups, sch, base.cfg.cluster.versions.profile)
+    imp.report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
+    return imp
+
+
+def _args(cmdline: dict) -> list[str]:
+    return [f"{k}={v}" for k, v in cmdline.items()]
 
 
 # Keys verl's config lacks that a group renders, and the spec field that stops rendering them.
@@ -271,7 +299,7 @@ def _kept(key: str, value: Any, default: Any = None) -> bool:
     return topl_adds(key, default) is not None and (key != "trainer.device" or value == "npu")
 
 
-def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> Imported:
+def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch) -> Imported:
     """The report: the script's own keys kept verbatim, what was not resolved, and in sections of
     their own what topl adds (with why) and what it writes out with verl's own value."""
     report = [
@@ -287,16 +315,27 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
         {"line": ln, "kind": "not resolved", "key": None, "detail": msg} for ln, msg in s.notes
     ]
     report += extra
+    carried = spelled(s, sch)
     report += [
         {"line": s.overrides[k].line, "kind": "unknown to verl", "key": k, "detail": why}
-        for k, why in unknown_to_verl(s).items()
+        for k, why in unknown_keys(s, sch).items()
     ]
+    report += [
+        {
+            "line": s.overrides[k].line,
+            "kind": "spelled for the declared verl",
+            "key": k,
+            "detail": spelled_why(k, c, sch),
+        }
+        for k, c in carried.items()
+    ]
+    report += shell_var_rows(s)
     adds, written, trip = [], [], []
     for k, v in pairs.items():
         key = k.lstrip("+")
         if key in s.overrides:
             continue
-        d = verl_default(key, vcfg)
+        d = verl_default(key, vcfg, sch)
         if d is not _MISSING and same(v, d):
             written.append(key)  # verl's own value, written out: no change
         elif _kept(key, v, d):
@@ -320,7 +359,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
             "rendered": pairs.get(k, pairs.get("+" + k)),
         }
         for k, st in s.overrides.items()
-        if not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)
+        if k not in carried and not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)
     ]
     trip += [
         {"line": it.line, "key": k, "script": it.text, "rendered": as_script.get(k)}
@@ -328,7 +367,10 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra) -> 
         if as_script.get(k) != it.text
     ]
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
-    return Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
+    verl = sch.version + (f" + {', '.join(sch.patches)}" if sch.patches else "")
+    imp = Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
+    imp.respelled, imp.verl = carried, verl
+    return imp
 
 
 def _env_why(name: str) -> str:
@@ -347,39 +389,6 @@ def _env_why(name: str) -> str:
 
 
 _MISSING = MISSING
-
-
-def unknown_to_verl(s: Script) -> dict[str, str]:
-    """Keys written without `+` that the installed verl's full config lacks (Hydra would reject
-    them). verl ships its resolved configs as trainer/config/_generated_ppo*_trainer.yaml
-    (verl@0.9.1); nothing is checked when verl is not installed or the entrypoint is not verl's."""
-    import importlib.util
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations or not s.entrypoint.startswith("verl."):
-        return {}
-    root = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
-    megatron = any(
-        st.key == "model_engine" and st.value == "megatron" for st in s.overrides.values()
-    )
-    f = root / (
-        "_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml"
-    )
-    if not f.is_file():
-        return {}
-    cfg = OmegaConf.load(f)
-    out = {}
-    for k, st in s.overrides.items():
-        if st.add or k.startswith(R.FREE_FORM) or k == "model_engine":
-            continue
-        parent, _, last = k.rpartition(".")
-        node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False) if parent else cfg
-        if node is None or not hasattr(node, "keys") or last not in list(node.keys()):
-            out[k] = f"not in {f.name} of the installed verl"
-    return out
 
 
 def recipe_text(imp: Imported, source: str) -> str:

@@ -94,11 +94,19 @@ def script_config(s, megatron: bool):
     return cfg
 
 
-def verl_default(key: str, cfg) -> Any:
+def verl_default(key: str, cfg, sch=None) -> Any:
     """verl's own value for `key` under the script's overrides (plain data), or _MISSING when
-    verl's config lacks it, cannot resolve it here, or verl is not installed."""
+    verl's config lacks it, cannot resolve it here, or verl is not installed. With `sch` (the
+    declared verl's schema) on a verl other than the installed one: a key that release lacks is
+    _MISSING, and a literal default that changed between the two releases is the declared one's
+    (verl 0.8.0's rollout.max_num_seqs is 1024, 0.9.1's 256); the rest is read from the
+    installed config (the schema merges the dp and megatron compositions, so an engine-dependent
+    default such as actor.strategy is not read from it)."""
     from omegaconf import DictConfig, OmegaConf
 
+    changed = _declared_default(key.lstrip("+"), sch)
+    if changed is not None:
+        return changed[0]
     if cfg is None:
         return _MISSING
     parent, _, last = key.lstrip("+").rpartition(".")
@@ -112,6 +120,28 @@ def verl_default(key: str, cfg) -> Any:
         return OmegaConf.to_container(v, resolve=True) if hasattr(v, "_get_node") else v
     except Exception:  # noqa: BLE001 - a resolver verl registers at run time: not known here
         return _MISSING
+
+
+def _declared_default(key: str, sch) -> tuple[Any] | None:
+    """(value,) where the declared verl's default differs from the installed verl's (or it
+    lacks the key: (_MISSING,)); None where the installed config says it (same release, same
+    default, a derived one, or no schema / no installed verl known)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from topl.launcher.verl_schema import KNOWN, schema
+
+    try:
+        installed = version("verl")
+    except PackageNotFoundError:
+        return None
+    if sch is None or installed not in KNOWN or sch.version == installed:
+        return None
+    here = schema(installed, (), sch.config)
+    if not sch.has(key):
+        return None if sch.free_form(key) else (_MISSING,)
+    if sch.type(key) == "interp" or (here.has(key) and here.keys[key] == sch.keys[key]):
+        return None
+    return (sch.default(key),)
 
 
 def _shipped_models() -> dict[str, str]:

@@ -41,6 +41,8 @@ class Script:
     runner_args: list[Item] = field(default_factory=list)
     secrets: dict[str, Secret] = field(default_factory=dict)  # reference name -> where it was
     dropped_env: set[str] = field(default_factory=set)  # loader / interpreter variables not kept
+    # their values: read only to tell the stack (the seed's patch module), never written
+    code_env: dict[str, Item] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -180,7 +182,7 @@ def read_script(
             notes.append((it.line, f"`{o.key_or_group}` instantiates code in verl: not kept"))
             continue
         out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
-    env_items, secrets, dropped = {}, {}, set()
+    env_items, secrets, dropped, code_env = {}, {}, set(), {}
     for k, v in chosen.env.items():
         # recipes are data (issue 28): what launcher/meaning.py refuses in a recipe is not written
         if k in CODE_ENV or k.startswith("TOPL_") or env_reason(k):
@@ -192,6 +194,7 @@ def read_script(
                 )
             )
             dropped.add(k)
+            code_env[k] = v
         elif secret_entry(k, v.text):  # by name or by shape: a reference, never the value
             secrets[k] = Secret(k, v.line, v.text, f"cluster.env.{k}")
             notes.append(
@@ -222,4 +225,5 @@ def read_script(
         list(chosen.runner_args),
         secrets,
         dropped,
+        code_env,
     )

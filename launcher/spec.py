@@ -320,19 +320,19 @@ def register_configs() -> None:
 
 
 # Small facts about a spec, said once (contract rules, memory estimates, render, doctor, backends).
-def world_size(s) -> int:
+def world_size(s: JobSpec) -> int:
     """Devices the job uses."""
     return s.cluster.nodes * s.cluster.devices_per_node
 
 
-def is_strict(s) -> bool:
+def is_strict(s: JobSpec) -> bool:
     """True on-policy: rollout and training must agree bit for bit."""
     return s.alignment.mode == "strict"
 
 
-def is_moe(s) -> bool:
+def is_moe(s: JobSpec) -> bool:
     return s.model.num_experts > 0
 
 
-def on_npu(s) -> bool:
+def on_npu(s: JobSpec) -> bool:
     return s.cluster.device == "npu"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from topl.launcher.constraints import fields as constrained_fields
 from topl.launcher.constraints import problems, violated
@@ -21,6 +22,11 @@ from topl.launcher.contract import ERROR, RULES, view
 from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.spec import JobSpec
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Rule
+
+T = TypeVar("T")
 
 CACHE_MAX = 8192  # distinct inputs kept per rule group: past it, rules run (memory stays bounded)
 # what memory_estimate.estimate reads: TOP-MEM-001's inputs (train_bytes) and rollout_fit's
@@ -32,38 +38,39 @@ _ESTIMATE_KEYS = (
 _CONSTRAINTS = {k: f.metadata for k, f in constrained_fields(JobSpec)}
 
 
-def _reads_whole_spec(rule, spec) -> bool:
+def _reads_whole_spec(rule: Rule, spec: JobSpec) -> bool:
     """True when the rule reads the spec outside the recording view (`view.unwrap`, directly or
     through a helper such as the command map) on `spec`, or when its source says it may: its
     answer then depends on keys it does not declare. Unknown (it raised) counts as true."""
     try:
-        if "unwrap(" in inspect.getsource(inspect.getmodule(rule.check)):
+        # getmodule may be None: getsource then raises TypeError, caught below
+        if "unwrap(" in inspect.getsource(inspect.getmodule(rule.check)):  # type: ignore[arg-type]
             return True
     except (OSError, TypeError):
         return True
-    escaped = []
+    escaped: list[bool] = []
 
     class Probe(view.View):
         __slots__ = ()
 
         @property
-        def _obj(self):
+        def _obj(self) -> Any:
             if sys._getframe(1).f_code not in _VIEW_CODE:
                 escaped.append(True)  # read by something other than the view itself
             return _SLOT.__get__(self)
 
         @_obj.setter
-        def _obj(self, value):
+        def _obj(self, value: Any) -> None:
             _SLOT.__set__(self, value)
 
     real = view.View
-    view.View = Probe  # sections the view hands out (view.wrap) are probes too
+    view.View = Probe  # type: ignore[misc]  # sections the view hands out (view.wrap) are probes too
     try:
-        rule.check(Probe(spec, view.Reads()))
+        rule.check(cast(JobSpec, Probe(spec, view.Reads())))
     except Exception:  # noqa: BLE001 - a rule that fails on the base is not memoised
         return True
     finally:
-        view.View = real
+        view.View = real  # type: ignore[misc]
     return bool(escaped)
 
 
@@ -74,23 +81,23 @@ _VIEW_CODE = {f.__code__ for f in vars(view.View).values() if inspect.isfunction
 _OPAQUE: dict[str, bool] = {}  # rule id -> reads the whole spec (probed once per process)
 
 
-def opaque(rule, spec) -> bool:
+def opaque(rule: Rule, spec: JobSpec) -> bool:
     if rule.id not in _OPAQUE:
         _OPAQUE[rule.id] = _reads_whole_spec(rule, spec)
     return _OPAQUE[rule.id]
 
 
-def _touches(declared, varying: str) -> bool:
+def _touches(declared: Iterable[str], varying: str) -> bool:
     return any(
         varying == d or varying.startswith(d + ".") or d.startswith(varying + ".") for d in declared
     )
 
 
-def _relevant(declared, varying: tuple[str, ...]) -> tuple[str, ...]:
+def _relevant(declared: Iterable[str], varying: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v for v in varying if _touches(declared, v))
 
 
-def _hashable(v: Any):
+def _hashable(v: Any) -> tuple[type, Any]:
     """A memo key part: the type as well (1, 1.0 and True are equal as dict keys)."""
     return (type(v), v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
 
@@ -98,7 +105,7 @@ def _hashable(v: Any):
 class BaseMemo:
     """The reusable answers for one base spec and one set of varying keys."""
 
-    def __init__(self, base, varying: tuple[str, ...]):
+    def __init__(self, base: JobSpec, varying: tuple[str, ...]):
         self.varying = varying
         vset = set(varying)
         # field constraints: the fixed fields are checked once, the varying ones per point
@@ -112,16 +119,18 @@ class BaseMemo:
             groups.setdefault(keys, []).append((i, r))
         # a group keyed on every varying key answers each point once: nothing to keep (memory
         # stays flat in the number of points)
-        self.groups = [(k, rules, {} if k != varying else None) for k, rules in groups.items()]
+        self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
+            (k, rules, {} if k != varying else None) for k, rules in groups.items()
+        ]
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
-        self.estimates: dict[tuple, Any] = {}
+        self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
 
-    def verdict(self, spec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
+    def verdict(self, spec: JobSpec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
         """(error rule ids, warning rule ids) in `evaluate`'s order."""
         if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
             return [FIELD_RULE.id], []
         hv = {k: _hashable(v) for k, v in values.items()}
-        broken = []
+        broken: list[tuple[int, str, str]] = []
         for keys, rules, cache in self.groups:
             memo = tuple(hv[k] for k in keys) if cache is not None else None
             got = cache.get(memo) if cache is not None else None
@@ -130,14 +139,15 @@ class BaseMemo:
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
-        errs, warns = [], []
+        errs: list[str] = []
+        warns: list[str] = []
         for _, rid, severity in sorted(broken):
             bucket = errs if severity == ERROR else warns
             if rid not in bucket:
                 bucket.append(rid)
         return errs, warns
 
-    def estimate(self, spec, values: dict[str, Any]):
+    def estimate(self, spec: JobSpec, values: dict[str, Any]) -> tuple[float | None, float | None]:
         from topl.launcher.memory_estimate import estimate
 
         memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
@@ -150,12 +160,12 @@ class BaseMemo:
         return self.estimates[memo]
 
 
-def copy_on_write(root, sets: list[tuple[str, Any]]) -> Any:
+def copy_on_write(root: T, sets: list[tuple[str, Any]]) -> T:
     """A copy of `root` with each (dotted key, typed value) set: the sections on those paths are
     copied, everything else is shared with `root` (which stays as it was)."""
     copies: dict[str, Any] = {}
 
-    def writable(path: str, obj):
+    def writable(path: str, obj: Any) -> Any:
         if path not in copies:
             if isinstance(obj, dict):
                 copies[path] = dict(obj)
@@ -181,4 +191,4 @@ def copy_on_write(root, sets: list[tuple[str, Any]]) -> Any:
             obj[leaf] = value
         else:
             obj.__dict__[leaf] = value
-    return new_root
+    return cast(T, new_root)

@@ -1,4 +1,5 @@
-"""Generate the shipped recipe matrix: model x algorithm x cluster x alignment (36 files).
+"""Generate the shipped recipe matrix: model x algorithm x cluster x alignment (36 files), and
+the strict matrix of the stock stacks: model x algorithm x cluster x stack (24 files).
 
     python scripts/gen_recipes.py            # rewrite recipes/<model>_<algo>_<cluster>_<mode>.yaml
     python scripts/gen_recipes.py --check    # exit 1 when a shipped file differs from its output
@@ -6,7 +7,9 @@
 Each matrix recipe includes the seed recipe of its model and algorithm (recipes/seed_*.yaml, the
 seed's script key by key) and changes only what its point of the matrix needs: the cluster, the
 alignment mode where the seed has no such run (mitigated), the run name (docs/seed.md: the matrix
-vs the seed). Hand-written recipes (any other file in recipes/) are free-form and untouched.
+vs the seed). The stock-stack recipes (<model>_<algo>_<cluster>_<stack>_strict, stack=release /
+prerelease) include the seed's strict run too and change what `topl check` refuses there (found
+with `topl check --fix`; docs/seed.md lists each). Hand-written recipes (any other file in recipes/) are free-form and untouched.
 """
 
 from __future__ import annotations
@@ -33,6 +36,31 @@ MODES = {
     "strict": ("true on-policy (logdiff 0)", "on", None),
     "mitigated": ("baseline: verl TIS/MIS rollout correction", "off", "mitigated"),
     "off": ("baseline: no alignment, off-policy", "off", None),
+}
+# stack -> what the seed's strict run changes there, per model: each clears a rule that is an error
+# on the stock stacks (the seed's own measured logdiff 0 makes some of them warnings on stack=seed)
+STOCK_COMMON = {
+    "rollout": {"chunked_prefill": False},  # TOP-CACHE-002
+    "train": {"use_dynamic_bsz": False},  # TOP-LOGP-004 (with the rollout's log-prob pass)
+    "verl_overrides": {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": False},
+}
+# verl 0.9.1 has no rollout PP (TOP-STACK-001): the 30B's rollout goes PP=2 -> TP=2, and the
+# trainer's TP follows (TOP-TP-001: the same row-parallel reduction on both sides)
+STOCK_MODEL = {"qwen3_30b_a3b": {"rollout": {"pp": 1, "tp": 2}, "train": {"tp": 2}}}
+# vllm-ascend 0.30.0rc2 documents that preemption breaks batch invariance (TOP-MEM-003 is an error
+# there): max_num_seqs within the KV room topl estimates for the seed's lengths (DAPO's responses
+# are the longest), per model and algorithm
+STOCK_SEQS = {
+    "prerelease": {
+        **{("qwen3_4b", a): 32 for a in ("grpo", "gspo")},
+        **{("qwen3_30b_a3b", a): 64 for a in ("grpo", "gspo")},
+        ("qwen3_4b", "dapo"): 16,
+        ("qwen3_30b_a3b", "dapo"): 16,
+    }
+}
+STACKS = {
+    "release": "verl 0.9.1 + vllm-ascend 0.23.0.post1",
+    "prerelease": "verl 0.9.1 + vllm-ascend 0.30.0rc2",
 }
 SEED_CLUSTER = "a3"  # the cluster the seed's scripts ran on (its recipes select atlas_a3)
 
@@ -70,15 +98,64 @@ def recipe(model: str, algo: str, cluster: str, mode: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _merge(into: dict, extra: dict) -> dict:
+    out = dict(into)
+    for k, v in extra.items():
+        out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def stock_changes(model: str, algo: str, stack: str) -> dict:
+    """What the stock-stack recipe sets on top of the seed's strict run."""
+    out = _merge(STOCK_COMMON, STOCK_MODEL.get(model, {}))
+    seqs = STOCK_SEQS.get(stack, {}).get((model, algo))
+    return _merge(out, {"rollout": {"max_num_seqs": seqs}}) if seqs else out
+
+
+def stock_recipe(model: str, algo: str, cluster: str, stack: str) -> str:
+    cluster_name, per_node, nodes = CLUSTERS[cluster]
+    n = nodes[model]
+    seed_name = f"seed_{model}_{algo}_on"
+    changes = stock_changes(model, algo, stack)
+    seed = _merge(yaml.safe_load((SEEDS / f"{seed_name}.yaml").read_text()), changes)
+    if cluster != SEED_CLUSTER:
+        changes = _merge({"cluster": {"nodes": n, "devices_per_node": per_node}}, changes)
+    body = yaml.safe_dump(changes, sort_keys=False, default_flow_style=False)
+    lines = [
+        "# @package _global_",
+        f"# {MODELS[model]} {ALGORITHMS[algo]}, true on-policy on stack={stack} ({STACKS[stack]}).",
+        f"# {cluster_name}: {n} node(s) x {per_node} NPUs, Megatron + vLLM-Ascend with topl's "
+        "alignment module.",
+        f"# Layout: {layout(seed)}.",
+        f"# The seed's settings: {seed_name}, changed where stack={stack} refuses them;",
+        "# docs/seed.md lists what this file changes.",
+        "defaults:",
+        f"  - {seed_name}",
+        f"  - override /stack: {stack}",
+        *([f"  - override /cluster: atlas_{cluster}"] if cluster != SEED_CLUSTER else []),
+        "  - _self_",
+        "",
+        f"experiment: {model}_{algo}_{cluster}_{stack}_strict",
+    ]
+    return "\n".join(lines) + "\n" + body
+
+
 def matrix() -> dict[str, str]:
-    """File name -> content, for every point of the matrix."""
-    return {
+    """File name -> content, for every point of the matrix and of the stock-stack matrix."""
+    out = {
         f"{model}_{algo}_{cluster}_{mode}.yaml": recipe(model, algo, cluster, mode)
         for model in MODELS
         for algo in ALGORITHMS
         for cluster in CLUSTERS
         for mode in MODES
     }
+    for stack in STACKS:
+        for model in MODELS:
+            for algo in ALGORITHMS:
+                for cluster in CLUSTERS:
+                    name = f"{model}_{algo}_{cluster}_{stack}_strict.yaml"
+                    out[name] = stock_recipe(model, algo, cluster, stack)
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -30,6 +30,7 @@ def write_recipe(s, model: str, algo: str, mode: str, path: str) -> None:
         s, {"collective": "hccl_strict" if mode == "on" else "default", "model": model}
     )
     assert not imp.round_trip, imp.round_trip
+    assert not imp.command_line, imp.command_line  # a recipe carries no program or config choice
     r = imp.recipe
     # verl@0.8.0:trainer/config/rollout/rollout.yaml defaults the seed runs with
     r["rollout"].update(chunked_prefill=True, max_num_seqs=1024)

@@ -117,6 +117,23 @@ def test_group_combinations_accepted_run(tmp_path, monkeypatch):
     assert accepted_runs(points, tmp_path) > 0, "the sample accepted nothing: it proves nothing"
 
 
+STOCK = sorted(
+    n for n in recipes.available() if n.endswith(("_release_strict", "_prerelease_strict"))
+)
+
+
+@needs_verl
+def test_stock_stack_strict_recipes_are_accepted_and_run_on_verl_091(tmp_path, monkeypatch):
+    """The strict matrix of the stock stacks (scripts/gen_recipes.py, issue 35): each recipe is
+    accepted as shipped and composes against verl 0.9.1, the verl both stacks declare, passing
+    its validate_config (one verl process for all)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert len(STOCK) == 24
+    refused = {n: rules(compose_job([f"recipe={n}"])) for n in STOCK}
+    assert not any(refused.values()), refused
+    assert accepted_runs([[f"recipe={n}"] for n in STOCK], tmp_path) == len(STOCK)
+
+
 # ---- the failure classes of issue 27 (this half), each with a test that failed before
 
 

@@ -37,15 +37,18 @@ def _logits(t=37, e=16, seed=0, dtype=torch.bfloat16):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("groups", [None, (4, 2)])
 @pytest.mark.parametrize("scale", [None, 2.5])
-def test_expert_selection_is_megatrons_topk_then_softmax(dtype, groups, scale):
+@pytest.mark.parametrize("pre", [False, True])
+def test_expert_selection_is_megatrons_topk_then_softmax(dtype, groups, scale, pre):
     mu = _megatron()
     from topl.launcher.align import ops
 
     logits = _logits(dtype=dtype)
     ng, gk = groups or (None, None)
-    w, ids = ops.select_experts(logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale)
+    w, ids = ops.select_experts(
+        logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale, pre_softmax=pre
+    )
     probs, routing_map = mu.topk_routing_with_score_function(
-        logits, 4, num_groups=ng, group_topk=gk, scaling_factor=scale, score_function="softmax"
+        logits, 4, pre, ng, gk, scaling_factor=scale, score_function="softmax"
     )
     mine = torch.zeros_like(logits).scatter(1, ids, w)
     assert torch.equal(mine, probs)
@@ -270,6 +273,9 @@ def test_a_function_imported_by_name_elsewhere_is_rebound(monkeypatch):
         ("0.23.0.post1", None, "combine_metadata"),
         ("0.30.0rc2", "comm_alltoall", None),
         ("0.30.0rc2", None, "draft_moe_quant_type"),
+        ("0.30.0rc2", "moe_mlp", None),
+        ("0.30.0rc2", None, "indices_type"),
+        ("0.30.0rc2", None, "banned_token_ids"),
     ],
 )
 def test_a_missing_or_changed_target_patches_nothing(monkeypatch, version, drop, rename):
@@ -299,9 +305,8 @@ def test_every_target_is_a_cited_fact_in_its_release():
     for version, ts in targets.TARGETS.items():
         for t in ts:
             f = facts.fact(t.fact)
-            pkg = "vllm" if t.module.startswith("vllm.") else "vllm-ascend"
+            pkg, want = _package_of(t, version)
             cited = {(e.package, e.version) for e in f.evidence if e.present}
-            want = version if pkg == "vllm-ascend" else _vllm_of(version)
             assert (pkg, want) in cited, (t, want)
     for version, gone in targets.NOT_PROVIDED.items():
         for alignment in gone:
@@ -309,18 +314,26 @@ def test_every_target_is_a_cited_fact_in_its_release():
             assert any(e.version == version and not e.present for e in f.evidence)
 
 
-def _vllm_of(vllm_ascend):
+def _vllm_of(vllm_ascend, key="vllm"):
     from topl.launcher.facts.stacks import profiles
 
     for p in profiles().values():
         if str(p["versions"]["vllm_ascend"]) == vllm_ascend:
-            return str(p["versions"]["vllm"])
+            return str(p["versions"][key])
     raise AssertionError(vllm_ascend)
+
+
+def _package_of(t, vllm_ascend):
+    """(PyPI name, version) a target lives in, on the profile of that vllm-ascend."""
+    top = t.module.split(".")[0]
+    if top == "vllm_ascend":
+        return "vllm-ascend", vllm_ascend
+    return top, _vllm_of(vllm_ascend, top)
 
 
 def test_missing_names_what_topl_leaves_unaligned():
     assert targets.missing("0.23.0.post1") == {}
-    assert set(targets.missing("0.30.0rc2")) == {"moe_mlp", "expert_select"}
+    assert targets.missing("0.30.0rc2") == {}
     assert set(targets.missing("0.18.0")) == set(targets.ALIGNMENTS)
 
 
@@ -345,8 +358,7 @@ def test_targets_match_each_release_by_ast():
     want = []
     for version, ts in targets.TARGETS.items():
         for t in ts:
-            vllm = t.module.startswith("vllm.")
-            pkg, ver = ("vllm", _vllm_of(version)) if vllm else ("vllm-ascend", version)
+            pkg, ver = _package_of(t, version)
             want.append((t, Evidence(pkg, ver, t.module.replace(".", "/") + ".py", "")))
     texts, skipped = read_all([e for _, e in want])
     if skipped:

@@ -119,6 +119,10 @@ CASES = {
     ),
     "TOP-ENG-005": (B + ["train.pp=5"], B + ["train.pp=4"]),
     "TOP-ENG-006": (B + ["train.ep=4"], B + ["train.ep=2"]),
+    "TOP-ENG-008": (
+        B + ["cluster.versions.verl=0.9.1"],
+        B + ["cluster.versions.verl=0.9.1", "rollout.max_num_batched_tokens=40960"],
+    ),
     "TOP-ENG-007": (
         B + ["alignment=mitigated", "alignment.rollout_correction.rollout_rs_threshold=null"],
         B + ["alignment=mitigated"],
@@ -207,3 +211,11 @@ def test_rules_have_docs_and_unique_ids():
     assert len({r.id for r in RULES}) == len(RULES)
     for r in RULES:
         assert r.why and r.title and r.fix and r.keys, r.id
+
+
+@pytest.mark.parametrize("verl,fires", [("0.8.0", False), ("0.9.0", False), ("0.9.1", True)])
+def test_unchunked_token_budget_warns_where_verl_raises_it(compose, verl, fires):
+    """verl 0.9.1 raises max_num_batched_tokens to max_model_len without chunked prefill; 0.9.0 and
+    0.8.0 pass the value on (the fact's range edge)."""
+    assert ("TOP-ENG-008" in ids(compose, B + [f"cluster.versions.verl={verl}"])) == fires
+    assert "TOP-ENG-008" not in ids(compose, [])  # the local backend runs the value as set

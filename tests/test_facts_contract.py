@@ -87,12 +87,23 @@ def test_seed_patch_module_on_another_vllm_ascend_rejected(compose):
     assert severities(compose, "stack=release").get("TOP-STACK-005") is None
 
 
-def test_alignments_nothing_provides_are_errors(compose):
-    """0.30.0rc2 has no target for the MoE MLP and expert selection (topl.launcher.align):
-    a MoE model is refused there, a dense one is not; the seed's 0.18.0 without its module
-    has nothing aligned at all."""
-    moe = severities(compose, "stack=prerelease", "model=tiny_moe")
-    assert moe.get("TOP-STACK-005") == "error"
+def test_alignments_nothing_provides_are_errors(compose, monkeypatch):
+    """topl's alignment module covers both stock stacks (topl.launcher.align.targets), MoE
+    included; an alignment it lacks on the declared version is an error for a MoE model only
+    when it is a MoE one, and named; the seed's 0.18.0 without its module has nothing aligned."""
+    from topl.launcher.align import targets
+
+    for stack in ("stack=release", "stack=prerelease"):
+        assert severities(compose, stack, "model=tiny_moe").get("TOP-STACK-005") is None
+    pre = dict(targets.TARGETS)
+    pre["0.30.0rc2"] = tuple(t for t in pre["0.30.0rc2"] if t.alignment != "expert_select")
+    monkeypatch.setattr(targets, "TARGETS", pre)
+    got = [
+        v
+        for v in check(compose([*STRICT, "stack=prerelease", "model=tiny_moe"]))
+        if v.rule == "TOP-STACK-005"
+    ]
+    assert [v.severity for v in got] == ["error"] and "expert_select" in got[0].message
     assert severities(compose, "stack=prerelease", "model=qwen3_8b").get("TOP-STACK-005") is None
     bare = severities(compose, "stack=seed", "cluster.external_modules=null")
     assert bare.get("TOP-STACK-005") == "error"

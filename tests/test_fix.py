@@ -117,12 +117,9 @@ def test_shipped_strict_recipes_on_the_stock_stacks_are_fixed_and_run(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ovs = [recipe, f"stack={stack}"]
     fix = find_fix(ovs)
-    if stack == "prerelease" and "30b_a3b" in recipe:
-        # 0.30.0rc2's MoE MLP and router have no replacement in topl's alignment module yet:
-        # nothing a fix may change provides them (docs/stacks.md)
-        assert not fix.found and "TOP-STACK-005" in fix.blocking
-        return
+    # the MoE ones on 0.30.0rc2 too: topl's alignment module replaces its MoE MLP and routers
     assert fix.found, fix.blocking
+    assert "TOP-STACK-005" not in {r for c in fix.changes for r in c.clears}
     fixed = ovs + [c.override for c in fix.changes]
     assert accepted(fixed), fix.to_dict()
     assert accepted_runs([fixed], tmp_path) == 1

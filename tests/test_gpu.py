@@ -70,7 +70,7 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
         range(len(q_seq))
     )  # decode: every row is a sequence of its own (its request's pages)
     dtable = table[torch.tensor(q_seq, device="cuda")]
-    for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False)):
+    for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False, True)):
         kw = {"q_tokens": r // 8, "warps": warps, "stages": stages, "tma": tma}
         for split in (False, True):
             got = {
@@ -84,6 +84,18 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{path} rows={r} warps={warps} stages={stages} split={split} tma={tma}: "
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
+    # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
+    # program, with every layout of the in-order fold (heads, channels, tiles per load per program)
+    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    for tma, tpp, fold in itertools.product((None, False, True), (None, 1, 3), folds):
+        out = attention(
+            q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,
+            tiles_per_prog=tpp, combine=fold,
+        )  # fmt: skip
+        bad = (out != ref).any(-1).any(-1)
+        assert not bad.any(), (
+            f"split decode tma={tma} tiles/program={tpp} fold={fold}: {int(bad.sum())}"
+        )
 
 
 def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits():
@@ -166,7 +178,7 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
     x = torch.randn(8192, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     ref = bi_matmul(x[:1], w)
-    for m in (16, 128, 1024, 8192):
+    for m in (16, 64, 65, 128, 256, 1024, 8192):
         assert torch.equal(bi_matmul(x[:m], w)[:1], ref), m
     torch.testing.assert_close(ref.float(), (x[:1] @ w.t()).float(), atol=5e-2, rtol=2e-2)
 
@@ -175,12 +187,13 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
     TMA-fed or pointer-fed, on the same rows, every element compared."""
-    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, TMA_PLANS, bi_matmul
+    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS, bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     plans = [(kind == "tma", p) for _, kind, p in PLANS] + [(True, p) for _, p in TMA_PLANS]
+    plans += [(False, (64, bn, 128, 4, 4)) for bn in SMALL_BN]
     ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
     for tma, p in plans:
         assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)

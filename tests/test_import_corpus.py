@@ -50,6 +50,57 @@ ENV = {
     "gspo_trainer__run_qwen3_32b_gspo_npu.sh": {"sp_size": "4"},
     "gspo_trainer__test_gspo_qwen30b_a3b_ep.sh": {"HDFS_ROOT": "/hdfs", "DATA_ROOT": "/data"},
 }
+MEGATRON_CONFIG = {"algorithm.config_name": "ppo_megatron_trainer"}
+# the trainer config each script's launch loads, where topl's group would load another: the
+# report prints it for the command line (a recipe may not choose what runs)
+CMDLINE = {
+    "ppo_trainer__run_qwen1.5_moe_a2.7b-gsm8k_megatron.sh": MEGATRON_CONFIG,
+    "grpo_trainer__run_qwen3moe-30b_megatron_96gb.sh": MEGATRON_CONFIG,
+    "gspo_trainer__test_gspo_qwen30b_a3b_ep.sh": MEGATRON_CONFIG,  # written `...trainer.yaml`
+    "dapo__test_dapo_gptoss_20b_megatron.sh": MEGATRON_CONFIG,
+    # no --config-name: recipe.dapo.main_dapo's own default (verl v0.7.0)
+    "dapo__run_dapo_qwen2.5_32b.sh": {"algorithm.config_name": "dapo_trainer"},
+    "dapo__run_dapo_qwen2.5_7b_npu.sh": {"algorithm.config_name": "dapo_trainer"},
+}
+# variables a value reads that the script never sets (HOME aside): (name, key, line) in the
+# report; the user exports them before launching (LAUNCH_ENV, bash gets the same)
+UNSET = {
+    "grpo_trainer__run_gptoss_20b.sh": {
+        ("gsm8k_train_path", "data.train_files", 39),
+        ("gsm8k_test_path", "data.val_files", 40),
+    },
+    "grpo_trainer__run_qwen3moe-30b_megatron_96gb.sh": {("aime24_test_path", "data.val_files", 97)},
+}
+LAUNCH_ENV = {
+    "grpo_trainer__run_gptoss_20b.sh": {
+        "gsm8k_train_path": "/data/gsm8k/train.parquet",
+        "gsm8k_test_path": "/data/gsm8k/test.parquet",
+    },
+    "grpo_trainer__run_qwen3moe-30b_megatron_96gb.sh": {"aime24_test_path": "/data/aime24.parquet"},
+}
+# keys no verl whose schema topl ships (0.8.0, 0.9.0, 0.9.1) has: the scripts target verl main
+# (0.8.0.dev) and v0.7.0's DAPO recipe. Named in the report, kept, refused by the contract.
+_CRITIC = {f"critic.model.fsdp_config.{k}_offload" for k in ("param", "optimizer")}
+_MP = "actor_rollout_ref.actor.fsdp_config.mixed_precision."
+_OVERLONG = {f"reward_model.overlong_buffer.{k}" for k in ("enable", "len", "penalty_factor")}
+REFUSED = {
+    "ppo_trainer__run_qwen3-8b_npu.sh": _CRITIC,
+    "ppo_trainer__run_deepseek7b_llm.sh": _CRITIC | {"trainer.use_legacy_worker_impl"},
+    "grpo_trainer__run_qwen3-32b_npu.sh": {
+        f"{_MP}{k}_dtype" for k in ("param", "reduce", "buffer")
+    },
+    "dapo__run_dapo_qwen2.5_32b.sh": _OVERLONG,
+    "dapo__run_dapo_qwen2.5_7b_npu.sh": _OVERLONG,
+}
+# grad_offload on verl 0.9.1: said by param_offload (render_version.GRAD_IN_PARAM)
+RESPELLED = {
+    n: {"actor_rollout_ref.actor.megatron.grad_offload"}
+    for n in (
+        "grpo_trainer__run_qwen3moe-30b_megatron_96gb.sh",
+        "gspo_trainer__test_gspo_qwen30b_a3b_ep.sh",
+        "dapo__test_dapo_gptoss_20b_megatron.sh",
+    )
+}
 STUB = """#!/bin/bash
 # records one launch: argv (NUL-separated) and the exported environment; runs nothing
 n=$(ls "$REC" | wc -l)
@@ -105,13 +156,6 @@ def _trainer_argv(launches, entry):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed (its defaults)")
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.xfail(
-    strict=False,
-    reason="since issue 27's version-aware render and issue 28's allowlist landed (same stop), "
-    "some corpus imports no longer round-trip or render: grad_offload renders as 0.9.1's "
-    "param_offload, algorithm.config_name is command-line only, keys no released verl has, "
-    "unset $vars refused; the importer must learn these (issue 30 stays open)",
-)
 def test_corpus_import(name, tmp_path, monkeypatch):
     entry, line, group = EXPECT[name]
     text = (CORPUS / name).read_text()
@@ -140,25 +184,63 @@ def test_corpus_import(name, tmp_path, monkeypatch):
 
     path = tmp_path / "imported.yaml"
     path.write_text(recipe_text(imp, name))
-    # The corpus is verl's own examples at 0.8.0.dev / 0.7.0 (README). Since the per-release
-    # schemas (issue 27) and the recipe allowlist (issue 28) landed after this corpus test was
-    # written, 7 of the 14 imports no longer render: keys no released verl has (critic
-    # fsdp_config offload, fsdp mixed_precision, use_legacy_worker_impl), `algorithm.config_name`
-    # written into a recipe (now command-line only), unresolved `$gsm8k_*` paths (now refused).
-    # Each is a real refusal with one message; the importer must learn to report them (open).
-    monkeypatch.setenv("HOME", "$HOME")  # as bash ran the script (line 81): $HOME expands alike
+    # the script's trainer config goes onto the command the report prints, never the recipe
+    assert "config_name" not in str(imp.recipe.get("algorithm", {}))
+    assert imp.command_line == CMDLINE.get(name, {}), imp.command_line
+    # variables the script reads but never sets: named, with the key and line that use them
+    unset = {
+        (r["variable"], r["key"], r["line"])
+        for r in imp.report
+        if r.get("variable") not in (None, "HOME")
+    }
+    assert unset == UNSET.get(name, set()), unset
+    # the verl the recipe declares, and what it cannot take, named (none dropped, none rewritten)
+    stack = [r["detail"] for r in imp.report if r["kind"] == "declared stack"]
+    assert len(stack) == 1 and stack[0].startswith("release: verl 0.9.1"), stack
+    unknown = {r["key"] for r in imp.report if r["kind"] == "unknown to verl"}
+    refused = REFUSED.get(name, set())
+    assert unknown == refused, unknown
+    assert set(imp.respelled) == RESPELLED.get(name, set()), imp.respelled
+    spec = compose_job([f"recipe={path}", *imp.command_args()]).to_object()
+    # as bash ran the script (line 81): $HOME expands alike; the variables the report names are
+    # exported by the user before launching (bash gets the same values below)
+    environ = {**os.environ, "HOME": "$HOME", **LAUNCH_ENV.get(name, {})}
     try:
-        inv = render(compose_job([f"recipe={path}"]).to_object())
-    except ToplError as e:
-        pytest.xfail(f"the import does not render on verl 0.9.1 yet: {e.message[:200]}")
-    got = {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
-    assert inv.entrypoint == entry
+        inv = render(spec, environ)
+        assert not refused, refused
+        pairs = [o.split("=", 1) for o in inv.overrides]
+        entrypoint, env = inv.entrypoint, inv.env
+    except ToplError as e:  # keys no verl topl ships has: refused by the renderer, by name
+        assert refused and all(k in e.message for k in refused), e.message
+        assert {k.lstrip("+") for k in spec.verl_overrides} >= refused  # kept, as written
+        from topl.launcher.render import argv_env, env_vars, fmt, overrides
+        from topl.launcher.render_version import expand
+
+        everything = overrides(spec) + [(f"{FORWARD}{k}", v) for k, v in argv_env(spec).items()]
+        pairs = [(k, fmt(expand(v, environ))) for k, v in everything]
+        entrypoint, env = spec.algorithm.entrypoint, env_vars(spec)
+    if refused:
+        from topl.launcher.cli.recipes import _verdict
+
+        ok, verdict, ids = _verdict(path, imp.command_args())
+        assert not ok and "TOP-VERL-001" in ids, verdict
+    got = {k.lstrip("+"): v for k, v in pairs}
+    # a key the declared verl spells through another (grad_offload on 0.9.1): that one carries
+    # the script's value
+    for k, carrier in imp.respelled.items():
+        assert carrier is None or same(parser_value(carrier, got[carrier]), s.overrides[k].value), (
+            name,
+            k,
+        )
+
+    assert entrypoint == entry
     # the model is the script's
     parser = OverridesParser.create()
     assert parser.parse_override(f"{MODEL}={got[MODEL]}").value() == s.overrides[MODEL].value
 
     # every setting bash passes is rendered with its value, or named in the report
-    argv, penv = _trainer_argv(bash_launches(CORPUS / name, tmp_path, given), entry)
+    launched = bash_launches(CORPUS / name, tmp_path, {**given, **LAUNCH_ENV.get(name, {})})
+    argv, penv = _trainer_argv(launched, entry)
     reported = {r["key"] for r in imp.report} | {r["key"] for r in imp.round_trip}
     for arg in argv:
         if arg.startswith("--config") or "=" not in arg:
@@ -186,7 +268,7 @@ def test_corpus_import(name, tmp_path, monkeypatch):
             continue
         if key.startswith(FORWARD):  # the script's own environment, forwarded to Ray workers
             var = key[len(FORWARD) :]
-            assert f"env {var}" in adds or inv.env[var] == s.env[var].text, (name, var)
+            assert f"env {var}" in adds or env[var] == s.env[var].text, (name, var)
             continue
         mine = parser.parse_override(f"{key}={value}").value()
         want = OmegaConf.select(verl, key, default="<absent>", throw_on_missing=False)
@@ -199,14 +281,20 @@ def test_corpus_import(name, tmp_path, monkeypatch):
         assert same(mine, want), (name, key, mine, want)
     # the script's environment reaches the launch as bash exports it
     script_env = {
-        k: v for k, v in penv.items() if k not in ("PATH", "HOME", "REC", "PWD", "BASH_ENV", *given)
+        k: v
+        for k, v in penv.items()
+        if k not in ("PATH", "HOME", "REC", "PWD", "BASH_ENV", *given, *LAUNCH_ENV.get(name, {}))
     }
     for k, v in script_env.items():
         if k in ("SHLVL", "_", "OLDPWD") or "$(" in v:
             continue
-        assert inv.env.get(k) == v or k in s.secrets or k in s.dropped_env, (name, k)
+        assert env.get(k) == v or k in s.secrets or k in s.dropped_env, (name, k)
         if k in s.dropped_env:  # named in the report, not written
-            assert any(k in str(r["detail"]) for r in imp.report) and k not in inv.env
+            assert any(k in str(r["detail"]) for r in imp.report) and k not in env
+
+
+def parser_value(key, text):
+    return OverridesParser.create().parse_override(f"{key}={text}").value()
 
 
 MODEL = "actor_rollout_ref.model.path"

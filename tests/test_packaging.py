@@ -72,6 +72,8 @@ def test_wheel_carries_configs_recipes_plugin_and_every_package(wheel):
         for f in (ROOT / folder).rglob("*.yaml"):
             assert f"{package}/{f.relative_to(ROOT / folder)}" in names, f
     assert "hydra_plugins/topl_sweeper/topl_sweeper.py" in names
+    # PEP 561 markers: mypy ([tool.mypy], .ci/run) reads the installed topl only with them
+    assert {"topl/launcher/py.typed", "topl/kernels/py.typed"} <= names
     for top in ("launcher", "kernels"):  # a new subpackage must be listed in pyproject's packages
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.relative_to(ROOT).as_posix()

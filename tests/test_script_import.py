@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import run_topl, verl_config_dir
+from helpers import run_topl
 
 from topl.launcher.bash_resolve import resolve
 from topl.launcher.compose import compose_job
@@ -76,8 +76,6 @@ def test_the_reader_agrees_with_bash(script, env, args, tmp_path):
 @pytest.mark.parametrize("script,env,args", CASES, ids=IDS)
 def test_import_round_trips(script, env, args, tmp_path):
     """render(import(script)) holds every override of the script (modulo `+`) and its env."""
-    if script == "grpo_arrays.sh":
-        pytest.xfail("seed-only per_request_seed on the default release stack (issue 30 open)")
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     s = read_script((SCRIPTS / script).read_text(), env, args)
@@ -140,12 +138,6 @@ def test_conditionals_follow_the_switch():
         read_script((SCRIPTS / "fsdp_inline.sh").read_text(), {"ENGINE": "megatron"})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="merged with issue 27's per-release render and issue 28's allowlist in the same stop: "
-    "seed-only keys (per_request_seed) on the default release stack, the stack default and the "
-    "CLI exit code changed under it; the importer must follow (issue 30 stays open)",
-)
 def test_imported_fields_land_on_the_spec():
     imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
     r = imp.recipe
@@ -168,11 +160,18 @@ def test_unmapped_keys_are_reported_with_their_lines():
     assert imp.defaults["algorithm"] == "dapo"
 
 
-@pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
-def test_keys_the_installed_verl_lacks_are_named():
-    imp = build_recipe(read_script((SCRIPTS / "grpo_arrays.sh").read_text()))
-    unknown = {(r["line"], r["key"]) for r in imp.report if r["kind"] == "unknown to verl"}
-    assert unknown == {(46, "actor_rollout_ref.rollout.per_request_seed")}
+def test_keys_the_declared_verl_lacks_are_named():
+    """Checked against the verl the recipe declares: the seed's patched verl 0.8.0 (the script
+    loads its module) has per_request_seed; on verl 0.9.1 (stack=release) it is named, with the
+    stack that has it."""
+    s = read_script((SCRIPTS / "grpo_arrays.sh").read_text())
+    seed = build_recipe(s)
+    assert not [r for r in seed.report if r["kind"] == "unknown to verl"]
+    release = build_recipe(s, {"stack": "release"})
+    unknown = {(r["line"], r["key"]): r for r in release.report if r["kind"] == "unknown to verl"}
+    assert set(unknown) == {(46, "actor_rollout_ref.rollout.per_request_seed")}
+    why = unknown[46, "actor_rollout_ref.rollout.per_request_seed"]["detail"]
+    assert why.startswith("verl 0.9.1 (ppo_trainer) has no") and "stack=seed" in why
 
 
 def test_the_script_is_never_run(tmp_path):
@@ -183,12 +182,6 @@ def test_the_script_is_never_run(tmp_path):
     assert any("command substitution" in msg for _, msg in s.notes)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="merged with issue 27's per-release render and issue 28's allowlist in the same stop: "
-    "seed-only keys (per_request_seed) on the default release stack, the stack default and the "
-    "CLI exit code changed under it; the importer must follow (issue 30 stays open)",
-)
 def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
     out = tmp_path / "mine.yaml"
     r = run_topl(

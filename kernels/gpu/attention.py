@@ -37,23 +37,27 @@ INF = float("inf")
 
 def blocks_for(q_seq, q_tokens: int = 16):
     """Program descriptors (seq, first row, rows): runs of up to q_tokens consecutive queries of the
-    same sequence."""
+    same sequence, the runs with the most keys first (a causal run's keys grow with its position:
+    launching the long ones first leaves short ones for the tail; B1 S8192 prefill 1.32 -> 1.25 ms
+    on an H200). The order is the launch order only: no program's bits depend on it."""
     q_seq = q_seq.tolist() if torch.is_tensor(q_seq) else q_seq
     if q_seq and q_seq.count(q_seq[0]) == len(q_seq):  # one sequence (the engines' training call)
-        firsts = range(0, len(q_seq), q_tokens)
+        firsts = range(0, len(q_seq), q_tokens)[::-1]
         return (
             [q_seq[0]] * len(firsts),
             list(firsts),
             [min(q_tokens, len(q_seq) - a) for a in firsts],
         )
-    bseq, bq0, bnq = [], [], []
+    runs = []  # (last position in its sequence, seq, first row, rows)
     i = 0
     for s, run in itertools.groupby(q_seq):
         n = len(list(run))
-        for a in range(0, n, q_tokens):
-            bseq.append(s), bq0.append(i + a), bnq.append(min(q_tokens, n - a))
+        runs += [
+            (min(a + q_tokens, n), s, i + a, min(q_tokens, n - a)) for a in range(0, n, q_tokens)
+        ]
         i += n
-    return bseq, bq0, bnq
+    runs.sort(key=lambda r: -r[0])  # stable: equal lengths keep their order
+    return [r[1] for r in runs], [r[2] for r in runs], [r[3] for r in runs]
 
 
 def launch_config(
@@ -104,14 +108,17 @@ def attention(
     check: bool = True,
     tma: bool | None = None,
     whole: bool = True,
+    combine: tuple[int, int, int] | None = None,
+    graph: bool = False,
 ) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
     with `block_table` [S, max_pages] (prefill, decode).
 
     split: None picks split-KV when few programs would walk the tiles (small decode batches); the
-    result has the same bits either way, and so do `tma` (None: K/V tiles seen whole by every row
-    load through the tensor-memory engine on Hopper) and `whole` (False: every tile takes the
+    result has the same bits either way, and so do `tma` (None: on Hopper, K/V tiles seen whole by
+    every row load through the tensor-memory engine in big calls and in calls captured into a CUDA
+    graph, `graph=True`) and `whole` (False: every tile takes the
     masked path, the kernel before whole tiles were split off). `check=False` allows launch
     settings outside CONFIGS (to show that they change the bits)."""
     tq, h, dim = q.shape
@@ -141,8 +148,20 @@ def attention(
         if split:
             max_pos = int(pos.max()) if max_pos is None else max_pos
             split = tq * h * (max_pos // tile + 1) * dim * 4 <= 1 << 28
-    if split:  # per-tile programs gain nothing from deep prefetch; 3 stages overflow shared memory
-        ns = min(ns, 2)
+    if tma is None:
+        # over 128 rows the Q tile leaves no room for the tensor-memory buffers; the descriptors
+        # cost ~70 us of launch on the host, so eager small calls (launch-bound) keep pointer loads,
+        # while a call captured into a CUDA graph (`graph=True`: how decode engines run) pays that
+        # once (asking torch whether the stream is capturing costs ~22 us a call on the H200 host)
+        big = graph or (
+            tq >= 2048 if max_pos is None else n_blk * kvh * (max_pos // tile + 1) >= 32 * _sms(dev)
+        )
+        tma = (
+            big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
+        )
+    if split:  # a few tiles per program: tensor-memory loads need no prefetch buffers (H200: B4
+        # ctx4096 decode tile states 17.8 -> 12.9 us); pointer loads keep 2 (3 overflow shared memory)
+        ns = min(stages, 2) if stages else (1 if tma else 2)
     scale = (1.0 / math.sqrt(dim)) * 1.4426950408889634
     kw = {"G": group, "QT": qt, "BLOCK_N": tile, "D": dim}
     if not split:
@@ -150,20 +169,12 @@ def attention(
         grid, tpp = (n_blk, kvh), 0
     else:
         tiles = (int(pos.max()) if max_pos is None else max_pos) // tile + 1
-        tpp = tiles_per_prog or max(1, n_blk * kvh * tiles // (4 * _sms(dev)))
+        # about two programs per SM (H200 decode: fewer, longer programs beat one tile each)
+        tpp = tiles_per_prog or -(-n_blk * kvh * tiles // (2 * _sms(dev)))
         wm = torch.empty(tq, h, tiles, device=dev, dtype=torch.float32)
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)
         grid = (n_blk, kvh, triton.cdiv(tiles, tpp))
-    if tma is None:
-        # over 128 rows the Q tile leaves no room for the tensor-memory buffers; the descriptors
-        # cost ~70 us of launch on an H200, so small calls (launch-bound) keep pointer loads
-        big = (
-            tq >= 2048 if max_pos is None else n_blk * kvh * (max_pos // tile + 1) >= 32 * _sms(dev)
-        )
-        tma = (
-            big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
-        )
     kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
     _attn[grid](
         q,
@@ -202,9 +213,12 @@ def attention(
         **kw,
     )
     if split:
-        # one program per (token, KV head), all channels, 8 tiles per load (faster on an H200 than
-        # 32-channel programs x 16 tiles); neither choice changes a bit
-        _combine[(tq, kvh, 1)](
+        # long rows: a program per (token, head), 32 tiles' loads ahead of the fold; short rows: the
+        # G heads of a KV head in one program, 8 tiles (H200: B1 ctx16384 43 -> 40 us, B1 ctx1024 9.4
+        # vs 11.1 us); neither choice changes a bit
+        long = tiles >= 32 and tq * kvh < _sms(dev)
+        gh, dc, u = combine or ((1, dim, 32) if long else (group, dim, 8))
+        _combine[(tq, h // gh, dim // dc)](
             o,
             pos,
             wm,
@@ -214,18 +228,18 @@ def attention(
             o.stride(1),
             wm.stride(0),
             wm.stride(1),
-            G=group,
+            GH=gh,
             BLOCK_N=tile,
             D=dim,
-            DC=dim,
-            U=8,
+            DC=dc,
+            U=u,
             num_warps=4,
         )
     return o
 
 
 def paged_step(
-    q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[int], tile: int
+    q, cache_k, cache_v, tables: list[list[int]], spans, pos: list[int], tile: int, graph=False
 ) -> torch.Tensor:
     """A continuous-batching step in one call: item i owns rows spans[i] of q (a prefill chunk or
     one decode row) at positions pos[a:b], and pages tables[i] of the cache [pages, tile, KVH, D]."""
@@ -244,4 +258,5 @@ def paged_step(
         tile=tile,
         q_tokens=max(1, 64 // group) if decode else None,
         max_pos=max(pos),
+        graph=graph,
     )

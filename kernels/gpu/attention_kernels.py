@@ -246,38 +246,32 @@ def _combine(
     soh,
     swt,
     swh,
-    G: tl.constexpr,
+    GH: tl.constexpr,
     BLOCK_N: tl.constexpr,
     D: tl.constexpr,
     DC: tl.constexpr,
     U: tl.constexpr,
 ):
-    """Fold one query token's stored tile states (G heads, DC of the D channels) in tile order,
-    with `_fold`: the training loop replayed. U tiles are loaded at once (independent loads
-    overlap), then folded one by one; picking tile u out of the U loaded is exact (a max, or a sum
-    with zeros). Channels are independent in the fold: splitting them changes no bits."""
-    tok, kvh = tl.program_id(0), tl.program_id(1)
-    g = tl.arange(0, G)
-    u = tl.arange(0, U)
+    """Fold one query token's stored tile states (GH heads, DC of the D channels) in tile order,
+    with `_fold`: the training loop replayed. The loop body is unrolled U times, so the U tiles'
+    loads are independent of the fold chain and issue ahead of it; a tile past the last loads as
+    (-inf, 0, 0), which `_fold` leaves exact (a = 1, b = 0). Heads and channels are independent in
+    the fold: splitting them over programs changes no bits."""
+    tok = tl.program_id(0)
+    h = tl.program_id(1) * GH + tl.arange(0, GH)
     d = tl.program_id(2) * DC + tl.arange(0, DC)
     n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
-    base = tok * swt + (kvh * G + g) * swh  # [G]
-    m = tl.full([G], float("-inf"), tl.float32)
-    l = tl.zeros([G], tl.float32)
-    acc = tl.zeros([G, DC], tl.float32)
+    base = tok * swt + h * swh  # [GH]
+    m = tl.full([GH], float("-inf"), tl.float32)
+    l = tl.zeros([GH], tl.float32)
+    acc = tl.zeros([GH, DC], tl.float32)
     for j0 in range(0, n_tiles, U):
-        live = (j0 + u < n_tiles)[None, :]  # [1, U]
-        idx = base[:, None] + j0 + u[None, :]  # [G, U]
-        ms = tl.load(WM + idx, mask=live, other=float("-inf"))
-        ls = tl.load(WL + idx, mask=live, other=0.0)
-        accs = tl.load(
-            WA + idx[:, :, None] * D + d[None, None, :], mask=live[:, :, None], other=0.0
-        )
         for k in tl.static_range(U):
-            pick = (u == k)[None, :]
-            mt = tl.max(tl.where(pick, ms, float("-inf")), 1)
-            lt = tl.sum(tl.where(pick, ls, 0.0), 1)
-            acct = tl.sum(tl.where(pick[:, :, None], accs, 0.0), 1)
+            live = j0 + k < n_tiles
+            idx = base + j0 + k
+            mt = tl.load(WM + idx, mask=live, other=float("-inf"))
+            lt = tl.load(WL + idx, mask=live, other=0.0)
+            acct = tl.load(WA + idx[:, None] * D + d[None, :], mask=live, other=0.0)
             m, l, acc = _fold(m, l, acc, mt, lt, acct)
     out = acc / l[:, None]
-    tl.store(O + tok * sot + (kvh * G + g)[:, None] * soh + d[None, :], out.to(O.dtype.element_ty))
+    tl.store(O + tok * sot + h[:, None] * soh + d[None, :], out.to(O.dtype.element_ty))

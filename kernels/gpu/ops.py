@@ -24,11 +24,17 @@ MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8
 # H200; tests/test_gpu.py checks every plan against every other, bit for bit). So the plan may
 # follow M for speed. Below M = 2048 the TMA launch (host-built descriptors, ~60 us) costs more
 # than it saves.
+SMALL_M = 256
 PLANS = (
-    (256, "ptr", (64, 64, 128, 4, 4)),
+    (SMALL_M, "ptr", (64, 64, 128, 4, 4)),  # BN by the grid below
     (2048, "ptr", (128, 128, 64, 8, 3)),
     (1 << 62, "tma", (128, 256, 64, 8, 3)),
 )
+# Up to M = 256 the projections are bound by reading W, and the grid decides the speed: the widest
+# BN (of SMALL_BN, BM = 64, BK = 128) that still gives at least SMALL_GRID x SMs programs. Fitted on
+# an H200 over qkv_proj / o_proj / expert gate+up at M = 1 ... 128 (scripts/bench_gpu.py): BN 64 /
+# 32 / 32 at M <= 64, 128 / 32 / 32 at M = 128. Like every plan, no BN changes an element's additions.
+SMALL_BN, SMALL_GRID = (128, 64, 32), 0.55
 TMA_PLANS = (
     (2048, (128, 128, 64, 8, 4)),
     (1 << 62, (128, 256, 64, 8, 3)),
@@ -112,6 +118,13 @@ _SMS: dict = {}
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
+def _sms(device) -> int:
+    dev = device.index or 0
+    if dev not in _SMS:
+        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return _SMS[dev]
+
+
 def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
     if torch.cuda.get_device_capability(x.device)[0] < 9:
         return False
@@ -124,25 +137,36 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def bi_matmul(
-    x: torch.Tensor, w: torch.Tensor, plan: tuple | None = None, tma: bool | None = None
+    x: torch.Tensor,
+    w: torch.Tensor,
+    plan: tuple | None = None,
+    tma: bool | None = None,
+    graph: bool = False,
 ) -> torch.Tensor:
     """x [M, K] @ w [N, K].T: every output element the same in-order K reduction for any M.
 
     The plan for M from PLANS (`plan` / `tma` force one); the persistent TMA kernel needs Hopper or
-    later; elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG."""
+    later; elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG. `graph=True`:
+    the call is captured into a CUDA graph, so the descriptors' host cost is paid once and M above
+    SMALL_M takes the persistent TMA kernel too (H200, M = 1024: 1.15 / 0.92 / 1.15x cuBLAS on
+    qkv / o_proj / gate+up, against 1.40 / 1.24 / 1.43x pointer-fed)."""
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
     _, kind, auto = next(p for p in PLANS if m <= p[0])
+    if graph and m <= TMA_PLANS[0][0]:
+        kind, auto = "tma", TMA_PLANS[0][1]
+    if m <= SMALL_M:
+        need = SMALL_GRID * _sms(x.device)
+        bn = next((b for b in SMALL_BN if triton.cdiv(m, 64) * triton.cdiv(n, b) >= need), 32)
+        kind, auto = "ptr", (64, bn, 128, 4, 4)
     if "TOPL_MM_CONFIG" in os.environ or not _tma_ok(x, w):
         kind, auto = "ptr", MM_CONFIG
     if tma if tma is not None else kind == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         bm, bn, bk, warps, stages = plan or auto
-        dev = x.device.index or 0
-        sms = _SMS.setdefault(dev, torch.cuda.get_device_properties(dev).multi_processor_count)
-        grid = min(sms, triton.cdiv(m, bm) * triton.cdiv(n, bn))
+        grid = min(_sms(x.device), triton.cdiv(m, bm) * triton.cdiv(n, bn))
         _bi_matmul_tma[(grid,)](
             TensorDescriptor.from_tensor(x, [bm, bk]),
             TensorDescriptor.from_tensor(w, [bn, bk]),

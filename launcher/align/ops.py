@@ -5,6 +5,8 @@ own functions) run the same code. torch only; no torch_npu, no vllm.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -21,18 +23,22 @@ def select_experts(
     num_groups: int | None = None,
     group_topk: int | None = None,
     scaling_factor: float | None = None,
+    pre_softmax: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax routing after top-k, as Megatron's topk_routing_with_score_function with
-    score_function="softmax", use_pre_softmax=False (megatron-core@0.16.1:
-    megatron/core/transformer/moe/moe_utils.py): top-k of the logits (group-limited when
-    num_groups / group_topk are set), softmax over the k chosen logits in float32, cast back,
-    then scaled. Returns (weights [T, k], expert ids [T, k] int64)."""
+    """Softmax routing as Megatron's topk_routing_with_score_function with
+    score_function="softmax" (megatron-core@0.16.1:megatron/core/transformer/moe/moe_utils.py):
+    top-k of the logits (group-limited when num_groups / group_topk are set), softmax over the k
+    chosen logits in float32, cast back, then scaled. With `pre_softmax` (Megatron's
+    use_pre_softmax; vLLM's renormalize=False) the softmax over all experts comes first and the
+    top-k of it are the weights. Returns (weights [T, k], expert ids [T, k] int64)."""
     num_tokens, num_experts = router_logits.shape
+    scores = router_logits
+    if pre_softmax:
+        scores = torch.softmax(router_logits, dim=-1, dtype=torch.float32).type_as(router_logits)
     if group_topk:
+        assert num_groups, "group-limited routing (group_topk) needs num_groups"
         group_scores = (
-            router_logits.view(num_tokens, num_groups, -1)
-            .topk(top_k // group_topk, dim=-1)[0]
-            .sum(dim=-1)
+            scores.view(num_tokens, num_groups, -1).topk(top_k // group_topk, dim=-1)[0].sum(dim=-1)
         )
         group_idx = torch.topk(group_scores, k=group_topk, dim=-1, sorted=False)[1]
         group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
@@ -41,10 +47,13 @@ def select_experts(
             .expand(num_tokens, num_groups, num_experts // num_groups)
             .reshape(num_tokens, -1)
         )
-        scores, ids = torch.topk(router_logits.masked_fill(~mask.bool(), float("-inf")), top_k)
+        top, ids = torch.topk(scores.masked_fill(~mask.bool(), float("-inf")), top_k)
     else:
-        scores, ids = torch.topk(router_logits, k=top_k, dim=1)
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(router_logits)
+        top, ids = torch.topk(scores, k=top_k, dim=1)
+    if pre_softmax:
+        weights = top
+    else:
+        weights = torch.softmax(top, dim=-1, dtype=torch.float32).type_as(router_logits)
     if scaling_factor:
         weights = weights * scaling_factor
     return weights, ids
@@ -79,7 +88,9 @@ def permute_weights(topk_weights: torch.Tensor, row_of_entry: torch.Tensor) -> t
     return out
 
 
-def unpermute(permuted: torch.Tensor, order: torch.Tensor, restore_shape) -> torch.Tensor:
+def unpermute(
+    permuted: torch.Tensor, order: torch.Tensor, restore_shape: tuple[int, int]
+) -> torch.Tensor:
     """Megatron's unpermute without probs: scatter-add each permuted row back to its token."""
     _, hidden = restore_shape
     out = torch.zeros(restore_shape, dtype=permuted.dtype, device=permuted.device)
@@ -105,7 +116,12 @@ def pad_rows(x: torch.Tensor, tp: int) -> tuple[torch.Tensor, int]:
     return (F.pad(x, (0, 0, 0, pad)) if pad else x), pad
 
 
-def row_parallel_reduce(partial: torch.Tensor, tp: int, reduce_scatter, all_gather):
+def row_parallel_reduce(
+    partial: torch.Tensor,
+    tp: int,
+    reduce_scatter: Callable[[torch.Tensor], torch.Tensor],
+    all_gather: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     """The row-parallel output: pad rows, reduce-scatter (sum of ranks, this rank's chunk),
     all-gather the chunks, drop the padding. `reduce_scatter(x)` / `all_gather(x)` along dim 0."""
     padded, pad = pad_rows(partial, tp)

@@ -11,6 +11,7 @@ import importlib
 import inspect
 import sys
 from importlib import metadata
+from typing import Any
 
 from topl.launcher.align import ops
 from topl.launcher.align.targets import TARGETS, Target, version_key
@@ -20,10 +21,10 @@ class AlignError(RuntimeError):
     """A target is missing or changed in this process: nothing was patched."""
 
 
-def _lookup(t: Target):
+def _lookup(t: Target) -> tuple[Any, str, Any]:
     """(owner, name, current value) for a target; raises LookupError with what is missing."""
     try:
-        owner = importlib.import_module(t.module)
+        owner: Any = importlib.import_module(t.module)
     except Exception as e:  # noqa: BLE001 - any import failure means the target is not there
         raise LookupError(f"cannot import {t.module}: {type(e).__name__}: {e}") from None
     *path, name = t.attr.split(".")
@@ -36,7 +37,7 @@ def _lookup(t: Target):
     return owner, name, inspect.getattr_static(owner, name)
 
 
-def _params(value) -> tuple[str, ...]:
+def _params(value: Any) -> tuple[str, ...]:
     fn = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
     return tuple(inspect.signature(fn).parameters)
 
@@ -76,14 +77,14 @@ def apply(version: str | None = None) -> list[str]:
             " 0.23.0.post1, stack=prerelease: 0.30.0rc2); `topl check` names what is aligned"
         )
     for t, owner, name, original in found:
-        new = REPLACEMENTS[t.alignment](original)
+        new = REPLACEMENTS[t.impl or t.alignment](original)
         setattr(owner, name, staticmethod(new) if isinstance(original, staticmethod) else new)
         if "." not in t.attr:
             _rebind(original, new, name)
     return [f"{t.module}:{t.attr}" for t, *_ in found]
 
 
-def _rebind(original, new, name: str) -> None:
+def _rebind(original: Any, new: Any, name: str) -> None:
     """A module function is also held by modules that imported it by name before the patch
     (vllm_ascend/worker/model_runner_v1.py: `from vllm_ascend.ascend_forward_context import
     select_moe_comm_method`): rebind those too, or they keep calling the original."""
@@ -94,14 +95,14 @@ def _rebind(original, new, name: str) -> None:
                 setattr(mod, name, new)
 
 
-def _fn(original):
+def _fn(original: Any) -> Any:
     return original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
 
 
 # ---- replacements: each takes the original and returns the new callable
 
 
-def _silu_mul(original):
+def _silu_mul(original: Any) -> Any:
     def forward_oot(self, x):
         from vllm_ascend.utils import get_weight_prefetch_method
 
@@ -114,7 +115,7 @@ def _silu_mul(original):
     return forward_oot
 
 
-def _moe_mlp(original):
+def _moe_mlp(original: Any) -> Any:
     orig = _fn(original)
 
     def unquant_apply_mlp(hidden_states, w1, w2, group_list, w1_bias=None, w2_bias=None,
@@ -134,7 +135,7 @@ def _moe_mlp(original):
         if need_trans:
             w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)
 
-        def gmm(x, w, b):
+        def gmm(x: Any, w: Any, b: Any) -> Any:
             return torch_npu.npu_grouped_matmul(
                 x=[x],
                 weight=[w],
@@ -153,7 +154,7 @@ def _moe_mlp(original):
     return unquant_apply_mlp
 
 
-def _expert_select(original):
+def _expert_select(original: Any) -> Any:
     orig = _fn(original)
 
     def _select_experts_with_fusion_ops(hidden_states, router_logits, top_k, use_grouped_topk,
@@ -167,20 +168,114 @@ def _expert_select(original):
             return orig(hidden_states, router_logits, top_k, use_grouped_topk, renormalize,
                         e_score_correction_bias, topk_group, num_expert_group, scoring_func,
                         routed_scaling_factor, tid2eid, input_ids)  # fmt: skip
-        grouped = use_grouped_topk and topk_group is not None and num_expert_group is not None
-        weights, ids = ops.select_experts(
-            router_logits,
-            top_k,
-            num_groups=num_expert_group if grouped else None,
-            group_topk=topk_group if grouped else None,
-            scaling_factor=routed_scaling_factor if routed_scaling_factor != 1.0 else None,
-        )
+        weights, ids = _softmax_topk(router_logits, top_k, use_grouped_topk, renormalize,
+                                     topk_group, num_expert_group, routed_scaling_factor)  # fmt: skip
         return weights, ids.to(torch.int32)
 
     return _select_experts_with_fusion_ops
 
 
-def _dispatch(original):
+def _softmax_topk(
+    logits: Any,
+    top_k: int,
+    use_grouped: bool,
+    renormalize: bool,
+    topk_group: Any,
+    num_groups: Any,
+    scale: float,
+) -> Any:
+    grouped = use_grouped and topk_group is not None and num_groups is not None
+    return ops.select_experts(
+        logits,
+        top_k,
+        num_groups=num_groups if grouped else None,
+        group_topk=topk_group if grouped else None,
+        scaling_factor=scale if scale != 1.0 else None,
+        pre_softmax=not renormalize,  # softmax over all experts, no renormalisation
+    )
+
+
+def _router(original: Any) -> Any:
+    """0.30.0rc2's routers (AscendFusedTopKRouter / AscendGroupedTopKRouter._compute_routing):
+    the softmax top-k as Megatron computes it, in place of npu_moe_gating_top_k and of the
+    native softmax-then-top-k."""
+    orig = _fn(original)
+
+    def _compute_routing(self, hidden_states, router_logits, indices_type, *, input_ids=None):
+        import torch
+
+        if (
+            self.scoring_func != "softmax"
+            or self.e_score_correction_bias is not None
+            or getattr(self, "tid2eid", None) is not None
+            or getattr(self, "bias_vl", None) is not None
+        ):  # sigmoid / bias-corrected / hash routing: not the softmax top-k topl aligns
+            return orig(self, hidden_states, router_logits, indices_type, input_ids=input_ids)
+        weights, ids = _softmax_topk(router_logits, self.top_k, self.use_grouped_topk,
+                                     self.renormalize, self.topk_group, self.num_expert_group,
+                                     self.routed_scaling_factor)  # fmt: skip
+        return weights, ids.to(torch.int32 if indices_type is None else indices_type)
+
+    return _compute_routing
+
+
+def _moe_mlp_hooks(original: Any) -> Any:
+    """0.30.0rc2's apply_moe_mlp(mlp_compute_input, quant_method): for the unquantised method,
+    its own grouped matmuls (apply_gmm1 / apply_gmm2) around the plain SwiGLU, the routing
+    weights applied after it as Megatron's experts do, (act * probs).to(act dtype)."""
+    orig = _fn(original)
+
+    def apply_moe_mlp(mlp_compute_input, quant_method):
+        m = mlp_compute_input
+        name = getattr(m.activation, "value", m.activation)
+        if (
+            m.quant.is_quant
+            or m.lora_context is not None
+            or m.swiglu_limit
+            or name != "silu"
+            or quant_method.supports_fused_activation(m.activation)
+        ):  # quantised, LoRA, clamped or other activations: vllm-ascend's own path
+            return orig(m, quant_method)
+        import torch
+
+        act = ops.silu_mul(quant_method.apply_gmm1(m))
+        if m.topk_scales is not None:
+            act = (act * m.topk_scales).to(act.dtype)
+        before_gmm2 = torch.npu.current_stream().record_event()
+        return quant_method.apply_gmm2(m, act, None), before_gmm2
+
+    return apply_moe_mlp
+
+
+def _logits_vocab(original: Any) -> Any:
+    """verl's monkey_patch_compute_logits sets logits[..., len(tokenizer):] to -inf; Megatron's
+    log-prob sums over every row of the output layer, so the rollout's must too. The vision
+    placeholders verl also bans (multimodal models only) stay banned: sampling one takes the
+    job down (verl@0.9.1:verl/workers/rollout/utils.py:get_vision_placeholder_token_ids)."""
+
+    def monkey_patch_compute_logits(model, vocab_size, banned_token_ids=None):
+        if not banned_token_ids:
+            return  # vLLM's compute_logits as it is
+        from types import MethodType
+
+        import torch
+
+        inner = model.compute_logits
+        banned = torch.tensor(banned_token_ids, dtype=torch.long)
+
+        def compute_logits(self, *args, **kwargs):
+            nonlocal banned
+            logits = inner(*args, **kwargs)
+            if banned.device != logits.device:
+                banned = banned.to(logits.device)
+            return logits.index_fill_(-1, banned, float("-inf"))
+
+        model.compute_logits = MethodType(compute_logits, model)
+
+    return monkey_patch_compute_logits
+
+
+def _dispatch(original: Any) -> Any:
     def token_dispatch(self, token_dispatch_input):
         from vllm_ascend.ops.fused_moe import token_dispatcher as td
 
@@ -208,7 +303,7 @@ def _dispatch(original):
     return token_dispatch
 
 
-def _combine(original):
+def _combine(original: Any) -> Any:
     def _combine_postprocess(self, permutated_local_input_tokens, combine_metadata):
         k = combine_metadata.topk_weights.shape[-1]
         order = ops.order_from_permutation(
@@ -222,14 +317,14 @@ def _combine(original):
     return _combine_postprocess
 
 
-def _logprobs(original):
+def _logprobs(original: Any) -> Any:
     def compute_logprobs(logits):
         return ops.log_softmax(logits)
 
     return compute_logprobs
 
 
-def _row_parallel(original):
+def _row_parallel(original: Any) -> Any:
     def forward(self, input_):
         from vllm.distributed import (
             split_tensor_along_last_dim,
@@ -261,7 +356,7 @@ def _row_parallel(original):
     return forward
 
 
-def _comm_alltoall(original):
+def _comm_alltoall(original: Any) -> Any:
     def select_moe_comm_method(num_tokens, vllm_config, *args, **kwargs):
         from vllm_ascend.ascend_forward_context import MoECommType
 
@@ -279,4 +374,7 @@ REPLACEMENTS = {
     "logprobs": _logprobs,
     "row_parallel": _row_parallel,
     "comm_alltoall": _comm_alltoall,
+    "logits_vocab": _logits_vocab,
+    "moe_mlp_hooks": _moe_mlp_hooks,
+    "router": _router,
 }

@@ -7,14 +7,16 @@ and the parameter names the replacement was written for. The same target is a st
 in a new release fails `scripts/check_facts.py`; in a process whose installed vllm-ascend lacks
 a target or changed its parameters, `patches.resolve` refuses before anything is patched.
 
-The eight alignments are those the seed's module performs on vllm-ascend 0.18.0
-(psyloy/verl-ascend-recipe@6823af18:true_on_policy/patch/README.md §5,
-patch/npu_true_on_policy_patch.py:apply_batch_consistency_patches), a description of what to
+The nine alignments are those the seed's module performs on vllm-ascend 0.18.0 and verl 0.8.0
+(psyloy/verl-ascend-recipe@6823af18:true_on_policy/patch/README.md §5 lists eight;
+patch/npu_true_on_policy_patch.py:apply_batch_consistency_patches also replaces verl's
+monkey_patch_compute_logits), a description of what to
 align; the code here is topl's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 LOAD_MODULE = "topl.launcher.align.load"  # what the renderer adds to VERL_USE_EXTERNAL_MODULES
@@ -33,6 +35,8 @@ ALIGNMENTS = {
     "row_parallel": "RowParallelLinear reduces by reduce-scatter + all-gather of rows padded to a "
     "multiple of TP instead of all-reduce",
     "comm_alltoall": "the MoE communication method is always all-to-all",
+    "logits_vocab": "rollout logits keep the whole vocabulary Megatron's log-softmax sums over: "
+    "verl's compute_logits patch no longer sets the tail past len(tokenizer) to -inf",
 }
 
 # the alignments only a MoE model runs through (a dense model needs none of them)
@@ -46,10 +50,13 @@ class Target:
     attr: str  # attribute path inside it: "Class.method" or "function"
     params: tuple[str, ...]  # the parameter names the replacement was written for, in order
     fact: str  # the stack fact that cites it (topl.launcher.facts.align_facts)
+    impl: str = ""  # the replacement (patches.REPLACEMENTS key) when not the alignment's own
 
 
-def _t(alignment, module, attr, params, fact):
-    return Target(alignment, module, attr, tuple(params), fact)
+def _t(
+    alignment: str, module: str, attr: str, params: Iterable[str], fact: str, impl: str = ""
+) -> Target:
+    return Target(alignment, module, attr, tuple(params), fact, impl)
 
 
 VA = "vllm_ascend"
@@ -85,6 +92,17 @@ _ROW = _t(
     ("self", "input_"),
     "align_row_parallel",
 )
+
+# verl's own hook (verl 0.9.1 on both stock stacks; vllm_async_server.run_server calls it)
+_LOGITS = _t(
+    "logits_vocab",
+    "verl.workers.rollout.vllm_rollout.utils",
+    "monkey_patch_compute_logits",
+    ("model", "vocab_size", "banned_token_ids"),
+    "align_logits_vocab",
+)
+_ROUTING = ("self", "hidden_states", "router_logits", "indices_type", "input_ids")
+_ROUTER = f"{VA}.ops.fused_moe.router"
 
 TARGETS: dict[str, tuple[Target, ...]] = {
     "0.23.0.post1": (
@@ -142,9 +160,35 @@ TARGETS: dict[str, tuple[Target, ...]] = {
             ("num_tokens", "vllm_config", "is_draft_model"),
             "align_comm_alltoall",
         ),
+        _LOGITS,
     ),
     "0.30.0rc2": (
         _SILU,
+        _t(
+            "moe_mlp",
+            f"{VA}.ops.fused_moe.moe_mlp",
+            "apply_moe_mlp",
+            ("mlp_compute_input", "quant_method"),
+            "align_moe_mlp",
+            impl="moe_mlp_hooks",
+        ),
+        # the fused selector (npu_moe_gating_top_k) and its native fallback: both replaced
+        _t(
+            "expert_select",
+            f"{_ROUTER}.fused_topk_router",
+            "AscendFusedTopKRouter._compute_routing",
+            _ROUTING,
+            "align_expert_select",
+            impl="router",
+        ),
+        _t(
+            "expert_select",
+            f"{_ROUTER}.grouped_topk_router",
+            "AscendGroupedTopKRouter._compute_routing",
+            _ROUTING,
+            "align_expert_select",
+            impl="router",
+        ),
         _DISPATCH,
         _COMBINE,
         _LOGPROBS,
@@ -156,20 +200,12 @@ TARGETS: dict[str, tuple[Target, ...]] = {
             ("num_tokens", "vllm_config", "is_draft_model", "draft_moe_quant_type"),
             "align_comm_alltoall",
         ),
+        _LOGITS,
     ),
 }
 
 # alignments topl's module does not provide on a version, and why (TOP-STACK-005 names them)
-NOT_PROVIDED: dict[str, dict[str, str]] = {
-    "0.30.0rc2": {
-        "moe_mlp": "0.30.0rc2 replaced unquant_apply_mlp by apply_moe_mlp(mlp_compute_input, "
-        "quant_method) over per-quant-method gmm1/gmm2 hooks (fact align_moe_mlp); topl has no "
-        "replacement for that shape yet",
-        "expert_select": "0.30.0rc2 moved expert selection into router classes "
-        "(ops/fused_moe/router: AscendGroupedTopKRouter._compute_routing; fact "
-        "align_expert_select); topl has no replacement for them yet",
-    },
-}
+NOT_PROVIDED: dict[str, dict[str, str]] = {}
 
 
 def version_key(vllm_ascend: object) -> str:

@@ -31,7 +31,7 @@ commands:
   rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
             `recipes import SCRIPT.sh`: a bash launch script -> a recipe + report by line
-  plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all)
+  plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all, --rank)
   doctor    check the installed stack here, or on every Ray node (--ray [ADDRESS]) (--json)
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
   watch     follow RUN_DIR: logdiff/reward per step, guard records; strict: stop on logdiff != 0

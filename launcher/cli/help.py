@@ -76,11 +76,14 @@ HELP = {
   topl recipes import run_grpo.sh -o my_grpo.yaml --env DEVICE=npu""",
     ),
     "plan": (
-        "topl plan [OVERRIDES with sweeps] [--json] [--all]",
+        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]",
         "Expand a sweep, validate every point (contract + memory estimate), launch nothing.",
         "  --json           machine-readable\n  --all            list every point, not only "
-        "the first ones",
-        "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8",
+        "the first ones\n"
+        "  --rank           the accepted points, cheapest first, by a roofline estimate of one "
+        "step (docs/rank.md)",
+        "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8\n"
+        "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8 --rank",
     ),
     "doctor": (
         "topl doctor [OVERRIDES] [--verbose] [--json] [--ray [ADDRESS]] [--list]",

@@ -1,10 +1,13 @@
-"""`topl plan [OVERRIDES with sweeps] [--json] [--all]`: the sweep's verdicts, nothing launched.
+"""`topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]`: the sweep's verdicts, nothing
+launched; `--rank` orders the accepted points by a roofline estimate of one step (docs/rank.md).
 
 Verdicts stream: `--json` writes each point as it is checked, the table keeps only the rows it
-shows, so a 100k-point sweep holds one point at a time (docs/performance.md)."""
+shows, so a 100k-point sweep holds one point at a time (docs/performance.md). `--rank` keeps, in
+addition, one (estimate, index) pair per accepted point for the final order."""
 
 from __future__ import annotations
 
+import heapq
 import json
 import sys
 
@@ -17,11 +20,13 @@ SHOWN = 200  # rows printed without --all
 def main(args: list[str]) -> int:
     from topl.launcher.plan import iter_plan, swept_keys
 
-    flags, overrides = parse(args, flags=("--json", "--all"))
-    verdicts = iter_plan(overrides)
+    flags, overrides = parse(args, flags=("--json", "--all", "--rank"))
+    verdicts = iter_plan(overrides, rank=flags.rank)
     if flags.json:
-        return _stream_json(verdicts)
+        return _stream_json(verdicts, flags.rank)
     keys = swept_keys(overrides)
+    if flags.rank:
+        return _ranked_table(verdicts, keys, flags.all)
     rows, points, valid = [], 0, 0
     for v in verdicts:
         points, valid = points + 1, valid + v.valid
@@ -50,20 +55,70 @@ def main(args: list[str]) -> int:
     return 0
 
 
-def _stream_json(verdicts) -> int:
+def _ranked_table(verdicts, keys, every: bool) -> int:
+    """The accepted points, cheapest estimate first: the step estimate and its dominant term."""
+    best: list = []  # a max-heap (negated) of the SHOWN cheapest, or every row with --all
+    points = valid = unknown = 0
+    for v in verdicts:
+        points += 1
+        if not v.valid:
+            continue
+        valid += 1
+        if v.cost is None:
+            unknown += 1
+            continue
+        point = dict(o.split("=", 1) for o in v.overrides)
+        c = v.cost
+        row = (
+            str(points - 1),
+            *[point.get(k, "") for k in keys],
+            f"{c['step_s']:.3g}",
+            c["dominant"],
+            *(f"{c[p]['seconds']:.3g}" for p in ("rollout", "logprob", "train")),
+            str(v.devices),
+        )
+        item = (-c["step_s"], -(points - 1), row)  # ties: the earlier point first
+        if every or len(best) < SHOWN:
+            heapq.heappush(best, item)
+        elif item > best[0]:
+            heapq.heapreplace(best, item)
+    rows = [r for _, _, r in sorted(best, reverse=True)]
+    columns = ("#", *keys, "step s (est.)", "dominant", "rollout s", "logprob s", "train s")
+    console = print_table("topl plan --rank", (*columns, "devices"), rows)
+    ranked = valid - unknown
+    if not every and ranked > SHOWN:
+        console.print(f"(the {SHOWN} cheapest of {ranked} accepted points; --all shows every one)")
+    if unknown:
+        console.print(
+            f"{unknown} accepted points not estimated: their cluster has no chip figures "
+            "(launcher/facts/chips.json has cluster.soc A2 and A3)"
+        )
+    console.print(
+        f"{points} points, {valid} valid; roofline estimate of one step, not a measurement "
+        "(formula and chip figures: docs/rank.md)"
+    )
+    return 0
+
+
+def _stream_json(verdicts, rank: bool = False) -> int:
     """{"verdicts": [...], "points": N, "valid": V}, one verdict a line as it is checked. A point
-    that fails to compose mid-way closes the document with "ok": false and the error."""
+    that fails to compose mid-way closes the document with "ok": false and the error. With `rank`:
+    each verdict has "cost" and the document ends with "ranking", the indices of the estimated
+    accepted points, cheapest first."""
     from topl.launcher.errors import ToplError
 
     out = sys.stdout
     first = next(verdicts, None)  # an input error before any output gets the usual error JSON
     out.write('{\n "verdicts": [')
     points = valid = 0
+    order: list[tuple[float, int]] = []  # (estimate, index) of each estimated accepted point
     lines: list[str] = []  # written a few hundred at a time (each write is redacted as a whole)
     try:
         v = first
         while v is not None:
             lines.append(("\n  " if not points else ",\n  ") + json.dumps(v.to_dict(), default=str))
+            if v.cost is not None:
+                order.append((v.cost["step_s"], points))
             points, valid = points + 1, valid + v.valid
             if len(lines) >= 256:
                 out.write("".join(lines))
@@ -74,5 +129,6 @@ def _stream_json(verdicts) -> int:
         out.write(f'\n ],\n "points": {points},\n "valid": {valid},\n "ok": false,\n')
         out.write(f' "error": {json.dumps(e.to_dict(), default=str)}\n}}\n')
         return e.exit_code
-    out.write("".join(lines) + f'\n ],\n "points": {points},\n "valid": {valid}\n}}\n')
+    tail = f',\n "ranking": {json.dumps([i for _, i in sorted(order)])}' if rank else ""
+    out.write("".join(lines) + f'\n ],\n "points": {points},\n "valid": {valid}{tail}\n}}\n')
     return 0

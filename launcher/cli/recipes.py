@@ -23,7 +23,7 @@ def resolved(name: str, env: dict | None = None) -> dict:
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / (Path(name).stem.replace("-", "_").replace(".", "_") + ".yaml")
             path.write_text(script_import.recipe_text(imp, name))
-            cfg = compose_job([f"recipe={path}"]).cfg
+            cfg = compose_job([f"recipe={path}", *imp.command_args()]).cfg
             try:
                 return OmegaConf.to_container(cfg, resolve=True)
             except Exception:  # noqa: BLE001 - a secret's ${oc.env:NAME} unset here: as written
@@ -81,13 +81,14 @@ def _write_private(path, text: str, force: bool) -> None:
         f.write(text)
 
 
-def _verdict(out_path) -> tuple[bool, str, list]:
-    """The contract's verdict on the recipe as written (what `topl check recipe=OUT` says)."""
+def _verdict(out_path, args: list[str] = ()) -> tuple[bool, str, list]:
+    """The contract's verdict on the recipe as written, with the command-line settings the report
+    prints (what `topl check recipe=OUT ARGS` says)."""
     from topl.launcher.compose import compose_job
     from topl.launcher.contract import check, errors
 
     try:
-        vs = check(compose_job([f"recipe={out_path}"]))
+        vs = check(compose_job([f"recipe={out_path}", *args]))
     except ToplError as e:
         return False, f"not composable ({e.message})", []
     ids = sorted({v.rule for v in errors(vs)})
@@ -132,6 +133,7 @@ def _scrub(red, o):
 
 def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
+    import shlex
     from pathlib import Path
 
     from topl.launcher.redact import Redactor
@@ -175,8 +177,12 @@ def import_main(args: list[str]) -> int:
     red = Redactor(sec.value for sec in imp.secrets.values())
     _write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
     lines = [red.text(line) for line in _report_lines(imp)]
-    ok, verdict, ids = _verdict(out_path)
+    args = imp.command_args()
+    ok, verdict, ids = _verdict(out_path, args)
     trip = "exact" if not imp.round_trip else f"{len(imp.round_trip)} setting(s) differ"
+    # the script's program / trainer config are the user's to type (a recipe may not say them)
+    run = " ".join(["topl launch", f"recipe={out_path}", *(shlex.quote(a) for a in args)])
+    lines += [f"declared verl: {imp.verl}; run it as: {run}"]
     final = (
         f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
         f"round trip: {trip}; contract: {verdict}"
@@ -195,6 +201,9 @@ def import_main(args: list[str]) -> int:
                     "topl_adds": imp.topl_adds,
                     "verl_defaults": imp.verl_defaults,
                     "contract": {"ok": ok, "verdict": verdict, "rejected_by": ids},
+                    "command_line": args,
+                    "launch_command": run,
+                    "verl": imp.verl,
                     "ok": ok and not imp.round_trip,
                 },
             )

@@ -7,6 +7,8 @@ reads the spec through a recording view, so a violation lists exactly the keys t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from topl.launcher.contract import (  # noqa: F401  (register rules)
     algorithm,
     consistency,
@@ -25,8 +27,12 @@ from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 from topl.launcher.contract.fields import FIELD_RULE, field_problems
 from topl.launcher.contract.view import Reads, View
 
+if TYPE_CHECKING:
+    from topl.launcher.compose import Composed
+    from topl.launcher.spec import JobSpec
 
-def evaluate(spec) -> list[tuple[Rule, str, str]]:
+
+def evaluate(spec: JobSpec) -> list[tuple[Rule, str, str]]:
     """(rule, severity, message) for every rule the spec breaks; fast (no provenance), for sweeps."""
     probs = field_problems(spec)
     if probs:
@@ -34,7 +40,7 @@ def evaluate(spec) -> list[tuple[Rule, str, str]]:
     return [(r, *got) for r in RULES if r is not FIELD_RULE and (got := r.run(spec))]
 
 
-def check(composed) -> list[Violation]:
+def check(composed: Composed) -> list[Violation]:
     """Run every rule over a composed job; errors first. Keys come with values and sources."""
     spec = composed.to_object()
     probs = field_problems(spec)
@@ -54,7 +60,7 @@ def check(composed) -> list[Violation]:
         if r is FIELD_RULE:
             continue
         reads = Reads()
-        got = r.run(View(spec, reads))
+        got = r.run(cast("JobSpec", View(spec, reads)))  # the view reads as the spec does
         if got:
             keys = {
                 k: {"value": v, "source": composed.source(k)}

@@ -1,6 +1,14 @@
 """Algorithm settings the rendered verl run (and the embedded default) would not honour."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from topl.launcher.contract.core import ERROR, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
 
@@ -12,7 +20,7 @@ DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
     ("algorithm.filter_groups", "algorithm.overlong_buffer_fraction", "algorithm.entrypoint"),
     "use algorithm=dapo, or set algorithm.filter_groups=false algorithm.overlong_buffer_fraction=0",
 )
-def dapo_only(s):
+def dapo_only(s: JobSpec) -> Outcome:
     """verl@0.9.1:verl/trainer/ppo/ray_trainer.py (main_ppo's trainer) never reads
     algorithm.filter_groups, and ppo_trainer has no reward.reward_kwargs: the run would silently
     be plain GRPO. verl-recipe's RayDAPOTrainer implements both."""
@@ -36,7 +44,7 @@ def dapo_only(s):
     ("algorithm.overlong_buffer_fraction", "train.max_response_length"),
     "set algorithm.overlong_buffer_fraction in (0, 1) so the buffer has at least one token, or 0",
 )
-def overlong_fits(s):
+def overlong_fits(s: JobSpec) -> Outcome:
     """verl@0.9.1:verl/workers/reward_manager/dapo.py:DAPORewardManager.__init__ asserts
     0 < overlong_buffer_cfg.len <= max_resp_len."""
     f = s.algorithm.overlong_buffer_fraction
@@ -47,7 +55,7 @@ def overlong_fits(s):
 # What each algorithm choice is defined by. A recipe's own `algorithm:` values are composed after
 # the group, so `recipe=..._grpo_... algorithm=ppo` keeps the recipe's estimator and loss unless the
 # user names them too: without this rule the run would be PPO in name and GRPO in fact.
-DEFINING = {
+DEFINING: dict[str, dict[str, Any]] = {
     # GAE reads the critic's values (verl@0.9.1:verl/trainer/ppo/core_algos.py:compute_gae_advantage_return);
     # verl trains a critic for gae only (verl@0.9.1:verl/trainer/ppo/utils.py:need_critic)
     "ppo": {"adv_estimator": "gae", "use_critic": True},
@@ -65,7 +73,7 @@ DEFINING = {
     "algorithm.use_critic=true, or algorithm=gspo algorithm.policy_loss=gspo (a recipe's own "
     "algorithm values replace the group's)",
 )
-def algorithm_defined(s):
+def algorithm_defined(s: JobSpec) -> Outcome:
     """algorithm=ppo|gspo composed under a recipe that sets the estimator or the loss itself."""
     a = s.algorithm
     want = DEFINING.get(a.name, {})

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from topl.launcher.errors import ERROR, WARNING  # noqa: F401  (re-exported to the rules)
 from topl.launcher.spec import is_moe, is_strict, on_npu, world_size  # noqa: F401  (same)
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
+
+# What a rule's check returns: a message, (severity, message), or None when the spec passes.
+Outcome = Optional[Union[str, tuple[str, str]]]
+Check = Callable[["JobSpec"], Outcome]
 
 
 @dataclass
@@ -17,10 +24,10 @@ class Rule:
     title: str  # one line: what must hold
     keys: tuple[str, ...]  # the spec keys the rule reads
     fix: str  # how to make the rule pass
-    check: Callable[[Any], Optional[str]]  # spec -> message when violated, else None
+    check: Check  # spec -> message | (severity, message) when violated, else None
     why: str = ""  # the numerics behind it (the function's docstring)
 
-    def run(self, spec) -> Optional[tuple[str, str]]:
+    def run(self, spec: JobSpec) -> Optional[tuple[str, str]]:
         """(severity, message) when violated. A check may return (severity, message) to change
         the severity for this spec (an error that the seed's evidence turns into a warning)."""
         got = self.check(spec)
@@ -44,7 +51,7 @@ class Violation:
         lines.append(f"  fix: {self.fix}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
             "severity": self.severity,
@@ -59,11 +66,11 @@ RULES: list[Rule] = []
 
 def rule(
     id: str, severity: str, title: str, keys: tuple[str, ...], fix: str, facts: tuple[str, ...] = ()
-):
+) -> Callable[[Check], Check]:
     """Register `check(spec) -> message | (severity, message) | None` as a contract rule; `facts`
     are the stack facts it follows, whose versions and citations join its "why"."""
 
-    def deco(fn):
+    def deco(fn: Check) -> Check:
         if any(r.id == id for r in RULES):
             raise ValueError(f"duplicate rule id {id}")
         why = inspect.getdoc(fn) or ""

@@ -1,6 +1,15 @@
 """Cross-field constraints the engines enforce at start-up or at the first step (each cited)."""
 
-from topl.launcher.contract.core import ERROR, is_strict, rule, world_size
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from topl.launcher import backends, facts
+from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 MCORE = "megatron_core@0.16.0:megatron/core"
 VERL = "verl@0.9.1:verl"
@@ -15,7 +24,7 @@ GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vecto
     "use train=megatron for tp/pp/ep/cp, or set them to 1 (FSDP shards with train.fsdp_size, "
     "splits sequences with train.ulysses_sp)",
 )
-def fsdp_layout(s):
+def fsdp_layout(s: JobSpec) -> Outcome:
     """verl's FSDP engine has only fsdp_size and ulysses_sequence_parallel_size
     (verl@0.9.1:verl/workers/config/engine.py:FSDPEngineConfig); topl's renderer has nowhere to
     put Megatron sizes, so they would silently vanish."""
@@ -35,7 +44,7 @@ def fsdp_layout(s):
     ("alignment.mode", "train.engine", "train.cp"),
     "set train.cp=1 in strict mode (shard long sequences with pipeline parallel instead)",
 )
-def strict_cp(s):
+def strict_cp(s: JobSpec) -> Outcome:
     """Strict Megatron runs render use_flash_attn_npu_batch_invariant, whose validate_args raises
     for context_parallel_size != 1 (mindspeed@core_r0.16.0:mindspeed/features_manager/
     batch_invariant/batch_invariant.py:BatchInvariantFeature.validate_args)."""
@@ -50,7 +59,7 @@ def strict_cp(s):
     ("algorithm.adv_estimator", "rollout.n"),
     "set rollout.n >= 2 (the seed uses 8)",
 )
-def group_size(s):
+def group_size(s: JobSpec) -> Outcome:
     """With one sample per prompt verl's GRPO uses mean 0 and std 1 for the group, so the
     advantage is the raw reward with no group baseline (verl@0.9.1:verl/trainer/ppo/core_algos.py:
     compute_grpo_outcome_advantage): not GRPO any more."""
@@ -65,7 +74,7 @@ def group_size(s):
     ("train.max_prompt_length", "train.max_response_length", "model.max_position_embeddings"),
     "shorten train.max_prompt_length / train.max_response_length",
 )
-def context_fits(s):
+def context_fits(s: JobSpec) -> Outcome:
     """verl's vLLM server sets max_model_len to max_position_embeddings and caps each request's
     max_tokens at max_model_len - prompt length (verl@0.9.1:verl/workers/rollout/vllm_rollout/
     vllm_async_server.py:vLLMHttpServer._validate_configs, .generate): longer responses are cut."""
@@ -84,7 +93,7 @@ def context_fits(s):
     ("train.engine", "train.pp", "rollout.pp", "model.num_layers"),
     "choose train.pp dividing model.num_layers, and rollout.pp <= model.num_layers",
 )
-def pp_layers(s):
+def pp_layers(s: JobSpec) -> Outcome:
     """Megatron asserts num_layers % pipeline_model_parallel_size == 0 when no uneven first/last
     stage is given (megatron_core@0.16.0:megatron/core/transformer/transformer_block.py:
     get_num_layers_to_build; topl renders none). vLLM splits unevenly, but a stage needs a layer."""
@@ -109,7 +118,7 @@ def pp_layers(s):
     ),
     "choose ep*etp*pp dividing nodes*devices_per_node, or add nodes",
 )
-def expert_world(s):
+def expert_world(s: JobSpec) -> Outcome:
     """Megatron builds expert groups of etp*ep*pp ranks and raises when the world size is not a
     multiple (megatron_core@0.16.0:megatron/core/parallel_state.py:initialize_model_parallel)."""
     t = s.train
@@ -130,9 +139,44 @@ def expert_world(s):
     ),
     "set alignment.rollout_correction.rollout_rs_threshold (e.g. 2.0)",
 )
-def rs_threshold(s):
+def rs_threshold(s: JobSpec) -> Outcome:
     """verl raises 'rollout_rs_threshold must be provided for rejection sampling' at the first
     step (verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py:_parse_rollout_rs_thresholds)."""
     rc = s.alignment.rollout_correction
     if s.alignment.mode == "mitigated" and rc.rollout_rs and rc.rollout_rs_threshold is None:
         return f"rollout_rs={rc.rollout_rs} without rollout_rs_threshold"
+
+
+@rule(
+    "TOP-ENG-008",
+    WARNING,
+    "without chunked prefill, the declared verl runs the token budget it chooses, not the one set",
+    (
+        "rollout.chunked_prefill",
+        "rollout.max_num_batched_tokens",
+        "model.max_position_embeddings",
+        "cluster.backend",
+        "cluster.versions.verl",
+    ),
+    "set rollout.max_num_batched_tokens to model.max_position_embeddings, the value that runs "
+    "anyway (Qwen3: rollout.max_num_batched_tokens=40960), so the rendered command says it",
+    facts=("unchunked_batched_tokens_raised",),
+)
+def unchunked_budget(s: JobSpec) -> Outcome:
+    """verl 0.9.1 leaves rollout.max_model_len at max_position_embeddings (topl renders none) and,
+    with enable_chunked_prefill=False, raises max_num_batched_tokens to it
+    (verl@0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py:
+    vLLMHttpServer._validate_configs), logging a warning in the worker only: vLLM then profiles
+    and schedules prefills for that many tokens, not the value set. verl 0.8.0/0.9.0 pass it on."""
+    r = s.rollout
+    if not backends.of(s).remote or r.chunked_prefill:
+        return None  # the embedded engines run the value as set
+    limit = s.model.max_position_embeddings
+    if r.max_num_batched_tokens < limit and facts.supports(
+        "unchunked_batched_tokens_raised", s.cluster.versions
+    ):
+        return (
+            WARNING,
+            f"rollout.max_num_batched_tokens={r.max_num_batched_tokens} with chunked_prefill=false: "
+            f"verl {s.cluster.versions.verl} runs {limit} (max_model_len = max_position_embeddings)",
+        )

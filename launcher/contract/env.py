@@ -1,16 +1,23 @@
 """Env set through `cluster.env` against the determinism settings the contract checked."""
 
+from __future__ import annotations
+
 import re
+from typing import TYPE_CHECKING
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.view import unwrap
 from topl.launcher.render import derived_env, env_value
 from topl.launcher.verl_tables import ENV_OWNERS
 
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _overrides(s) -> list[tuple[str, str, str | None]]:
+def _overrides(s: JobSpec) -> list[tuple[str, str, str | None]]:
     """(name, value from cluster.env, value the spec's fields give) where the two differ."""
     derived = derived_env(unwrap(s))  # computed, not read: only the owners below count as reads
     out = []
@@ -24,7 +31,7 @@ def _overrides(s) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def _say(items) -> str:
+def _say(items: list[tuple[str, str, str | None]]) -> str:
     return "; ".join(
         f"cluster.env.{n}={v!r} overrides {n}={'unset' if d is None else repr(d)} "
         f"that {' + '.join(ENV_OWNERS[n])} decide"
@@ -40,7 +47,7 @@ def _say(items) -> str:
     "remove the variable from cluster.env and set the field that decides it "
     "(collective=..., alignment=..., cluster.external_modules)",
 )
-def strict_env(s):
+def strict_env(s: JobSpec) -> Outcome:
     """Workers get cluster.env last, so it silently replaces the determinism settings the contract
     just checked (HCCL_DETERMINISTIC, VLLM_BATCH_INVARIANT, the NZ switch, ...)."""
     if is_strict(s):
@@ -56,7 +63,7 @@ def strict_env(s):
     ("alignment.mode", "cluster.env", *sorted({f for fs in ENV_OWNERS.values() for f in fs})),
     "set the field that decides the variable instead of cluster.env",
 )
-def env_owner(s):
+def env_owner(s: JobSpec) -> Outcome:
     """Outside strict mode it is allowed, but the contract and `topl render` describe the field's
     value while the workers run with the variable's."""
     if not is_strict(s):
@@ -72,7 +79,7 @@ def env_owner(s):
     ("cluster.env",),
     "use names of letters, digits and _ (not starting with a digit)",
 )
-def env_names(s):
+def env_names(s: JobSpec) -> Outcome:
     """A name with '=', a space or a dot cannot reach a process environment (Ray rejects it,
     a shell splits it)."""
     bad = [k for k in s.cluster.env if not _NAME.match(str(k))]

@@ -1,9 +1,17 @@
 """TOP-SPEC-001: every field within the range / options declared next to it (spec.py)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher.constraints import fields, problems
 from topl.launcher.contract.core import ERROR, RULES, rule
 from topl.launcher.contract.view import unwrap
 from topl.launcher.spec import JobSpec
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -13,7 +21,7 @@ from topl.launcher.spec import JobSpec
     tuple(k for k, _ in fields(JobSpec)),
     "use a value the field allows (`topl rules --json` and the README list every constraint)",
 )
-def field_constraints(s):
+def field_constraints(s: JobSpec) -> Outcome:
     """Sizes >= 1, probabilities in range, names from a fixed set: Megatron, vLLM and verl reject
     anything else at start-up or at the first step, after the cluster has been allocated."""
     probs = problems(unwrap(s))

@@ -1,8 +1,16 @@
 """Memory fit: layouts whose states cannot live on one device are rejected before launch."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, rule
 from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
 # The model widths memory_estimate sizes weights and KV from (both estimates read them).
@@ -52,7 +60,7 @@ ROLLOUT_FIT_KEYS = (
     ),
     "raise tp/pp/ep, turn on train.param_offload / train.optimizer_offload, or add nodes",
 )
-def train_fit(s):
+def train_fit(s: JobSpec) -> Outcome:
     """Megatron: shard = dense/(tp*pp) + expert/(ep*etp*pp); bytes = 2 (bf16 weights) + 4 (fp32
     grads) per shard parameter + 12 (fp32 master, Adam m, v) / dp with the distributed optimizer.
     FSDP: the closed form of DeepSpeed's ZeRO-3 estimator (estimate_zero3_model_states_mem_needs,
@@ -69,7 +77,7 @@ def train_fit(s):
     ("model.name", *ROLLOUT_FIT_KEYS),
     "raise rollout.tp/pp or rollout.gpu_memory_utilization, or shorten max_prompt/response_length",
 )
-def rollout_room(s):
+def rollout_room(s: JobSpec) -> Outcome:
     """weights = 2 B x (dense/(tp*pp) + expert/(max(ep,tp)*pp)); KV/token = 2 x layers/pp x
     max(kv_heads/tp, 1) x head_dim x 2 B; room = utilisation x device - weights."""
     e = rollout_fit(s)
@@ -94,7 +102,7 @@ def rollout_room(s):
     "lower rollout.max_num_seqs or raise rollout.tp (vLLM will preempt and recompute otherwise)",
     facts=("bi_breaks_with_chunked_prefill_prefix_cache_preemption",),
 )
-def rollout_concurrency(s):
+def rollout_concurrency(s: JobSpec) -> Outcome:
     """Preemption recomputes a request's generated tokens through the prefill path, not the decode
     path it first took: a different batch history, and slower. An error in strict mode where
     vllm-ascend's docs say preemption breaks batch invariance (0.28.0rc1 on)."""

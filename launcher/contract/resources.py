@@ -1,7 +1,15 @@
 """Resource arithmetic: layouts that cannot be placed on the declared cluster."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import backends
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -18,7 +26,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
     ),
     "choose tp*pp*cp that divides nodes*devices_per_node, or change the cluster",
 )
-def train_world(s):
+def train_world(s: JobSpec) -> Outcome:
     """Megatron builds dp = world / (tp*pp*cp) replicas; a remainder leaves ranks without a group."""
     mp = s.train.tp * s.train.pp * s.train.cp
     if s.train.engine == "megatron" and (mp > world_size(s) or world_size(s) % mp):
@@ -32,7 +40,7 @@ def train_world(s):
     ("train.ep", "model.num_experts"),
     "set train.ep to a divisor of model.num_experts (1 for dense models)",
 )
-def expert_split(s):
+def expert_split(s: JobSpec) -> Outcome:
     """Each EP rank owns num_experts/ep experts; EP on a dense model has nothing to split."""
     if not is_moe(s) and s.train.ep > 1:
         return f"train.ep={s.train.ep} on a dense model"
@@ -47,7 +55,7 @@ def expert_split(s):
     ("model.num_heads", "model.num_kv_heads", "train.tp", "rollout.tp", "train.engine"),
     "use a tp that divides num_heads and divides (or is a multiple of) num_kv_heads",
 )
-def heads_vs_tp(s):
+def heads_vs_tp(s: JobSpec) -> Outcome:
     """Megatron needs query groups % tp == 0; vLLM replicates KV heads when tp > kv heads."""
     h, kv = s.model.num_heads, s.model.num_kv_heads
     if s.train.engine == "megatron" and (h % s.train.tp or kv % s.train.tp):
@@ -64,7 +72,7 @@ def heads_vs_tp(s):
     ("rollout.tp", "rollout.pp", "rollout.dp", "cluster.nodes", "cluster.devices_per_node"),
     "pick rollout tp*pp*dp that divides nodes*devices_per_node",
 )
-def rollout_world(s):
+def rollout_world(s: JobSpec) -> Outcome:
     """verl colocates rollout replicas on the training devices: whole replicas must tile the world."""
     per = s.rollout.tp * s.rollout.pp * s.rollout.dp
     if per > world_size(s) or world_size(s) % per:
@@ -91,7 +99,7 @@ def rollout_world(s):
     ),
     "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch",
 )
-def batch_divisibility(s):
+def batch_divisibility(s: JobSpec) -> Outcome:
     """Mirrors verl's validate_config (verl@0.9.1:verl/utils/config.py:validate_config): without
     dynamic batch size, train_batch_size*n must split into Megatron dp * micro batch (into the
     device count on FSDP), and each mini batch's share of a rank into whole micro batches
@@ -127,7 +135,7 @@ def batch_divisibility(s):
     ("rollout.ep", "rollout.tp", "rollout.dp", "model.num_experts"),
     "set rollout.ep to 1 or to rollout.tp*rollout.dp",
 )
-def rollout_ep(s):
+def rollout_ep(s: JobSpec) -> Outcome:
     """verl's vLLM rollout asserts expert_parallel_size == tp * dp when EP is used."""
     if s.rollout.ep > 1 and s.rollout.ep != s.rollout.tp * s.rollout.dp:
         return f"rollout.ep={s.rollout.ep} but tp*dp={s.rollout.tp * s.rollout.dp}"
@@ -142,7 +150,7 @@ def rollout_ep(s):
     ("model.num_layers", "rollout.pp"),
     "choose rollout.pp dividing num_layers",
 )
-def layers_vs_pp(s):
+def layers_vs_pp(s: JobSpec) -> Outcome:
     """vLLM accepts uneven stages (vllm@0.18.0:vllm/distributed/utils.py:get_pp_indices) but the
     slowest stage sets the pace. (Megatron's side is an error: TOP-ENG-005.)"""
     if s.model.num_layers % s.rollout.pp:
@@ -156,7 +164,7 @@ def layers_vs_pp(s):
     ("train.sequence_parallel", "train.tp"),
     "set train.sequence_parallel=false when train.tp=1",
 )
-def sp_needs_tp(s):
+def sp_needs_tp(s: JobSpec) -> Outcome:
     """Megatron ignores sequence parallel at tp=1 (verl's default turns it on)."""
     if s.train.sequence_parallel and s.train.tp == 1:
         return "sequence_parallel is on with train.tp=1"
@@ -186,7 +194,7 @@ LOCAL_MAX_PARAMS = 50e6  # the embedded engines (local backend, `topl probe`) bu
     ),
     "use model=tiny_dense or model=tiny_moe locally, or a cluster with backend subprocess/ray_job",
 )
-def local_model_size(s):
+def local_model_size(s: JobSpec) -> Outcome:
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
     from topl.launcher.memory_estimate import param_counts
 

@@ -1,6 +1,14 @@
 """Sampling settings whose meaning differs between the rollout engine and the trainer."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher.contract.core import ERROR, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 # vLLM treats temperature below this as greedy (vllm@0.18.0:vllm/sampling_params.py:_SAMPLING_EPS)
 VLLM_SAMPLING_EPS = 1e-5
@@ -14,7 +22,7 @@ VLLM_SAMPLING_EPS = 1e-5
     "set rollout.temperature > 0 (1.0 samples the policy itself; for greedy evaluation use a "
     "separate generation job, not an RL run)",
 )
-def zero_temperature(s):
+def zero_temperature(s: JobSpec) -> Outcome:
     """vLLM reads temperature < 1e-5 as greedy: argmax tokens, and the log-probs it returns are
     taken at temperature 1 (it swaps the temperature for 1.0 before dividing; vllm@0.18.0:
     vllm/sampling_params.py:SamplingParams.sampling_type, vllm/v1/sample/sampler.py:Sampler.sample

@@ -1,8 +1,16 @@
 """The declared target stack supports what the spec asks for."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import backends, facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 
@@ -15,7 +23,7 @@ SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
     "add vllm_pp to cluster.versions.verl_patches (stack=seed applies it), or set rollout.pp=1",
     facts=("vllm_pp_npu",),
 )
-def vllm_pp(s):
+def vllm_pp(s: JobSpec) -> Outcome:
     """No verl release sizes vLLM replicas by engine_kwargs pipeline parallel on NPU: a replica
     gets tp*dp devices while vLLM wants tp*pp. The seed's verl patch adds it."""
     if s.rollout.pp > 1 and not facts.supports("vllm_pp_npu", s.cluster.versions):
@@ -37,7 +45,7 @@ def vllm_pp(s):
     "with flash-attention-npu installed",
     facts=("fa3_backend", "rl_config"),
 )
-def fa3_available(s):
+def fa3_available(s: JobSpec) -> Outcome:
     """FA3 (attention/fa3_v1.py, num_splits=1) first ships in vllm-ascend 0.20.2rc1 (final 0.23.0);
     0.18.0 has it only with the seed's source patch. rl_config selects it from 0.27.1rc1 only."""
     if is_strict(s) and on_npu(s):
@@ -56,7 +64,7 @@ def fa3_available(s):
     "install the torch release torch_npu requires (torch_npu X.Y.Z[.postN] needs torch X.Y.Z)",
     facts=("torch_npu_pins_torch",),
 )
-def torch_match(s):
+def torch_match(s: JobSpec) -> Outcome:
     """torch_npu requires one exact torch release (Requires-Dist torch==X.Y.Z), not a minor line."""
     t = facts.version("torch", s.cluster.versions.torch)
     n = facts.version("torch_npu", s.cluster.versions.torch_npu)
@@ -72,7 +80,7 @@ def torch_match(s):
     "install CANN batch_invariant_ops and declare it",
     facts=("mindspeed_bi_switches",),
 )
-def bi_ops(s):
+def bi_ops(s: JobSpec) -> Outcome:
     """Without the package vllm-ascend falls back to Triton batch-invariant ops or only warns, and
     MindSpeed's --use-batch-invariant-ops raises at start-up: the run is off-policy or fails."""
     if is_strict(s) and on_npu(s) and not s.cluster.versions.batch_invariant_ops:
@@ -92,18 +100,18 @@ def bi_ops(s):
         "cluster.versions.verl_patches",
         "model.num_experts",
     ),
-    "use stack=seed (the seed's module and its versions together) or stack=release (topl's "
-    "alignment module, vllm-ascend 0.23.0.post1); on stack=prerelease a dense model is aligned, "
-    "a MoE one is not yet",
+    "use stack=seed (the seed's module and its versions together), or stack=release / "
+    "stack=prerelease (topl's alignment module, vllm-ascend 0.23.0.post1 / 0.30.0rc2)",
     facts=(
         "seed_patch_module",
         "verl_external_modules",
         "align_moe_mlp",
         "align_expert_select",
+        "align_logits_vocab",
         "training_consistency_only_selects_fa3",
     ),
 )
-def patch_module(s):
+def patch_module(s: JobSpec) -> Outcome:
     """Rollout must compute what Megatron computes: plain SwiGLU, softmax-after-top-k routing,
     Megatron's dispatch / combine order, its log-softmax and padded row-parallel reduction
     (topl.launcher.align.targets.ALIGNMENTS). Three things can provide them: the seed's module
@@ -149,7 +157,7 @@ def patch_module(s):
     "use CANN 9.0.0-beta.2 or later on A3 (a final 9.0.0 or newer: stack=release)",
     facts=("hccl_strict_orders_on_a3",),
 )
-def cann_version(s):
+def cann_version(s: JobSpec) -> Outcome:
     """On A3, CANN 8.5 and 9.0.0-beta.1 run HCCL_DETERMINISTIC=strict as `true` (deterministic
     but without a fixed reduction order); from 9.0.0-beta.2 strict keeps the order (sum, rank
     size >= 3). A build such as 9.0.0.B160 counts as older than 9.0.0's betas (no public mapping
@@ -173,7 +181,7 @@ def cann_version(s):
     "use MindSpeed core_r0.16.0",
     facts=("mindspeed_bi_switches",),
 )
-def mindspeed_switches(s):
+def mindspeed_switches(s: JobSpec) -> Outcome:
     """use_batch_invariant_ops and use_flash_attn_npu_batch_invariant exist only on MindSpeed
     core_r0.16.0; other branches do not know them and the training side stays unaligned."""
     if (
@@ -193,7 +201,7 @@ def mindspeed_switches(s):
     "unset rollout.per_request_seed, or use stack=seed (verl_patches has per_request_seed)",
     facts=("per_request_seed", "full_determinism_fixes_replica_seed"),
 )
-def per_request_seed(s):
+def per_request_seed(s: JobSpec) -> Outcome:
     """No verl release has rollout.per_request_seed (the seed's patch adds it). verl's
     full_determinism is no substitute: it gives all n samples of a prompt on one replica the same
     seed, so a GRPO group collapses to one answer; topl never renders it."""
@@ -208,7 +216,7 @@ def per_request_seed(s):
     ("cluster.backend", "cluster.ray_address"),
     "set cluster.ray_address=http://HEAD:8265",
 )
-def ray_address(s):
+def ray_address(s: JobSpec) -> Outcome:
     """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
     if backends.of(s).nodes and not s.cluster.ray_address:
@@ -224,7 +232,7 @@ def ray_address(s):
     "FA3 docs allow cudagraph_mode PIECEWISE",
     facts=("fa3_docs_eager_only", "fa3_docs_piecewise_only"),
 )
-def fa3_eager(s):
+def fa3_eager(s: JobSpec) -> Outcome:
     """vllm-ascend 0.20.2rc1 and 0.21.0rc1 document FA3 without ACL graph capture and ask for
     enforce_eager=True; the same page asks for cudagraph_mode PIECEWISE only from 0.22.1rc1."""
     v = s.cluster.versions
@@ -248,7 +256,7 @@ def fa3_eager(s):
     "declare each version as its vendor writes it: vllm_ascend=0.23.0.post1, "
     "torch_npu=2.8.0.post4, cann=9.0.0-beta.2 / 8.5.RC1 / 9.0.0.B160, mindspeed=core_r0.16.0",
 )
-def readable_versions(s):
+def readable_versions(s: JobSpec) -> Outcome:
     """A version topl cannot read would make every fact about that package silently false; the
     parser (topl.launcher.versions) refuses unknown forms instead of truncating them."""
     bad = facts.unreadable(s.cluster.versions)

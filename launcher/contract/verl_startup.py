@@ -9,10 +9,15 @@ changed. The assertions are the same in verl 0.8.0, 0.9.0 and 0.9.1 (read from e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from topl.launcher.command import command, note
+from topl.launcher.command import Command, command, note
 from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
 from topl.launcher.verl_tables import ARR
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 VERSIONS = ("0.8.0", "0.9.0", "0.9.1")
 A, R_, MC = f"{ARR}.actor", f"{ARR}.rollout", f"{ARR}.actor.megatron"
@@ -75,18 +80,20 @@ ASSERTIONS = {
 }
 
 
-def actor_dp(cmd) -> int:
+def actor_dp(cmd: Command) -> int:
     """The actor's data-parallel size as verl builds it from the command."""
     gpus = cmd.get("trainer.n_gpus_per_node", 1) * cmd.get("trainer.nnodes", 1)
     if cmd.get("model_engine") == "megatron":
         mp = cmd.get(f"{MC}.tensor_model_parallel_size", 1) * cmd.get(
             f"{MC}.pipeline_model_parallel_size", 1
         )
-        return max(gpus // max(mp * cmd.get(f"{MC}.context_parallel_size", 1), 1), 1)
-    return max(gpus // max(cmd.get(f"{A}.ulysses_sequence_parallel_size", 1), 1), 1)
+        dp: int = max(gpus // max(mp * cmd.get(f"{MC}.context_parallel_size", 1), 1), 1)
+        return dp
+    dp = max(gpus // max(cmd.get(f"{A}.ulysses_sequence_parallel_size", 1), 1), 1)
+    return dp
 
 
-def _entries(s, cmd, *keys):
+def _entries(s: JobSpec, cmd: Command, *keys: str) -> None:
     note(s, *(cmd.entry(k) for k in keys))
 
 
@@ -106,7 +113,7 @@ def _entries(s, cmd, *keys):
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz, override it too "
     "(`+verl_overrides.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=<same>`)",
 )
-def dynamic_bsz_equal(s):
+def dynamic_bsz_equal(s: JobSpec) -> Outcome:
     """verl's worker asserts actor.use_dynamic_bsz == rollout.log_prob_use_dynamic_bsz when it
     builds the actor, after the cluster is allocated (verl@0.9.1:verl/workers/engine_workers.py:
     ActorRolloutRefWorker.init_model; the same in 0.8.0 and 0.9.0)."""
@@ -131,7 +138,7 @@ def dynamic_bsz_equal(s):
     ),
     "remove the null from verl_overrides / extra_overrides (topl renders these sizes from train.*)",
 )
-def batch_sizes_set(s):
+def batch_sizes_set(s: JobSpec) -> Outcome:
     """verl's worker asserts the token budgets (dynamic bsz) or the micro batch sizes are not None
     (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0, 0.9.0
     too); a key absent from the command keeps verl's non-null default: only an explicit null fails."""
@@ -140,7 +147,7 @@ def batch_sizes_set(s):
         keys = (f"{R_}.log_prob_max_token_len_per_gpu", f"{A}.ppo_max_token_len_per_gpu")
     else:
         keys = (f"{R_}.log_prob_micro_batch_size_per_gpu", f"{A}.ppo_micro_batch_size_per_gpu")
-    nulls = [cmd.entry(k) for k in keys if k in cmd and cmd.get(k) is None]
+    nulls = [e for k in keys if (e := cmd.entry(k)) is not None and cmd.get(k) is None]
     if nulls:
         note(s, *nulls)
         return "; ".join(e.describe() for e in nulls)
@@ -166,7 +173,7 @@ def batch_sizes_set(s):
     "make ppo_mini_batch_size * rollout.n a multiple of the actor's data-parallel size "
     "(devices / (tp*pp*cp) on Megatron, devices / ulysses_sp on FSDP)",
 )
-def mini_batch_dp(s):
+def mini_batch_dp(s: JobSpec) -> Outcome:
     """verl multiplies ppo_mini_batch_size by rollout.n (verl@0.9.1:verl/trainer/ppo/ray_trainer.py:
     RayPPOTrainer._update_actor) and the training worker asserts the result divides over dp,
     with or without dynamic batch size (verl@0.9.1:verl/workers/engine_workers.py:
@@ -195,7 +202,7 @@ def mini_batch_dp(s):
     ),
     "choose train.ulysses_sp dividing model.num_heads, and dividing (or a multiple of) num_kv_heads",
 )
-def ulysses_heads(s):
+def ulysses_heads(s: JobSpec) -> Outcome:
     """verl's FSDP model patch asserts num_attention_heads % ulysses_sp == 0 and num_kv_heads %
     sp == 0 or sp % num_kv_heads == 0 (verl@0.9.1:verl/models/transformers/monkey_patch.py:
     apply_monkey_patch; 0.8.0, 0.9.0 too)."""
@@ -225,7 +232,7 @@ def ulysses_heads(s):
     ),
     "set rollout.tp / rollout.dp (TOP-RES-004 checks them) instead of verl keys",
 )
-def rollout_world(s):
+def rollout_world(s: JobSpec) -> Outcome:
     """verl asserts world_size % (rollout tp * dp * pp) == 0 when it builds the rollout
     (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0, 0.9.0
     too). The spec's sizes are TOP-RES-004's; this rule reads the command where a recipe or
@@ -252,7 +259,7 @@ def rollout_world(s):
     ("alignment.mode", "train.engine", "train.etp", "model.num_experts"),
     "set train.etp=1 (the seed's layout: etp=1, experts whole on each rank, pipeline parallel)",
 )
-def strict_etp(s):
+def strict_etp(s: JobSpec) -> Outcome:
     """Expert-tensor parallel splits every expert's FFN over etp ranks; the token dispatcher sums
     the partial outputs with a reduce-scatter over the expert-TP group (megatron_core@0.16.0:
     megatron/core/transformer/moe/token_dispatcher.py:MoEAllGatherTokenDispatcher.token_combine,

@@ -7,14 +7,21 @@ would have expanded, a stock verl that cannot run strict Megatron.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from topl.launcher import backends, facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
 
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
+    from topl.launcher.verl_schema import Schema
+
 MEGATRON_NODE = ".megatron."
 
 
-def _rendered(s, own_only: bool = False):
+def _rendered(s: JobSpec, own_only: bool = False) -> tuple[list[tuple[str, Any]], Schema] | None:
     """(pairs, schema) of the spec's own keys and its verl_overrides (extra_overrides are
     TOP-VERL-001's), or None where the spec renders no verl command (the local backend). Read
     from the command map (topl.launcher.command), built once per spec for every rule; with
@@ -43,7 +50,7 @@ def _rendered(s, own_only: bool = False):
     "declare a stack whose verl has the key (`stack=seed` for the seed's patched verl 0.8.0), "
     "or unset the field / verl_overrides entry that renders it",
 )
-def key_in_version(s):
+def key_in_version(s: JobSpec) -> Outcome:
     """Hydra refuses an unknown key, verl's dataclasses one they do not declare, after the job is
     submitted. The keys are the declared release's own config, composed
     (launcher/contract/verl_schema/verl-<version>.json), plus what a declared verl patch adds."""
@@ -67,7 +74,7 @@ def key_in_version(s):
     ("train.engine", "train.grad_offload", "train.param_offload", "cluster.versions.verl"),
     "set train.grad_offload to train.param_offload's value (or unset it), or declare verl 0.8.0/0.9.0",
 )
-def grad_offload(s):
+def grad_offload(s: JobSpec) -> Outcome:
     """verl 0.9.1 dropped McoreEngineConfig.grad_offload: its param_offload also releases the
     gradient buffers (verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig.param_offload),
     so topl renders grad_offload there only through param_offload, which must say the same."""
@@ -94,7 +101,7 @@ def grad_offload(s):
     "declare `stack=seed` (verl 0.8.0 + verl_mindspeed_batch_invariant.patch) or verl >= 0.9.0",
     facts=("mindspeed_bi_repatch",),
 )
-def mindspeed_repatch(s):
+def mindspeed_repatch(s: JobSpec) -> Outcome:
     """Strict renders use_flash_attn_npu_batch_invariant; stock verl 0.8.0 still sets MindSpeed's
     use_flash_attn, so both register DotProductAttention.forward and the training workers stop
     ("the patch of forward exist"). verl 0.9.0 fixed it; the seed ships the same fix as a patch."""
@@ -117,7 +124,7 @@ def mindspeed_repatch(s):
     ("verl_overrides", "data_dir"),
     "export the variable before launching, or write the path out in the recipe",
 )
-def shell_variables(s):
+def shell_variables(s: JobSpec) -> Outcome:
     """topl starts verl without a shell: `$HOME` / `${VAR}` / `~/` in a value are expanded at render
     time from the launching environment; an unset one would reach verl as its literal name."""
     from topl.launcher.render_version import unset_vars
@@ -139,7 +146,7 @@ def shell_variables(s):
     "remove the Megatron entries from verl_overrides (a recipe for train=megatron), or keep "
     "train=megatron",
 )
-def fsdp_without_megatron(s):
+def fsdp_without_megatron(s: JobSpec) -> Outcome:
     """verl reads `*.megatron.*` only with model_engine=megatron; on FSDP they are silently unused,
     so a Megatron layout the recipe states would not be the one that runs."""
     if s.train.engine != "fsdp":
@@ -156,7 +163,7 @@ def fsdp_without_megatron(s):
     ("train.engine", "train.dtype"),
     "set train.dtype=bfloat16 (or float16), or train=fsdp for float32",
 )
-def megatron_dtype(s):
+def megatron_dtype(s: JobSpec) -> Outcome:
     """verl asserts it when the engine config is built
     (verl@0.8.0..0.9.1:verl/workers/config/engine.py:McoreEngineConfig.__post_init__:
     `assert self.dtype in ["bfloat16", "float16"]`)."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterator, TypeVar
+
+T = TypeVar("T")  # a spec or one of its sections
 
 
-class Reads(dict):
+class Reads(dict[str, Any]):
     """Dotted key -> value read, in first-read order."""
 
     def add(self, key: str, value: Any) -> None:
@@ -24,13 +26,13 @@ class View:
         object.__setattr__(self, "_prefix", prefix)
         object.__setattr__(self, "_reads", reads)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         value = getattr(self._obj, name)
         if name.startswith("_") or name.isupper() or callable(value):
             return value  # class constants (Alignment.SWITCHES) and methods are not spec fields
         return wrap(value, self._reads, f"{self._prefix}{name}")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("rules are pure: the spec is read-only")
 
 
@@ -40,34 +42,34 @@ class DictView:
 
     __slots__ = ("_d", "_key", "_reads")
 
-    def __init__(self, d: dict, reads: Reads, key: str):
+    def __init__(self, d: dict[str, Any], reads: Reads, key: str):
         self._d, self._key, self._reads = d, key, reads
 
-    def _entry(self, k):
+    def _entry(self, k: str) -> Any:
         self._reads.add(f"{self._key}.{k}", self._d[k])
         return self._d[k]
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: str) -> Any:
         return self._entry(k)
 
-    def get(self, k, default=None):
+    def get(self, k: str, default: Any = None) -> Any:
         return self._entry(k) if k in self._d else default
 
-    def __contains__(self, k) -> bool:
+    def __contains__(self, k: object) -> bool:
         if k in self._d:
             self._reads.add(f"{self._key}.{k}", self._d[k])
         else:
             self._reads.add(self._key, self._d)
         return k in self._d
 
-    def keys(self):
+    def keys(self) -> list[str]:
         self._reads.add(self._key, self._d)
         return list(self._d)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
-    def items(self):
+    def items(self) -> list[tuple[str, Any]]:
         return [(k, self._entry(k)) for k in self.keys()]
 
     def __len__(self) -> int:
@@ -78,7 +80,7 @@ class DictView:
         return len(self) > 0
 
 
-def wrap(value: Any, reads: Reads, key: str):
+def wrap(value: Any, reads: Reads, key: str) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return View(value, reads, key + ".")
     if isinstance(value, dict):
@@ -87,6 +89,6 @@ def wrap(value: Any, reads: Reads, key: str):
     return value
 
 
-def unwrap(spec):
+def unwrap(spec: T) -> T:
     """The plain spec behind a view (for code that must not count as reads)."""
     return spec._obj if isinstance(spec, View) else spec

@@ -6,7 +6,7 @@ releases do themselves. The parameter lists are compared too, by AST
 
 from __future__ import annotations
 
-from topl.launcher.facts.evidence import Evidence, Fact, seed, va
+from topl.launcher.facts.evidence import Evidence, Fact, seed, va, verl
 
 REL, PRE = "0.23.0.post1", "0.30.0rc2"
 SEED_PATCH = "patch/npu_true_on_policy_patch.py"
@@ -17,14 +17,19 @@ TARGET_NOTE = (
 )
 MLP = "ops/fused_moe/moe_mlp.py"
 SEL = "ops/fused_moe/experts_selector.py"
+ROUTER = "ops/fused_moe/router/"
+ROUTED = "ops/fused_moe/routed_experts.py"
+VU = "workers/rollout/vllm_rollout/utils.py"
 TD = "ops/fused_moe/token_dispatcher.py"
 
 
-def vllm(v, path, needle, present=True):
+def vllm(v: str, path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence("vllm", v, f"vllm/{path}", needle, present)
 
 
-def _target(fid, package, text, evidence, seed_needle):
+def _target(
+    fid: str, package: str, text: str, evidence: tuple[Evidence, ...], seed_needle: str
+) -> Fact:
     return Fact(
         fid,
         package,
@@ -51,35 +56,75 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         + (va(REL, "ops/activation.py", "out = torch_npu.npu_swiglu(x)"),),
         "AscendSiluAndMul.forward_oot = ",
     ),
-    Fact(
+    _target(
         "align_moe_mlp",
         "vllm_ascend",
-        "the unquantised MoE MLP is moe_mlp.unquant_apply_mlp (grouped matmul + fused npu_swiglu, "
-        "topk_scales after the activation); 0.30.0rc2 replaced it by apply_moe_mlp",
-        "==0.23.0.post1",
-        evidence=(
+        "the unquantised MoE MLP runs the fused npu_swiglu between its grouped matmuls: "
+        "0.23.0.post1 in moe_mlp.unquant_apply_mlp; 0.30.0rc2 in moe_mlp.apply_moe_mlp over the "
+        "method's gmm1 / act_quant / gmm2 hooks (act_quant multiplies the routing weights in)",
+        (
             va(REL, MLP, "def unquant_apply_mlp("),
             va(REL, MLP, "gate_up_out = torch_npu.npu_swiglu(gate_up_out)"),
             va(REL, MLP, "re:if topk_scales is not None:\\s+gate_up_out \\*= topk_scales"),
             va(PRE, MLP, "def unquant_apply_mlp(", present=False),
-            va(PRE, MLP, "def apply_moe_mlp("),
-            seed(SEED_PATCH, "moe_mlp.unquant_apply_mlp = "),
+            va(
+                PRE,
+                MLP,
+                "re:def apply_moe_mlp\\(\\s+mlp_compute_input: MoEMlpComputeInput,\\s+quant_method,"
+                ".*?hidden_states = quant_method.apply_gmm1\\(mlp_compute_input\\)"
+                ".*?hidden_states = _unified_apply_activation\\(.*?"
+                "hidden_states = quant_method.apply_gmm2\\(mlp_compute_input, hidden_states, "
+                "act_out_scale\\)\\s+return hidden_states, before_gmm2_evt",
+            ),
+            va(PRE, MLP, "hidden_states = torch_npu.npu_swiglu(hidden_states)"),
+            va(
+                PRE,
+                ROUTED,
+                "re:class AscendUnquantizedFusedMoEMethod\\(UnquantizedFusedMoEMethod\\):.*?"
+                "def supports_fused_activation\\(self, activation\\) -> bool:\\s+return False.*?"
+                "def apply_gmm1\\(self, mlp_compute_input: MoEMlpComputeInput\\):.*?"
+                "hidden_states = hidden_states \\* mlp_compute_input.topk_scales.*?"
+                "def apply_gmm2\\(self, mlp_compute_input: MoEMlpComputeInput, hidden_states, "
+                "act_out_scale\\):",
+            ),
+            va(PRE, "ops/fused_moe/dataclass/moe_quant.py", "def is_quant(self) -> bool:"),
+            va(
+                PRE,
+                "ops/fused_moe/moe_comm_method.py",
+                "from vllm_ascend.ops.fused_moe.moe_mlp import apply_moe_mlp",
+            ),
         ),
-        range_note=TARGET_NOTE,
+        "moe_mlp.unquant_apply_mlp = ",
     ),
-    Fact(
+    _target(
         "align_expert_select",
         "vllm_ascend",
-        "expert selection by the fused gating kernel is experts_selector."
-        "_select_experts_with_fusion_ops; 0.30.0rc2 moved it into router classes",
-        "==0.23.0.post1",
-        evidence=(
+        "softmax expert selection: 0.23.0.post1 in experts_selector._select_experts_with_fusion_ops "
+        "(fused gating kernel); 0.30.0rc2 in the router classes: AscendFusedTopKRouter."
+        "_compute_routing (npu_moe_gating_top_k) falling back to AscendGroupedTopKRouter."
+        "_compute_routing (softmax over all experts, top-k, renormalise)",
+        (
             va(REL, SEL, "def _select_experts_with_fusion_ops("),
             va(PRE, SEL, "def _select_experts_with_fusion_ops(", present=False),
-            va(PRE, "ops/fused_moe/router/grouped_topk_router.py", "def _compute_routing("),
-            seed(SEED_PATCH, "experts_selector._select_experts_with_fusion_ops = "),
+            va(
+                PRE,
+                ROUTER + "fused_topk_router.py",
+                "re:class AscendFusedTopKRouter\\(AscendGroupedTopKRouter\\):.*?"
+                "def _compute_routing\\(\\s+self,\\s+hidden_states: torch.Tensor,\\s+"
+                "router_logits: torch.Tensor,\\s+indices_type: torch.dtype \\| None,\\s+\\*,\\s+"
+                "input_ids: torch.Tensor \\| None = None,\\s+\\)"
+                ".*?DeviceOperator.moe_gating_top_k\\(",
+            ),
+            va(
+                PRE,
+                ROUTER + "grouped_topk_router.py",
+                "re:def _compute_routing\\(\\s+self,\\s+hidden_states: torch.Tensor,\\s+"
+                "router_logits: torch.Tensor,.*?topk_weights = router_logits.softmax\\(dim=-1\\)"
+                ".*?topk_weights, topk_ids = topk_weights.topk\\(self.top_k, dim=-1\\)",
+            ),
+            va(PRE, ROUTER + "router_factory.py", "return AscendFusedMoERouter("),
         ),
-        range_note=TARGET_NOTE,
+        "experts_selector._select_experts_with_fusion_ops = ",
     ),
     _target(
         "align_dispatch",
@@ -153,6 +198,33 @@ ALIGN_FACTS: tuple[Fact, ...] = (
         )
         + tuple(va(v, "ops/linear.py", "return super().forward(input_)") for v in (REL, PRE)),
         "RowParallelLinear.forward = ",
+    ),
+    Fact(
+        "align_logits_vocab",
+        "verl",
+        "verl's monkey_patch_compute_logits(model, vocab_size, banned_token_ids) sets the rollout "
+        "logits past len(tokenizer) to -inf (0.9.1 also bans vision placeholders); the seed's "
+        "module replaces it by a pass-through on verl 0.8.0, where it takes (model, vocab_size)",
+        "==0.9.1",
+        evidence=(
+            verl(
+                "0.9.1",
+                VU,
+                "def monkey_patch_compute_logits(model, vocab_size: int, banned_token_ids: "
+                "Optional[list[int]] = None):",
+            ),
+            verl("0.9.1", VU, 'logits[..., vocab_size:] = float("-inf")'),
+            verl("0.9.1", VU, "monkey_patch_compute_logits(model, vocab_size, banned_token_ids)"),
+            verl(
+                "0.9.1",
+                "workers/rollout/vllm_rollout/vllm_async_server.py",
+                '"vocab_size": len(self.model_config.tokenizer),',
+            ),
+            verl("0.8.0", VU, "def monkey_patch_compute_logits(model, vocab_size: int):"),
+            seed(SEED_PATCH, "utils.monkey_patch_compute_logits = "),
+        ),
+        range_note="a target of topl's alignment module: read in verl 0.9.1, the verl of both "
+        "stock stacks, and in the seed's 0.8.0 (the seed's module patches it there)",
     ),
     Fact(
         "training_consistency_only_selects_fa3",

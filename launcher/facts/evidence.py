@@ -67,18 +67,18 @@ class Fact:
     range_note: str = ""  # why the range cannot be checked at its edges, where it cannot
     # how an installed package shows it, for `topl doctor`: (module, file in it, needle); the
     # same needle is cited in `evidence` for a real release
-    detect: tuple[str, str, str] = ()
+    detect: tuple[str, ...] = ()  # empty, or (module, file, needle)
     value: Any = True
     otherwise: Any = False
 
 
-def va(v, path, needle, present=True):
+def va(v: str, path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence("vllm-ascend", v, f"vllm_ascend/{path}", needle, present)
 
 
-def verl(v, path, needle, present=True):
+def verl(v: str, path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence("verl", v, f"verl/{path}", needle, present)
 
 
-def seed(path, needle, present=True):
+def seed(path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence(f"github:{SEED}", SEED_AT, f"{TOP}/{path}", needle, present)

@@ -17,6 +17,7 @@ import hashlib
 import json
 import re
 from importlib import resources
+from typing import Any
 
 from topl.launcher.facts.evidence import COMMITS, Evidence
 
@@ -32,7 +33,7 @@ def commit(e: Evidence) -> str:
     return COMMITS.get(repo, {}).get(e.version, e.version)
 
 
-def load() -> dict:
+def load() -> dict[str, Any]:
     """{key: entry} from the shipped excerpt file ({} if there is none)."""
     f = resources.files("topl.launcher.facts").joinpath(FILE)
     return json.loads(f.read_text()).get("files", {}) if f.is_file() else {}
@@ -46,7 +47,7 @@ def _span(e: Evidence, text: str) -> tuple[int, int] | None:
     return (i, i + len(e.needle)) if i >= 0 else None
 
 
-def entry(evidence: list[Evidence], text: str | None) -> dict:
+def entry(evidence: list[Evidence], text: str | None) -> dict[str, Any]:
     """The excerpt of one file (`text` at the pinned commit, None where it is not there) for the
     needles of `evidence` (all of one repository, ref and path)."""
     e0 = evidence[0]
@@ -88,7 +89,7 @@ def _runs(lines: dict[str, str]) -> list[str]:
     return ["\n".join(r) for r in runs]
 
 
-def verdict(e: Evidence, files: dict) -> bool | None:
+def verdict(e: Evidence, files: dict[str, dict[str, Any]]) -> bool | None:
     """Whether the needle is in the file per its excerpt; None where no excerpt covers it."""
     ent = files.get(key(e))
     if ent is None or ent.get("commit") != commit(e):
@@ -100,7 +101,7 @@ def verdict(e: Evidence, files: dict) -> bool | None:
     return None
 
 
-def matches(ent: dict, text: str | None) -> bool:
+def matches(ent: dict[str, Any], text: str | None) -> bool:
     """Whether an excerpt entry describes `text` (the real file at its commit)."""
     if text is None:
         return bool(ent["missing"])

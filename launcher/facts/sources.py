@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -53,12 +54,13 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _get(url: str, headers: dict | None = None, timeout: float = 60) -> bytes:
+def _get(url: str, headers: dict[str, str] | None = None, timeout: float = 60) -> bytes:
     try:
         with urllib.request.urlopen(
             urllib.request.Request(url, headers=headers or {}), timeout=timeout
         ) as r:
-            return r.read()
+            body: bytes = r.read()
+            return body
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return b""
@@ -68,13 +70,14 @@ def _get(url: str, headers: dict | None = None, timeout: float = 60) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def _simple(package: str) -> dict:
+def _simple(package: str) -> dict[str, Any]:
     """The package's page of the JSON simple index (PEP 691 / 700), read once per run."""
     index = _index()
     body = _get(f"{index}/{package}/", {"Accept": "application/vnd.pypi.simple.v1+json"})
     if not body:
         raise Unreachable(f"{package} not on {index}")
-    return json.loads(body)
+    page: dict[str, Any] = json.loads(body)
+    return page
 
 
 def releases(package: str) -> list[str]:
@@ -102,7 +105,7 @@ def _canon(v: str) -> str:
         return v
 
 
-def _files(package: str, version: str) -> list[dict]:
+def _files(package: str, version: str) -> list[dict[str, Any]]:
     """The release's files from PyPI's JSON simple index (PEP 691)."""
     norm = re.sub(r"[-_.]+", "_", package).lower()
     out = []
@@ -116,7 +119,7 @@ def _files(package: str, version: str) -> list[dict]:
     return out
 
 
-def _pick_wheel(files: list[dict]) -> dict | None:
+def _pick_wheel(files: list[dict[str, Any]]) -> dict[str, Any] | None:
     wheels = [f for f in files if f["filename"].endswith(".whl")]
     for pref in ("py3-none-any", "x86_64"):
         for f in wheels:
@@ -131,20 +134,20 @@ class _RangeFile(io.RawIOBase):
     def __init__(self, url: str, size: int):
         self.url, self.size, self.pos = url, size, 0
 
-    def seekable(self):
+    def seekable(self) -> bool:
         return True
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def tell(self):
+    def tell(self) -> int:
         return self.pos
 
-    def seek(self, off, whence=0):
+    def seek(self, off: int, whence: int = 0) -> int:
         self.pos = {0: off, 1: self.pos + off, 2: self.size + off}[whence]
         return self.pos
 
-    def readinto(self, b):
+    def readinto(self, b: Any) -> int:
         n = min(len(b), self.size - self.pos)
         if n <= 0:
             return 0
@@ -182,8 +185,8 @@ def _read_sdist(package: str, version: str, paths: set[str]) -> dict[str, str | 
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
         for m in t:
             rel = m.name.split("/", 1)[1] if "/" in m.name else ""
-            if rel in paths and m.isfile():
-                out[rel] = t.extractfile(m).read().decode("utf-8", "replace")
+            if rel in paths and m.isfile() and (fh := t.extractfile(m)) is not None:
+                out[rel] = fh.read().decode("utf-8", "replace")
     return out
 
 
@@ -219,7 +222,9 @@ def _fetch(pkg: str, ver: str, paths: set[str]) -> dict[str, str | None]:
 MISSING = "\0missing"  # cached marker: the file is not in that release
 
 
-def read_all(evidence: list[Evidence]) -> tuple[dict, dict]:
+def read_all(
+    evidence: list[Evidence],
+) -> tuple[dict[tuple[str, str, str], str | None], dict[tuple[str, str], str]]:
     """({(package, version, path): text or None (no such file)}, {(package, version): why
     unreachable}) for every cited file; what was read is cached."""
     want: dict[tuple[str, str], set[str]] = {}

@@ -9,6 +9,26 @@ SEED_SCRIPT = "scripts/grpo/run_grpo_qwen3_30b_megatron_npu.sh"
 STACK_FACTS: tuple[Fact, ...] = (
     # ---- verl
     Fact(
+        "unchunked_batched_tokens_raised",
+        "verl",
+        "with chunked prefill off, verl's vLLM server raises rollout.max_num_batched_tokens to "
+        "max_model_len (max_position_embeddings when unset), with only a log line",
+        ">=0.9.1",
+        probe=(
+            (
+                "verl/workers/rollout/vllm_rollout/vllm_async_server.py",
+                "self.config.max_num_batched_tokens = self.config.max_model_len",
+            ),
+        ),
+        evidence=(
+            verl(
+                "0.9.1",
+                "workers/rollout/vllm_rollout/vllm_async_server.py",
+                "self.config.max_num_batched_tokens = self.config.max_model_len",
+            ),
+        ),
+    ),
+    Fact(
         "full_determinism_fixes_replica_seed",
         "verl",
         "rollout.full_determinism gives every request of a replica the same seed "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -32,7 +33,7 @@ FEATURES = (  # (row, fact id)
 )
 
 
-def profiles() -> dict[str, dict]:
+def profiles() -> dict[str, dict[str, Any]]:
     root = resources.files("topl.conf") / "stack"
     found = {
         p.name[:-5]: yaml.safe_load(p.read_text())
@@ -43,7 +44,7 @@ def profiles() -> dict[str, dict]:
     return {k: found[k] for k in sorted(found, key=lambda k: (order.get(k, 3), k))}
 
 
-def _patched(version, patches) -> str:
+def _patched(version: str, patches: list[str] | None) -> str:
     return f"{version} + {', '.join(patches)}" if patches else str(version)
 
 

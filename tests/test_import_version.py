@@ -1,0 +1,120 @@
+"""`topl recipes import` and the verl the recipe declares: keys read in that verl's vocabulary,
+the script's trainer config on the printed command line, unset shell variables named."""
+
+import json
+
+import pytest
+from helpers import run_topl
+
+from topl.launcher.compose import compose_job
+from topl.launcher.errors import ToplError
+from topl.launcher.render import render
+from topl.launcher.script_import import build_recipe, read_script, recipe_text
+
+MEG = "actor_rollout_ref.actor.megatron"
+
+
+def megatron_script(param: bool, grad: bool, head: str = "", extra: str = "") -> str:
+    return (
+        f"{head}python3 -m verl.trainer.main_ppo --config-name='ppo_megatron_trainer.yaml' \\\n"
+        "    actor_rollout_ref.model.path=Qwen/Qwen3-4B \\\n"
+        "    trainer.n_gpus_per_node=8 trainer.nnodes=1 \\\n"
+        f"    {MEG}.param_offload={param} \\\n"
+        f"    {MEG}.grad_offload={grad} \\\n"
+        f"    {MEG}.optimizer_offload=False {extra}\n"
+    )
+
+
+def _rendered(imp, tmp_path, *more, environ=None):
+    path = tmp_path / "r.yaml"
+    path.write_text(recipe_text(imp, "x.sh"))
+    inv = render(compose_job([f"recipe={path}", *imp.command_args(), *more]).to_object(), environ)
+    return inv, {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
+
+
+def test_grad_offload_is_compared_as_the_declared_verl_spells_it(tmp_path):
+    imp = build_recipe(read_script(megatron_script(True, True)))
+    assert imp.round_trip == [] and imp.verl == "0.9.1"
+    assert imp.respelled == {f"{MEG}.grad_offload": f"{MEG}.param_offload"}
+    row = next(r for r in imp.report if r["kind"] == "spelled for the declared verl")
+    assert row["line"] == 5 and "McoreEngineConfig.param_offload" in row["detail"]
+    inv, got = _rendered(imp, tmp_path)
+    assert got[f"{MEG}.param_offload"] == "true" and f"{MEG}.grad_offload" not in got
+    # the recipe keeps the script's key: on a verl that has it, it is rendered as written
+    _, older = _rendered(imp, tmp_path, "cluster.versions.verl=0.9.0")
+    assert older[f"{MEG}.grad_offload"] == "true"
+
+
+def test_a_key_the_declared_verl_cannot_say_is_named_with_the_verl_that_can(tmp_path):
+    imp = build_recipe(read_script(megatron_script(True, False)))
+    assert imp.respelled == {}
+    row = next(r for r in imp.report if r["kind"] == "unknown to verl")
+    assert row["key"] == f"{MEG}.grad_offload" and row["line"] == 5
+    assert "verl 0.9.1" in row["detail"] and "verl 0.8.0, verl 0.9.0" in row["detail"]
+    with pytest.raises(ToplError, match="grad_offload"):  # never rendered into a failing command
+        _rendered(imp, tmp_path)
+    _, got = _rendered(imp, tmp_path, "cluster.versions.verl=0.9.0")  # the fix it names
+    assert got[f"{MEG}.grad_offload"] == "false" and got[f"{MEG}.param_offload"] == "true"
+
+
+def test_the_trainer_config_goes_on_the_command_line_not_into_the_recipe(tmp_path):
+    imp = build_recipe(read_script(megatron_script(False, False)))
+    assert imp.command_line == {"algorithm.config_name": "ppo_megatron_trainer"}
+    assert "config_name" not in recipe_text(imp, "x.sh")
+    row = next(r for r in imp.report if r["kind"].startswith("command line"))
+    assert row["line"] == 1 and row["key"] == "algorithm.config_name"
+    inv, _ = _rendered(imp, tmp_path)
+    assert inv.config_name == "ppo_megatron_trainer"
+    script = tmp_path / "meg.sh"
+    script.write_text(megatron_script(False, False))
+    r = run_topl("recipes", "import", str(script), "-o", str(tmp_path / "o.yaml"), "--json")
+    d = json.loads(r.stdout)
+    assert d["command_line"] == ["algorithm.config_name=ppo_megatron_trainer"]
+    assert d["launch_command"].endswith("o.yaml algorithm.config_name=ppo_megatron_trainer")
+    assert d["verl"] == "0.9.1" and d["groups"]["train"] == "megatron"
+    report = (tmp_path / "o.import.txt").read_text().splitlines()
+    assert report[-2].startswith("declared verl: 0.9.1; run it as: topl launch recipe=")
+
+
+def test_unset_shell_variables_are_named_with_where_they_are_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("MY_DATA", raising=False)
+    text = megatron_script(False, False, extra="\\\n    data.train_files=$MY_DATA/train.parquet")
+    imp = build_recipe(read_script(text))
+    rows = [r for r in imp.report if r.get("variable") == "MY_DATA"]
+    assert [(r["key"], r["line"]) for r in rows] == [("data.train_files", 7)]
+    assert "unset here" in rows[0]["detail"] and "export MY_DATA=" in rows[0]["detail"]
+    with pytest.raises(ToplError, match="MY_DATA"):
+        _rendered(imp, tmp_path)
+    _, got = _rendered(imp, tmp_path, environ={"MY_DATA": "/d", "HOME": "/h"})
+    assert got["data.train_files"] == "/d/train.parquet"
+
+
+def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path):
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    imp = build_recipe(read_script(megatron_script(True, True, head=head)))
+    assert imp.defaults["stack"] == "seed" and imp.verl.startswith("0.8.0 + ")
+    row = next(r for r in imp.report if r["kind"] == "declared stack")
+    assert row["line"] == 1 and row["detail"].startswith("seed: verl 0.8.0")
+    assert "VERL_USE_EXTERNAL_MODULES" not in recipe_text(imp, "x.sh")
+    assert imp.respelled == {}  # verl 0.8.0 has grad_offload: rendered as the script wrote it
+    _, got = _rendered(imp, tmp_path)
+    assert got[f"{MEG}.grad_offload"] == "true"
+    # a key the script leaves to verl gets the declared verl's default, not the installed one's:
+    # rollout.max_num_seqs is 1024 in verl 0.8.0, 256 in 0.9.1 (contract/verl_schema/*.json)
+    assert got["actor_rollout_ref.rollout.max_num_seqs"] == "1024"
+    release = build_recipe(read_script(megatron_script(True, True)))
+    assert release.recipe["verl_overrides"]["actor_rollout_ref.rollout.max_num_seqs"] == 256
+
+
+def test_a_patch_switch_at_its_off_value_is_stock_verl_on_a_verl_without_it(tmp_path):
+    """per_request_seed=false (the seed patch's default, stock behaviour) on verl 0.9.1: rendered
+    as no key, said so; =true there is named with the stack that has it."""
+    seed = "actor_rollout_ref.rollout.per_request_seed"
+    off = build_recipe(read_script(megatron_script(False, False, extra=f"{seed}=false")))
+    assert off.round_trip == [] and seed in off.respelled and off.respelled[seed] is None
+    assert not [r for r in off.report if r["kind"] == "unknown to verl"]
+    _, got = _rendered(off, tmp_path)
+    assert seed not in got
+    on = build_recipe(read_script(megatron_script(False, False, extra=f"{seed}=true")))
+    row = next(r for r in on.report if r["kind"] == "unknown to verl")
+    assert row["key"] == seed and "stack=seed" in row["detail"]
