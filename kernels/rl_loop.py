@@ -22,11 +22,11 @@ import torch
 from topl.kernels import algorithms as A
 from topl.kernels.alignment import Alignment
 from topl.kernels.critic import Critic
-from topl.kernels.grpo import EOS, DigitTokenizer, ReverseTask
 from topl.kernels.metrics import compare
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import DTYPES
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
+from topl.kernels.task import EOS, DigitTokenizer, ReverseTask
 from topl.kernels.training import TrainingEngine
 
 ADV_ESTIMATORS = ("grpo", "gae")
@@ -55,7 +55,9 @@ class LoopConfig:
     max_num_seqs: int = 256  # rollout continuous-batching limit (sequences)
     max_num_batched_tokens: int = 8192  # rollout tokens per engine step
     chunked_prefill: bool = True  # rollout splits long prefills
-    micro_batch: int = 2  # training sequences per forward
+    micro_batch: int = 2  # training sequences per forward: the actor's update and the critic
+    log_prob_micro_batch: int = 2  # sequences per forward of the old-log-prob recompute
+    ref_micro_batch: int = 2  # sequences per forward of the reference policy
     temperature: float = 1.0  # sampling temperature
     top_p: float = 1.0  # nucleus sampling
     top_k: int = -1  # top-k sampling (-1: off)
@@ -81,7 +83,11 @@ class LoopConfig:
     seed: int = 0  # weights, prompts and sampling
 
 
-def _engines(cfg: LoopConfig, model: Model) -> tuple[RolloutEngine, TrainingEngine]:
+def _engines(
+    cfg: LoopConfig, model: Model, micro_batch: int | None = None
+) -> tuple[RolloutEngine, TrainingEngine]:
+    """(rollout, training) engines on `model`; the training engine's micro-batch is the pass's
+    (recompute, update or reference; default: the update's)."""
     train_side, rollout_side = sides(cfg.alignment, cfg.train_tp, cfg.rollout_tp, cfg.order)
     rollout = RolloutEngine(
         model,
@@ -91,7 +97,7 @@ def _engines(cfg: LoopConfig, model: Model) -> tuple[RolloutEngine, TrainingEngi
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         chunked_prefill=cfg.chunked_prefill,
     )
-    return rollout, TrainingEngine(model, train_side, cfg.micro_batch)
+    return rollout, TrainingEngine(model, train_side, micro_batch or cfg.micro_batch)
 
 
 def _generate(
@@ -186,7 +192,7 @@ def train_step(
     model = Model(
         cfg.model, {k: v.detach().to(dtype) for k, v in master.items()}
     )  # weights pushed to both
-    rollout, trainer = _engines(cfg, model)
+    rollout, trainer = _engines(cfg, model, cfg.log_prob_micro_batch)
     reqs, acc, num_gen = _sample(cfg, rollout, step, task, rnd)
     t1 = time.perf_counter()
     lengths = torch.tensor([len(r.output) for r in reqs])
@@ -225,14 +231,14 @@ def train_step(
     t3 = time.perf_counter()
     # update: one mini-batch, so the ratio against the rollout's log-probs is exactly 1 when aligned
     live = Model(cfg.model, {k: v.to(dtype) for k, v in master.items()})
-    _, live_trainer = _engines(cfg, live)
+    _, live_trainer = _engines(cfg, live, cfg.micro_batch)
     logp, _ = A.pad(
         [lp.float() for lp in live_trainer.logprobs(seqs, starts, cfg.temperature, grad=True)]
     )
     loss, pm = _policy_loss(cfg, old, logp, adv, mask)
     m.update(pm)
     if ref is not None and cfg.use_kl_loss:
-        _, ref_trainer = _engines(cfg, ref)
+        _, ref_trainer = _engines(cfg, ref, cfg.ref_micro_batch)
         ref_lp, _ = A.pad(
             [lp.float() for lp in ref_trainer.logprobs(seqs, starts, cfg.temperature)]
         )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from topl.launcher import backends
 from topl.launcher.errors import ERROR, OK, WARNING  # noqa: F401  (re-exported to the checks)
 from topl.launcher.installed import (  # noqa: F401  (public names stay importable from here)
     _import_error,
@@ -29,6 +30,9 @@ from topl.launcher.installed import (  # noqa: F401  (public names stay importab
     torch_pin,
 )
 from topl.launcher.spec import is_strict, on_npu
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 
 @dataclass
@@ -77,7 +81,8 @@ class Ctx:
         self.spec, self.env, self.node = spec, env, node
         self.v = spec.cluster.versions
         self.npu, self.strict = on_npu(spec), is_strict(spec)
-        self.remote = spec.cluster.backend != "local"  # verl runs (not the reference engines)
+        self.backend = backends.of(spec)
+        self.remote = self.backend.remote  # verl runs (not the reference engines)
         self.torch_v = _version("torch")
         self.verl_v = _version("verl")
         self.va = _version("vllm-ascend") or _version("vllm_ascend")
@@ -112,6 +117,23 @@ def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> l
             ctx.current = c
             c.run(ctx)
     return ctx.out
+
+
+def nodes_here(spec: JobSpec) -> list[dict]:
+    """The doctor's report for this machine: [{node, findings}] (one node)."""
+    import socket
+
+    findings = [f.to_dict() for f in run_checks(spec)]
+    return [{"node": f"{socket.gethostname()} (local)", "findings": findings}]
+
+
+def report_nodes(spec: JobSpec, ray_address: str | None = None) -> list[dict]:
+    """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`."""
+    if ray_address:
+        from topl.launcher.backends.ray_doctor import on_ray
+
+        return on_ray(ray_address, spec)
+    return nodes_here(spec)
 
 
 def catalog() -> list[Check]:

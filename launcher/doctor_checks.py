@@ -75,7 +75,7 @@ def verl_installed(c):
 def _job_python(c):
     """The subprocess backend starts verl with cluster.python: import it there, not here."""
     s = c.spec
-    return s.cluster.python if s.cluster.backend == "subprocess" and not c.node else None
+    return s.cluster.python if c.backend.here and not c.node else None
 
 
 @check(
@@ -317,7 +317,7 @@ def _guard_fix(where: str) -> str:
     "topl's guard imports on every Ray node",
     "the guard is loaded (strict) and backend=ray_job, checked from the launching machine",
     "`topl doctor --ray ADDRESS` checks each node; install topl on every node",
-    lambda c: not c.node and c.spec.cluster.backend == "ray_job" and _guarded(c),
+    lambda c: not c.node and c.backend.nodes and _guarded(c),
 )
 def guard_remote(c):
     from topl.launcher.render import GUARD_MODULE
@@ -337,7 +337,7 @@ def guard_remote(c):
     "topl's guard imports with the Python that runs verl",
     "the guard is loaded (strict) and backend=subprocess, or on a Ray node (--ray)",
     "install topl into the Python that runs verl",
-    lambda c: (c.node or c.spec.cluster.backend == "subprocess") and _guarded(c),
+    lambda c: (c.node or c.backend.here) and _guarded(c),
 )
 def guard_here(c):
     from topl.launcher.render import GUARD_MODULE, without_guard
@@ -379,7 +379,7 @@ def env(c):
     "TOP-DOC-NODE-001",
     "topl's checks run on this Ray node",
     "--ray: on a node where topl cannot be imported (reported by the per-node doctor job, "
-    "launcher/cli/doctor.py:node_entry, instead of that node's checks)",
+    "launcher/backends/ray_doctor.py:node_entry, instead of that node's checks)",
     "install topl on that node into the Python its Ray workers run",
     lambda c: False,
 )

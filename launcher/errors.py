@@ -26,3 +26,16 @@ class ToplError(Exception):
     def to_dict(self) -> dict:
         """What `--json` prints under "error" (with "ok": false)."""
         return {"message": self.message, "where": self.where, "fix": self.fix}
+
+
+# What the `local` extra brings: the reference engines, probe and diagnose import these.
+LOCAL_EXTRA = ("torch", "safetensors", "matplotlib")
+
+
+def local_extra_error(what: str, module: str) -> ToplError:
+    return ToplError(
+        f"{what} needs {module}, which is not installed (the launcher-only install has no torch)",
+        where=module,
+        fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
+        "&& pip install 'topl[local]'   (or use your own torch build)",
+    )

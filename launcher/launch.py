@@ -1,17 +1,42 @@
 """One launch: the context a `topl launch` carries to every job, and what one job does
-(check, write the run directory, run the doctor for remote backends, start the backend)."""
+(check, write the run directory, run the doctor for remote backends, start the backend).
+
+This is the run layer below the command line: it imports nothing from launcher/cli/ and prints
+nothing itself. What a person should see is handed to `LaunchContext.say(event, **data)`, which
+the CLI (launcher/cli/launch.py:say) prints; the events are listed in EVENTS."""
 
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from omegaconf import DictConfig
 
-from topl.launcher.cli.output import print_violations
+from topl.launcher import backends
 from topl.launcher.errors import ToplError
+
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
+
+# What a job reports, with its data (the CLI prints each; nothing here prints):
+EVENTS = {
+    "violations": "violations",  # the contract's findings for a single run (warnings)
+    "error": "error",  # a ToplError that ended this job (exit 2)
+    "rejected": "run_dir",  # a sweep point the contract rejected
+    "point": "num, overrides, run_dir",  # a sweep point written (dry run)
+    "run_dir": "run_dir",  # the run directory is written
+    "command": "text",  # the dry run's command
+    "doctor_skipped": "",  # --skip-doctor
+    "doctor_error": "node, finding",  # one doctor error on one node
+    "follow_hint": "run_dir",  # a detached job: how to follow it
+}
+
+
+def _silent(event: str, **data) -> None:
+    """The default reporter: nothing shown (the CLI gives its own)."""
 
 
 @dataclass
@@ -28,6 +53,7 @@ class LaunchContext:
     preflown: bool = False  # single run: preflight already passed before Hydra started
     watch: bool = False  # follow logdiff/reward live; strict: stop on the first logdiff != 0
     multirun: bool = False  # -m: one line per point here, the sweep's table after (cli/launch.py)
+    say: Callable[..., None] = _silent  # say(event, **data): what to show (EVENTS)
 
 
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
@@ -35,7 +61,7 @@ def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     try:
         _run_job(ctx, cfg)
     except ToplError as e:  # inside Hydra's task a raised error would become Hydra's traceback
-        print(e.render(), file=sys.stderr)
+        ctx.say("error", error=e)
         ctx.rc = max(ctx.rc, e.exit_code)
 
 
@@ -64,41 +90,42 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         )
         violations = check(composed)
     if not ctx.multirun:  # a sweep's warnings are in its table and sweep_report.json
-        print_violations(violations)
+        ctx.say("violations", violations=violations)
     spec = composed.to_object()
+    backend = backends.of(spec)
     if errors(violations):  # a sweep point (a single run is checked before its dir exists)
         ctx.rc = 2
         ids = sorted({v.rule for v in errors(violations)})
         rundir.set_status(run_dir, "failed", error=f"rejected by {', '.join(ids)}", started=False)
-        print(f"topl: rejected before launch; nothing started (run dir {run_dir})", file=sys.stderr)
+        ctx.say("rejected", run_dir=run_dir)
         return
     inv = render(spec)
     if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
         try:
-            preflight(spec)
+            backend.preflight(spec)
         except ToplError as e:
             ctx.rc = 2
             rundir.set_status(run_dir, "failed", error=e.message, started=False)
-            print(e.render(), file=sys.stderr)
+            ctx.say("error", error=e)
             return
     rundir.write(run_dir, composed, inv, violations)
     if ctx.multirun and ctx.dry_run:  # one line per point: the command is in its command.sh
-        rundir.set_status(run_dir, "dry_run", started=False, backend=spec.cluster.backend)
-        print(f"topl: point {hc.job.num}: {' '.join(hc.overrides.task)} -> {run_dir} (dry run)")
+        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.name)
+        ctx.say("point", num=hc.job.num, overrides=list(hc.overrides.task), run_dir=run_dir)
         return
-    print(f"topl: run directory {run_dir}")
+    ctx.say("run_dir", run_dir=run_dir)
     if ctx.dry_run:
         # nothing started, and status.json says so: a run dir without one is a launch that died
-        rundir.set_status(run_dir, "dry_run", started=False, backend=spec.cluster.backend)
-        print(inv.command(spec.cluster.python))
+        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.name)
+        ctx.say("command", text=inv.command(spec.cluster.python))
         return
 
     def recorded() -> int:
         return lifecycle.run_recorded(
             run_dir,
             lambda: start(ctx, spec, inv, run_dir),
-            detached=spec.cluster.backend == "ray_job" and not ctx.follow,
-            backend=spec.cluster.backend,
+            detached=backend.detached(ctx.follow),
+            backend=backend.name,
         )
 
     if ctx.watch:
@@ -108,92 +135,49 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         rc = watch.launched(run_dir, is_strict(spec), recorded)
     else:
         rc = recorded()
-    if rc == 0 and spec.cluster.backend == "ray_job" and not ctx.follow:
-        print(f"topl: follow it to its end with: topl watch {run_dir}")
+    if rc == 0 and backend.detached(ctx.follow):
+        ctx.say("follow_hint", run_dir=run_dir)
     ctx.rc = max(ctx.rc, rc)
 
 
-def start(ctx: LaunchContext, spec, inv, run_dir: Path) -> int:
+def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> int:
     """Start the backend; its return code (negative N: the job died of signal N)."""
-    backend = spec.cluster.backend
-    if backend == "ray_job":
-        from topl.launcher.backends.ray_job import check_reachable
-
-        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
-    if backend != "local" and not doctor_ok(ctx, spec, run_dir):
+    backend = backends.of(spec)
+    backend.preflight(spec)  # again: a Ray head may have gone since the up-front check
+    if backend.remote and not doctor_ok(ctx, spec, run_dir):
         raise ToplError(
             "the doctor found errors; nothing started",
             where=str(run_dir / "doctor.json"),
             fix="fix the findings above, or --skip-doctor (loudly)",
         )
-    if backend == "local":
-        from topl.launcher.backends.local import run_local
-
-        try:
-            return run_local(spec, run_dir)
-        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
-            print(e.render(), file=sys.stderr)
-            return 2
-    if backend == "subprocess":
-        from topl.launcher.backends.subprocess import run_subprocess
-
-        return run_subprocess(inv, run_dir, spec.cluster.python)
-    from topl.launcher.backends.ray_job import run_ray_job
-
-    return run_ray_job(
-        inv,
-        run_dir,
-        spec.cluster.ray_address,
-        ctx.follow,
-        python=spec.cluster.python,
-        timeout=spec.cluster.ray_timeout_s,
-    )
+    return backend.start(spec, inv, run_dir, ctx.follow)
 
 
-def preflight(spec) -> None:
+def preflight(spec: JobSpec) -> None:
     """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
     or one message (exit 2) before a run directory is written."""
-    if spec.cluster.backend == "local":
-        import importlib.util
-
-        from topl.launcher.cli import LOCAL_EXTRA, local_extra_error
-
-        for module in LOCAL_EXTRA:
-            if importlib.util.find_spec(module) is None:
-                raise local_extra_error("the local backend (cluster.backend=local)", module)
-    if spec.cluster.backend == "ray_job":
-        from topl.launcher.backends.ray_job import check_reachable
-
-        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
+    backends.of(spec).preflight(spec)
 
 
-def doctor_ok(ctx: LaunchContext, spec, run_dir: Path) -> bool:
-    """Remote backends: check the stack where the job will run before starting it."""
+def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
+    """Remote backends: check the stack where the job will run before starting it; the nodes'
+    report goes to run_dir/doctor.json, each error to `ctx.say`."""
     from topl.launcher import lifecycle, rundir
-    from topl.launcher.cli import doctor
 
     if ctx.skip_doctor:
-        print(
-            "topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing "
-            "batch_invariant_ops or an unpatched verl will only show up as logdiff != 0 or a "
-            "crash hours in",
-            file=sys.stderr,
-        )
+        ctx.say("doctor_skipped")
         return True
-    address = spec.cluster.ray_address if spec.cluster.backend == "ray_job" else None
+    backend = backends.of(spec)
+    where = spec.cluster.ray_address if backend.nodes else None
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
     nodes = lifecycle.with_deadline(
-        lambda: doctor.run(spec, address),
+        lambda: backend.doctor(spec),
         spec.cluster.ray_timeout_s + 600,
-        f"topl doctor on {address or 'this machine'}",
+        f"topl doctor on {where or 'this machine'}",
         fix="check that the Ray head answers (`ray status`), or --skip-doctor",
     )
     rundir.write_file(run_dir / "doctor.json", json.dumps(nodes, indent=1))
     bad = [(n["node"], f) for n in nodes for f in n["findings"] if f["severity"] == "error"]
     for node, f in bad:
-        print(
-            f"ERROR {f['id']} on {node}: {f['what']}: found {f['found']}, needed {f['needed']}\n"
-            f"  fix: {f['fix']}",
-            file=sys.stderr,
-        )
+        ctx.say("doctor_error", node=node, finding=f)
     return not bad

@@ -13,24 +13,10 @@ from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.redact import secret_entry
 from topl.launcher.spec import is_strict, on_npu
+from topl.launcher.verl_tables import ENV_OWNERS  # noqa: F401  (re-exported: render's names)
 
 if TYPE_CHECKING:
     from topl.launcher.spec import JobSpec
-
-# Variables the determinism settings decide, and the spec fields that decide them: set them through
-# those fields, not cluster.env (the contract reads the fields; TOP-ENV-001/002 compare the two).
-ENV_OWNERS: dict[str, tuple[str, ...]] = {
-    "HCCL_DETERMINISTIC": ("collective.hccl_deterministic",),
-    "LCCL_DETERMINISTIC": ("collective.lccl_deterministic",),
-    "HCCL_OP_EXPANSION_MODE": ("collective.op_expansion_mode",),
-    "HCCL_ALGO": ("collective.hccl_algo",),
-    "VLLM_BATCH_INVARIANT": ("alignment.mode",),
-    "VLLM_ASCEND_ENABLE_NZ": ("alignment.mode", "cluster.device"),
-    "CLOSE_MATMUL_K_SHIFT": ("alignment.mode", "cluster.device"),
-    "ATB_MATMUL_SHUFFLE_K_ENABLE": ("alignment.mode", "cluster.device"),
-    "ATB_LLM_LCOC_ENABLE": ("alignment.mode", "cluster.device"),
-    "VERL_USE_EXTERNAL_MODULES": ("cluster.external_modules",),
-}
 
 # What OmegaConf makes of a YAML bool in `cluster.env` (a Dict[str, str]): str(True) == "True"
 # (omegaconf@2.3.1:omegaconf/nodes.py:StringNode._validate_and_convert_impl returns str(value)).

@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher import facts
 from topl.launcher.spec import is_strict, on_npu
 from topl.launcher.tree import get_path
+from topl.launcher.verl_tables import ARR, VLLM  # noqa: F401  (re-exported: render's names)
 
 if TYPE_CHECKING:
     from topl.launcher.spec import JobSpec
-
-ARR = "actor_rollout_ref"
-VLLM = f"{ARR}.rollout.engine_kwargs.vllm"
 
 # spec field -> the stack fact that must hold on NPU for verl / vllm-ascend to read the key
 GATED_ON_NPU = {"rollout.attention_backend": "fa3_by_attention_backend"}

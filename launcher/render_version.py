@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from topl.launcher.verl_schema import Schema
 
-ARR = "actor_rollout_ref"
-GRAD_OFFLOAD = f"{ARR}.actor.megatron.grad_offload"
-PARAM_OFFLOAD = f"{ARR}.actor.megatron.param_offload"
+from topl.launcher.verl_tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
+
 # verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig has no grad_offload; its
 # param_offload "offload[s] parameters to CPU and release[s] gradient buffers while inactive"
 # (same docstring), where verl@0.8.0 / 0.9.0 had a separate grad_offload (same file).

@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from topl.kernels.alignment import Alignment
+from topl.launcher.backends import NAMES as BACKENDS  # cluster.backend's values: the registry
 from topl.launcher.constraints import c
 
 # Allowed values that mirror another package's own checks (cited where each field uses them).
@@ -267,7 +268,7 @@ class ClusterSpec:
     # longest wait for one answer from the Ray head (connect, submit, status)
     ray_timeout_s: float = c(30.0, gt=0)
     # local | subprocess | ray_job
-    backend: str = c("local", one_of=("local", "subprocess", "ray_job"))
+    backend: str = c("local", one_of=BACKENDS)
     python: str = "python3"  # interpreter the subprocess backend runs
     external_modules: Optional[str] = None  # VERL_USE_EXTERNAL_MODULES (the alignment patch module)
     versions: StackVersions = field(default_factory=StackVersions)

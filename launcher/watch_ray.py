@@ -43,9 +43,9 @@ class RayJob:
 
 def ray_job(run_dir: Path) -> RayJob | None:
     """The run's Ray job (None when the run is not one)."""
-    from topl.launcher import watch_io
+    from topl.launcher import backends, watch_io
 
-    job_id = watch_io.read_text(run_dir / "ray_job_id", 4096)  # a regular file, small, or none
+    job_id = backends.get("ray_job").handle(run_dir)  # a regular file, small, or none
     if job_id is None:
         return None
     import yaml
@@ -62,7 +62,7 @@ def ray_job(run_dir: Path) -> RayJob | None:
             where=str(run_dir / "spec.yaml"),
             fix="follow the job with `ray job logs` on its head",
         ) from None
-    return RayJob(address, job_id.strip(), timeout)
+    return RayJob(address, job_id, timeout)
 
 
 # Ray's terminal job states -> status.json's (ray@2.60.0:python/ray/dashboard/modules/job/common.py:

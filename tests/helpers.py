@@ -246,3 +246,11 @@ def run_topl_inproc(*args, cwd=None, env=None, timeout=None):
             if any(str(getattr(mod, "__file__", "") or "").startswith(p) for p in extra):
                 del sys.modules[name]
     return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
+
+
+def no_site_python(tmp_path) -> str:
+    """This interpreter without site-packages: a Python where topl is not installed."""
+    py = tmp_path / "python-without-topl"
+    py.write_text(f'#!/bin/sh\nexec {sys.executable} -S -I "$@"\n')
+    py.chmod(0o755)
+    return str(py)

@@ -275,7 +275,7 @@ def test_watch_answers_every_run_dir_and_signals_nothing(tmp_path_factory, monke
             return real(pid, 0)
         sent.append((pid, sig))
 
-    monkeypatch.setattr(watch.os, "kill", kill)
+    monkeypatch.setattr(os, "kill", kill)  # watch_status.py signals through os.kill
     monkeypatch.setattr(watch, "mark", lambda *a, **k: None)  # no 30 s wait for a fake topl
     before = tree(root, d)
     rc, out, err = run(["watch", str(d), "--once", "--interval", "0"])

@@ -28,7 +28,7 @@ def kills(monkeypatch):
             return real(pid, sig)
         sent.append((pid, sig))
 
-    monkeypatch.setattr(watch.os, "kill", fake_kill)
+    monkeypatch.setattr(os, "kill", fake_kill)  # watch_status.py signals through os.kill
     return sent
 
 

@@ -7,17 +7,24 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher.errors import ToplError
 from topl.launcher.render import overlong_buffer_len
 from topl.launcher.spec import is_strict
 
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
-def loop_config(spec):
+
+def loop_config(spec: JobSpec):
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
     from topl.kernels.rl_loop import LoopConfig
+    from topl.launcher.engines import engine_settings
 
     r, t, a = spec.rollout, spec.train, spec.algorithm
+    e = engine_settings(spec)
     return LoopConfig(
         model=spec.model,
         alignment=spec.alignment,
@@ -25,15 +32,17 @@ def loop_config(spec):
         batch_size=t.train_batch_size,
         n=r.n,
         max_response_length=t.max_response_length,
-        dtype=t.dtype,
-        train_tp=t.tp,
-        rollout_tp=r.tp,
-        order=spec.collective.order,
-        block_size=r.block_size,
-        max_num_seqs=r.max_num_seqs,
-        max_num_batched_tokens=r.max_num_batched_tokens,
-        chunked_prefill=r.chunked_prefill,
-        micro_batch=t.ppo_micro_batch_size_per_gpu,
+        dtype=e.dtype,
+        train_tp=e.train_tp,
+        rollout_tp=e.rollout_tp,
+        order=e.order,
+        block_size=e.block_size,
+        max_num_seqs=e.max_num_seqs,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        chunked_prefill=e.chunked_prefill,
+        micro_batch=e.update_micro_batch,
+        log_prob_micro_batch=e.log_prob_micro_batch,
+        ref_micro_batch=e.ref_micro_batch,
         temperature=r.temperature,
         top_p=r.top_p,
         top_k=r.top_k,
@@ -60,7 +69,46 @@ def loop_config(spec):
     )
 
 
-def threads_for(spec) -> int:
+class LocalBackend:
+    """The embedded RL loop on the reference engines, on this machine's CPU (no verl)."""
+
+    name, remote, here, nodes = "local", False, True, False
+
+    def preflight(self, spec: JobSpec) -> None:
+        """The `local` extra (torch, ...) is installed, or one message (exit 2)."""
+        import importlib.util
+
+        from topl.launcher.errors import LOCAL_EXTRA, local_extra_error
+
+        for module in LOCAL_EXTRA:
+            if importlib.util.find_spec(module) is None:
+                raise local_extra_error("the local backend (cluster.backend=local)", module)
+
+    def doctor(self, spec: JobSpec) -> list[dict]:
+        from topl.launcher.doctor import nodes_here
+
+        return nodes_here(spec)
+
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
+        try:
+            return run_local(spec, run_dir)
+        except ToplError as e:  # raised inside Hydra's app, whose handler would bury it in a hint
+            import sys
+
+            print(e.render(), file=sys.stderr)
+            return 2
+
+    def detached(self, follow: bool) -> bool:
+        return False
+
+    def handle(self, run_dir: Path) -> str | None:
+        return None
+
+
+BACKEND = LocalBackend()
+
+
+def threads_for(spec: JobSpec) -> int:
     """Intra-op threads for the reference engines (see LocalRunSpec.threads)."""
     if spec.local.threads > 0:
         return spec.local.threads
@@ -84,7 +132,7 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def _embeddable(spec) -> None:
+def _embeddable(spec: JobSpec) -> None:
     """What the loop cannot run is the user's input: one ToplError, before any step."""
     from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
 
@@ -113,20 +161,20 @@ def _embeddable(spec) -> None:
         )
 
 
-def run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+def run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     with torch_threads(threads_for(spec)):
         return _run_local(spec, run_dir, quiet)
 
 
-def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
+def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from topl.kernels import rl_loop
 
     _embeddable(spec)
-    from topl.launcher.cli.output import make_console
+    from topl.launcher.console import make_console
 
     console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []
@@ -167,7 +215,7 @@ def _run_local(spec, run_dir: Path, quiet: bool = False) -> int:
     return rc
 
 
-def _guard(steps, spec):
+def _guard(steps, spec: JobSpec):
     """The loop's steps; DAPO running out of generation batches becomes topl's one-message error."""
     from topl.kernels.rl_loop import FilterGroupsExhausted
 
@@ -182,7 +230,7 @@ def _guard(steps, spec):
         ) from None
 
 
-def plot(history: list[dict], path: Path, spec) -> None:
+def plot(history: list[dict], path: Path, spec: JobSpec) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +253,7 @@ def plot(history: list[dict], path: Path, spec) -> None:
     plt.close(fig)
 
 
-def summary(console, history: list[dict], spec, run_dir: Path) -> None:
+def summary(console, history: list[dict], spec: JobSpec, run_dir: Path) -> None:
     from rich.table import Table
 
     if not history:

@@ -10,10 +10,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher import redact, rundir
 from topl.launcher.errors import ToplError
 from topl.launcher.lifecycle import with_deadline
+
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
 
 def _call(fn, what: str, timeout: float):
@@ -56,6 +61,59 @@ def check_reachable(address: str | None, timeout: float) -> None:
         ) from None
 
     _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
+
+
+class Head:
+    """One Ray head through the Job Submission API; every call to it is bounded by `timeout`: Ray's
+    client sets none (ray@2.60.0:python/ray/dashboard/modules/dashboard_sdk.py:
+    SubmissionClient._do_request calls requests.request without one), so a head that accepts
+    connections and never answers would hang topl. The launch and the per-node doctor
+    (backends/ray_doctor.py) both talk to the head through this."""
+
+    def __init__(self, address: str, timeout: float):
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError:
+            raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+        self.address, self.timeout = address, timeout
+        self.client = self.call(lambda: JobSubmissionClient(address), "connect")
+
+    def call(self, fn, what: str):
+        return _call(fn, f"the Ray head at {self.address} ({what})", self.timeout)
+
+    def submit(self, **job) -> str:
+        """submit_job, retried while a just-started head has no job agent yet."""
+        return self.call(lambda: _submit(self.client, self.timeout, **job), "submit")
+
+    def status(self, job_id: str):
+        return self.call(lambda: self.client.get_job_status(job_id), "status")
+
+    def logs(self, job_id: str) -> str:
+        return self.call(lambda: self.client.get_job_logs(job_id), "logs")
+
+    def stop(self, job_id: str) -> None:
+        """Ask the head to stop the job; a head that does not answer is not an error here."""
+        with contextlib.suppress(Exception):
+            self.call(lambda: self.client.stop_job(job_id), "stop")
+            print(f"topl: asked Ray to stop job {job_id}", file=sys.stderr)
+
+    def wait(self, job_id: str, deadline: float, poll: float = 0.5):
+        """The job's terminal status, or one ToplError (the job stopped) at `deadline`
+        (time.monotonic())."""
+        from ray.job_submission import JobStatus
+
+        terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+        while (status := self.status(job_id)) not in terminal:
+            if time.monotonic() > deadline:
+                self.stop(job_id)
+                raise ToplError(
+                    f"Ray job {job_id} on {self.address} did not finish in time (still {status})",
+                    where="cluster.ray_address",
+                    fix="check the cluster (`ray status`, the dashboard's job page); "
+                    "cluster.ray_timeout_s sets the wait",
+                )
+            time.sleep(poll)
+        return status
 
 
 def job_env(invocation) -> dict[str, str]:
@@ -154,58 +212,80 @@ def run_ray_job(
 ) -> int:
     """Submit through the Ray Job Submission API; the env vars travel in runtime_env to every worker.
 
-    Every call to the head is bounded by `timeout`: Ray's client sets none (ray@2.60.0:
-    python/ray/dashboard/modules/dashboard_sdk.py:SubmissionClient._do_request calls
-    requests.request without one), so a head that accepts connections and never answers would hang
-    topl. Interrupting topl stops the Ray job."""
-    try:
-        from ray.job_submission import JobStatus, JobSubmissionClient
-    except ImportError:
-        raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+    Every call to the head is bounded by `timeout` (see Head). Interrupting topl stops the Ray
+    job."""
     import shlex
 
-    def call(fn, what):
-        return _call(fn, f"the Ray head at {address} ({what})", timeout)
+    head = Head(address, timeout)  # first: without Ray, one message
+    from ray.job_submission import JobStatus
 
     runtime_env = {"env_vars": job_env(invocation)}
     if working_dir:
         runtime_env["working_dir"] = working_dir
-    client = call(lambda: JobSubmissionClient(address), "connect")
     entry = " ".join(shlex.quote(a) for a in [python, *invocation.argv])
-    job_id = call(
-        lambda: _submit(
-            client,
-            timeout,
-            entrypoint=entry,
-            runtime_env=runtime_env,
-            metadata={"run_dir": str(run_dir)},
-        ),
-        "submit",
+    job_id = head.submit(
+        entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
     )
-    rundir.write_file(run_dir / "ray_job_id", job_id + "\n")
+    rundir.write_file(run_dir / JOB_ID_FILE, job_id + "\n")
     print(f"topl: submitted Ray job {job_id} to {address}")
     if not follow:
         return 0
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-    stream = LogStream(client, job_id)
+    stream = LogStream(head.client, job_id)
     fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as log:
         out = LineWriter(log)
         try:
             while True:
-                status = call(lambda: client.get_job_status(job_id), "status")
+                status = head.status(job_id)
                 if status in terminal:
                     stream.done.wait(10.0)  # Ray closes the tail once the job has ended
-                whole = lambda: call(lambda: client.get_job_logs(job_id), "logs")  # noqa: E731
-                out.write(stream.take(whole, final=status in terminal))
+                out.write(stream.take(lambda: head.logs(job_id), final=status in terminal))
                 if status in terminal:
                     break
                 time.sleep(1.0)
             out.close()
         except BaseException:  # interrupted (or the head stopped answering): stop the job
-            with contextlib.suppress(Exception):
-                call(lambda: client.stop_job(job_id), "stop")
-                print(f"topl: asked Ray to stop job {job_id}", file=sys.stderr)
+            head.stop(job_id)
             raise
     print(f"topl: Ray job {job_id} {status.value}")
     return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+JOB_ID_FILE = "ray_job_id"  # in the run directory: the Ray job's id (`topl watch` reads it)
+
+
+class RayJobBackend:
+    """verl's driver as a Ray job on a running cluster (cluster.ray_address, the dashboard)."""
+
+    name, remote, here, nodes = "ray_job", True, False, True
+
+    def preflight(self, spec: JobSpec) -> None:
+        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
+
+    def doctor(self, spec: JobSpec) -> list[dict]:
+        from topl.launcher.backends.ray_doctor import on_ray
+
+        return on_ray(spec.cluster.ray_address, spec)
+
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
+        return run_ray_job(
+            inv,
+            run_dir,
+            spec.cluster.ray_address,
+            follow,
+            python=spec.cluster.python,
+            timeout=spec.cluster.ray_timeout_s,
+        )
+
+    def detached(self, follow: bool) -> bool:
+        return not follow  # submitted: the job runs on after topl exits
+
+    def handle(self, run_dir: Path) -> str | None:
+        from topl.launcher import watch_io
+
+        text = watch_io.read_text(run_dir / JOB_ID_FILE, 4096)  # small, regular, or none
+        return None if text is None else text.strip()
+
+
+BACKEND = RayJobBackend()

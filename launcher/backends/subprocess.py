@@ -12,8 +12,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from topl.launcher import redact
+
+if TYPE_CHECKING:
+    from topl.launcher.render import Invocation
+    from topl.launcher.spec import JobSpec
 
 
 def child_env(invocation, run_dir: Path) -> dict[str, str]:
@@ -100,3 +105,29 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait()
     except ProcessLookupError:
         proc.wait()
+
+
+class SubprocessBackend:
+    """verl's entrypoint as a child of topl on this machine, with cluster.python."""
+
+    name, remote, here, nodes = "subprocess", True, True, False
+
+    def preflight(self, spec: JobSpec) -> None:
+        """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
+
+    def doctor(self, spec: JobSpec) -> list[dict]:
+        from topl.launcher.doctor import nodes_here
+
+        return nodes_here(spec)
+
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
+        return run_subprocess(inv, run_dir, spec.cluster.python)
+
+    def detached(self, follow: bool) -> bool:
+        return False
+
+    def handle(self, run_dir: Path) -> str | None:
+        return None
+
+
+BACKEND = SubprocessBackend()

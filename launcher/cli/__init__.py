@@ -12,7 +12,11 @@ import signal
 import sys
 
 from topl.launcher import lifecycle, redact
-from topl.launcher.errors import ToplError
+from topl.launcher.errors import (  # noqa: F401  (LOCAL_EXTRA, local_extra_error: old imports)
+    LOCAL_EXTRA,
+    ToplError,
+    local_extra_error,
+)
 
 USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
 
@@ -41,19 +45,6 @@ examples:
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2
   topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json
 """
-
-
-# What the `local` extra brings: the reference engines, probe and diagnose import these.
-LOCAL_EXTRA = ("torch", "safetensors", "matplotlib")
-
-
-def local_extra_error(what: str, module: str) -> ToplError:
-    return ToplError(
-        f"{what} needs {module}, which is not installed (the launcher-only install has no torch)",
-        where=module,
-        fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
-        "&& pip install 'topl[local]'   (or use your own torch build)",
-    )
 
 
 def check_sweeper_discoverable() -> None:

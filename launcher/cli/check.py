@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import sys
 
+from topl.launcher import backends
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_violations
 
@@ -81,7 +82,8 @@ def installed_verl(spec) -> list:
     from topl.launcher.contract.core import Violation
     from topl.launcher.doctor import install_hint, verl_mismatch
 
-    got = spec.cluster.backend != "local" and verl_mismatch(spec)
+    name = spec.cluster.backend  # TOP-SPEC-001 has refused a name outside the registry
+    got = name in backends.NAMES and backends.get(name).remote and verl_mismatch(spec)
     if not got:
         return []
     have, want = got

@@ -117,6 +117,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         root=root,
         watch=flags.watch,
         multirun=multirun,
+        say=say,
     )
     if not informational and not multirun:
         # compose and check once, up front: bad input is a readable error and exit 2 before
@@ -165,6 +166,45 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc
+
+
+def say(event: str, **data) -> None:
+    """Print what the run layer reports (launcher/launch.py:EVENTS)."""
+    if event == "violations":
+        print_violations(data["violations"])
+    elif event == "error":
+        print(data["error"].render(), file=sys.stderr)
+    elif event == "rejected":
+        print(
+            f"topl: rejected before launch; nothing started (run dir {data['run_dir']})",
+            file=sys.stderr,
+        )
+    elif event == "point":
+        print(
+            f"topl: point {data['num']}: {' '.join(data['overrides'])} -> {data['run_dir']} (dry run)"
+        )
+    elif event == "run_dir":
+        print(f"topl: run directory {data['run_dir']}")
+    elif event == "command":
+        print(data["text"])
+    elif event == "doctor_skipped":
+        print(
+            "topl: WARNING: --skip-doctor: the target stack was NOT checked; a missing "
+            "batch_invariant_ops or an unpatched verl will only show up as logdiff != 0 or a "
+            "crash hours in",
+            file=sys.stderr,
+        )
+    elif event == "doctor_error":
+        f = data["finding"]
+        print(
+            f"ERROR {f['id']} on {data['node']}: {f['what']}: found {f['found']}, needed "
+            f"{f['needed']}\n  fix: {f['fix']}",
+            file=sys.stderr,
+        )
+    elif event == "follow_hint":
+        print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
+    else:  # a new event the CLI does not know yet: shown, never dropped
+        print(f"topl: {event}: {data}", file=sys.stderr)
 
 
 NEXT = (

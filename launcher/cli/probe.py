@@ -175,9 +175,10 @@ def run(
     from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
     from topl.launcher.backends.local import threads_for, torch_threads
+    from topl.launcher.engines import engine_settings
 
     report = report or (lambda msg: None)
-    r = spec.rollout
+    r, e = spec.rollout, engine_settings(spec)
     sp = SamplingParams(
         r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode
     )
@@ -191,9 +192,9 @@ def run(
         max_len=max_len,
         max_new=24,
     )
-    budget, notes = r.max_num_batched_tokens, []
+    budget, notes = e.max_num_batched_tokens, []
     longest = max(len(q.prompt) + q.max_new_tokens for q in reqs)
-    if not r.chunked_prefill and budget < longest:
+    if not e.chunked_prefill and budget < longest:
         # verl raises an unchunked budget below max_model_len to it (VERL_UNCHUNKED); the probe's
         # own prompts must fit one step likewise
         budget = max(longest, min(spec.model.max_position_embeddings, 1 << 16))
@@ -210,14 +211,14 @@ def run(
             model,
             spec.alignment,
             requests=reqs,
-            train_tp=spec.train.tp,
-            rollout_tp=r.tp,
-            order=spec.collective.order,
-            block_size=r.block_size,
-            chunked_prefill=r.chunked_prefill,
+            train_tp=e.train_tp,
+            rollout_tp=e.rollout_tp,
+            order=e.order,
+            block_size=e.block_size,
+            chunked_prefill=e.chunked_prefill,
             max_num_batched_tokens=budget,
-            max_num_seqs=r.max_num_seqs,
-            micro_batch=spec.train.log_prob_micro_batch_size_per_gpu,
+            max_num_seqs=e.max_num_seqs,
+            micro_batch=e.log_prob_micro_batch,  # the probe's training pass is the recompute
             sampling=sp,
             dump_dir=dump_dir,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import facts
+from topl.launcher import backends, facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def unchunked_budget(s: JobSpec) -> Outcome:
     vLLMHttpServer._validate_configs), logging a warning in the worker only: vLLM then profiles
     and schedules prefills for that many tokens, not the value set. verl 0.8.0/0.9.0 pass it on."""
     r = s.rollout
-    if s.cluster.backend == "local" or r.chunked_prefill:
+    if not backends.of(s).remote or r.chunked_prefill:
         return None  # the embedded engines run the value as set
     limit = s.model.max_position_embeddings
     if r.max_num_batched_tokens < limit and facts.supports(

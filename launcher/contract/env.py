@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.view import unwrap
-from topl.launcher.render import ENV_OWNERS, derived_env, env_value
+from topl.launcher.render import derived_env, env_value
+from topl.launcher.verl_tables import ENV_OWNERS
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

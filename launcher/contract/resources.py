@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from topl.launcher import backends
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ def local_model_size(s: JobSpec) -> Outcome:
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
     from topl.launcher.memory_estimate import param_counts
 
-    if s.cluster.backend == "local":
+    if not backends.of(s).remote:  # the reference engines, here
         total = param_counts(s.model)["total"]
         if total > LOCAL_MAX_PARAMS:
             return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"

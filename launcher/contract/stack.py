@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import facts
+from topl.launcher import backends, facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
 
@@ -219,8 +219,8 @@ def per_request_seed(s: JobSpec) -> Outcome:
 def ray_address(s: JobSpec) -> Outcome:
     """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
-    if s.cluster.backend == "ray_job" and not s.cluster.ray_address:
-        return "backend=ray_job without cluster.ray_address"
+    if backends.of(s).nodes and not s.cluster.ray_address:
+        return f"backend={s.cluster.backend} without cluster.ray_address"
 
 
 @rule(

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.command import Command, Entry, command, note
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
-from topl.launcher.render import ARR, VLLM, fmt
+from topl.launcher.render import fmt
 from topl.launcher.render_version import spell
+from topl.launcher.verl_tables import ARR, VLLM
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

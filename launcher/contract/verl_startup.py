@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.command import Command, command, note
 from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
-from topl.launcher.render import ARR
+from topl.launcher.verl_tables import ARR
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher import facts
+from topl.launcher import backends, facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
 
@@ -31,7 +31,7 @@ def _rendered(s: JobSpec, own_only: bool = False) -> tuple[list[tuple[str, Any]]
     from topl.launcher.verl_schema import schema_for
 
     plain = unwrap(s)
-    if plain.cluster.backend == "local":
+    if not backends.of(plain).remote:  # the reference engines run no verl command
         return None
     cmd = command(plain)
     pairs = [
@@ -78,8 +78,8 @@ def grad_offload(s: JobSpec) -> Outcome:
     """verl 0.9.1 dropped McoreEngineConfig.grad_offload: its param_offload also releases the
     gradient buffers (verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig.param_offload),
     so topl renders grad_offload there only through param_offload, which must say the same."""
-    from topl.launcher.render_version import GRAD_OFFLOAD
     from topl.launcher.verl_schema import schema_for
+    from topl.launcher.verl_tables import GRAD_OFFLOAD
 
     t = s.train
     if t.engine != "megatron" or t.grad_offload is None:

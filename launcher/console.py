@@ -1,0 +1,64 @@
+"""Console output below the command line: line widths, wrapping, rich consoles, violations.
+
+The run layer (launch.py) and the backends print through these; launcher/cli/output.py
+re-exports them beside the CLI's own JSON and table printers."""
+
+from __future__ import annotations
+
+import sys
+
+# The longest line topl prints to a pipe or file (a terminal: its width). Log viewers, CI pages
+# and `less` read long lines badly; nothing is cut, longer text wraps.
+PIPE_WIDTH = 200
+
+
+def width_of(console=None, stream=None) -> int:
+    if console is not None:
+        return console.width if console.is_terminal else PIPE_WIDTH
+    stream = stream or sys.stdout
+    if stream.isatty():
+        import shutil
+
+        return shutil.get_terminal_size().columns
+    return PIPE_WIDTH
+
+
+def fit(text: str, console=None, width: int | None = None, stream=None) -> str:
+    """`text` with every line longer than the width wrapped, continuations indented one step
+    deeper than the line they continue; words are never cut unless one alone is too long."""
+    import textwrap
+
+    width = width or width_of(console, stream)
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip()) + 4)
+        out.extend(
+            textwrap.wrap(
+                line,
+                width,
+                subsequent_indent=lead,
+                break_on_hyphens=False,
+                drop_whitespace=True,
+            )
+        )
+    return "\n".join(out)
+
+
+def print_violations(violations, stream=None) -> None:
+    stream = stream or sys.stderr
+    for v in violations:
+        print(fit(v.render(), stream=stream), file=stream)
+
+
+def make_console(**kw):
+    """A terminal gets rich's tables at its width; a pipe or file gets plain text: no colour, no box,
+    no width limit, so nothing is cut or wrapped mid-word (`--json` is for machines)."""
+    from rich.console import Console
+
+    c = Console(**kw)
+    if c.is_terminal:
+        return c
+    return Console(**{**kw, "width": 10_000, "color_system": None, "highlight": False})
