@@ -6,6 +6,8 @@ from helpers import STRICT_A3
 from topl.launcher.contract import RULES, check
 
 B = STRICT_A3
+OFF = ["recipe=qwen3_4b_grpo_a3_off"]
+ARR = "actor_rollout_ref"
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
     "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
@@ -153,9 +155,13 @@ CASES = {
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
+    "TOP-VERL-003": (
+        [*OFF, "rollout.per_request_seed=true", f"+verl_overrides.{ARR}.rollout.per_request_seed=false"],
+        [*OFF, "rollout.per_request_seed=true"],
+    ),
     "TOP-INIT-001": (
-        ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.use_dynamic_bsz=false"],
-        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+        [*OFF, f"+verl_overrides.{ARR}.rollout.log_prob_use_dynamic_bsz=false"],
+        [*OFF, "train.use_dynamic_bsz=false"],
     ),
     "TOP-INIT-002": (
         B + ["+verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],

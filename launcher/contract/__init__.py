@@ -17,6 +17,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     resources,
     sampling,
     stack,
+    verl_fields,
     verl_keys,
     verl_startup,
     verl_version,
