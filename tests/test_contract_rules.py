@@ -8,6 +8,7 @@ from topl.launcher.contract import RULES, check
 B = STRICT_A3
 OFF = ["recipe=qwen3_4b_grpo_a3_off"]
 ARR = "actor_rollout_ref"
+PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
     "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
@@ -175,6 +176,19 @@ CASES = {
     "TOP-INIT-005": (
         B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=3"],
         B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=2"],
+    ),
+    "TOP-INIT-006": ([*OFF, "train.train_batch_size=3"], [*OFF, "train.train_batch_size=2"]),
+    "TOP-INIT-007": (
+        [*OFF, "train.train_batch_size=8", f"+verl_overrides.{ARR}.actor.use_prefix_grouper=true"],
+        [*OFF, "train.train_batch_size=16", f"+verl_overrides.{ARR}.actor.use_prefix_grouper=true"],
+    ),
+    "TOP-INIT-008": (
+        [*OFF, *PPO, "rollout.n=1", "train.ppo_mini_batch_size=2", "train.train_batch_size=16"],
+        [*OFF, *PPO, "rollout.n=1", "train.ppo_mini_batch_size=16", "train.train_batch_size=16"],
+    ),
+    "TOP-INIT-009": (
+        [*OFF, *PPO, "train.use_dynamic_bsz=false", "+verl_overrides.critic.ppo_mini_batch_size=32"],
+        [*OFF, *PPO, "train.use_dynamic_bsz=false"],
     ),
     "TOP-TP-003": (B + ["train.etp=2"], B),
 }

@@ -18,6 +18,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     sampling,
     stack,
     verl_fields,
+    verl_firststep,
     verl_keys,
     verl_startup,
     verl_version,
