@@ -74,7 +74,7 @@ CASES = {
     ),
     "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
-    "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B),
+    "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B + ["cluster.versions.cann=9.0.0"]),
     "TOP-STACK-007": (B + ["cluster.versions.mindspeed=master"], B),
     "TOP-GRAPH-002": (  # vllm-ascend 0.21.0rc1's FA3 docs: enforce_eager=True
         B
@@ -212,7 +212,8 @@ def test_rule_rejects_and_accepts(compose, rule_id):
 def test_shipped_defaults_pass_clean(compose):
     assert ids(compose, []) == set()
     # a shipped cluster preset names no Ray head: a warning for `check`, a refusal for `launch`
-    assert ids(compose, B) == {"TOP-CLUS-001"}
+    # and the seed's CANN build on A3: no public order against 9.0.0-beta.2 (TOP-STACK-006)
+    assert ids(compose, B) == {"TOP-CLUS-001", "TOP-STACK-006"}
 
 
 def test_violation_names_keys_values_and_sources(compose):
