@@ -129,7 +129,7 @@ def test_following_topls_own_dynamic_bsz_fix_is_checked_to_the_end(compose, tmp_
     assert f"{ARR}.actor.use_dynamic_bsz=false" in argv
     path = user_recipe(
         tmp_path,
-f"verl_overrides:\n  {ARR}.rollout.log_prob_use_dynamic_bsz: true\n",
+        f"verl_overrides:\n  {ARR}.rollout.log_prob_use_dynamic_bsz: true\n",
     )
     v = errors_of(compose([f"recipe={path}", "train.use_dynamic_bsz=false"]))["TOP-INIT-001"]
     src = v.keys[f"verl_overrides.{ARR}.rollout.log_prob_use_dynamic_bsz"]["source"]

@@ -44,17 +44,28 @@ def test_the_recipes_data_files_are_fields_data_dir_still_works_without_them(com
     assert "data.train_files=[/home/u/data/gsm8k/train.parquet]" in argv(compose, [OFF])
     assert "data.train_files=[/d/a.parquet]" in argv(compose, [OFF, "train_files=[/d/a.parquet]"])
     plain = argv(compose, ["data_dir=/d"])
-    assert "data.train_files=/d/train.parquet" in plain and "data.val_files=/d/test.parquet" in plain
+    assert (
+        "data.train_files=/d/train.parquet" in plain and "data.val_files=/d/test.parquet" in plain
+    )
 
 
 def test_an_override_beating_a_field_that_was_set_is_an_error(compose):
-    bad = [OFF, "rollout.per_request_seed=true", f"+verl_overrides.{ARR}.rollout.per_request_seed=false"]
+    bad = [
+        OFF,
+        "rollout.per_request_seed=true",
+        f"+verl_overrides.{ARR}.rollout.per_request_seed=false",
+    ]
     v = rule(compose, bad)
     assert v is not None and v.severity == "error"
-    assert "rollout.per_request_seed=true (set)" in v.message and "verl would run false" in v.message
+    assert (
+        "rollout.per_request_seed=true (set)" in v.message and "verl would run false" in v.message
+    )
     key = f"verl_overrides.{ARR}.rollout.per_request_seed"  # both sources named
     assert v.keys[key]["source"].startswith("command line")
-    assert v.keys["rollout.per_request_seed"]["source"] == "command line `rollout.per_request_seed=true`"
+    assert (
+        v.keys["rollout.per_request_seed"]["source"]
+        == "command line `rollout.per_request_seed=true`"
+    )
     assert "set the spec field" in v.fix
 
 
@@ -62,12 +73,16 @@ def test_an_override_beating_a_field_at_its_default_is_a_warning(compose):
     """Nobody chose topl's value, but the contract checked it: said, not refused."""
     v = rule(compose, [OFF, f"+verl_overrides.{ARR}.rollout.tensor_model_parallel_size=2"])
     assert v is not None and v.severity == "warning" and "rollout.tp=1 (its default)" in v.message
-    v = rule(compose, [OFF, "data_dir=/d", "train_files=null", "+verl_overrides.data.train_files=/x"])
+    v = rule(
+        compose, [OFF, "data_dir=/d", "train_files=null", "+verl_overrides.data.train_files=/x"]
+    )
     assert v.severity == "error" and "data_dir=/d (set)" in v.message
 
 
 def test_the_same_value_is_no_violation(compose):
-    assert rule(compose, [OFF, f"+verl_overrides.{ARR}.rollout.tensor_model_parallel_size=1"]) is None
+    assert (
+        rule(compose, [OFF, f"+verl_overrides.{ARR}.rollout.tensor_model_parallel_size=1"]) is None
+    )
 
 
 def test_the_refs_copy_of_an_actor_key_counts_where_the_ref_runs(compose):

@@ -157,7 +157,11 @@ CASES = {
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
     "TOP-VERL-003": (
-        [*OFF, "rollout.per_request_seed=true", f"+verl_overrides.{ARR}.rollout.per_request_seed=false"],
+        [
+            *OFF,
+            "rollout.per_request_seed=true",
+            f"+verl_overrides.{ARR}.rollout.per_request_seed=false",
+        ],
         [*OFF, "rollout.per_request_seed=true"],
     ),
     "TOP-INIT-001": (
@@ -187,7 +191,12 @@ CASES = {
         [*OFF, *PPO, "rollout.n=1", "train.ppo_mini_batch_size=16", "train.train_batch_size=16"],
     ),
     "TOP-INIT-009": (
-        [*OFF, *PPO, "train.use_dynamic_bsz=false", "+verl_overrides.critic.ppo_mini_batch_size=32"],
+        [
+            *OFF,
+            *PPO,
+            "train.use_dynamic_bsz=false",
+            "+verl_overrides.critic.ppo_mini_batch_size=32",
+        ],
         [*OFF, *PPO, "train.use_dynamic_bsz=false"],
     ),
     "TOP-TP-003": (B + ["train.etp=2"], B),

@@ -85,7 +85,9 @@ def test_balance_checks_follow_the_trainer_that_runs(compose):
     release = [*bad, "stack=release"]
     assert "TOP-INIT-007" not in errors(compose, release)
     assert "TOP-INIT-007" in errors(compose, [*release, "+verl_overrides.trainer.use_v1=false"])
-    assert "TOP-INIT-007" not in errors(compose, [*bad, "+verl_overrides.trainer.balance_batch=false"])
+    assert "TOP-INIT-007" not in errors(
+        compose, [*bad, "+verl_overrides.trainer.balance_batch=false"]
+    )
     # DAPO runs verl-recipe's RayDAPOTrainer (the old trainer) on every verl
     dapo = ["recipe=qwen3_4b_dapo_a3_off", "train.train_batch_size=8", PG, "stack=release"]
     assert "TOP-INIT-007" in errors(compose, dapo)
@@ -102,14 +104,22 @@ def test_critic_mini_batch_splits_over_the_critics_own_dp(compose):
     base += ["rollout.tp=2", "train.train_batch_size=16"]
     assert "TOP-INIT-008" in errors(compose, base)
     critic = "+verl_overrides.critic.megatron"
-    laid = [*base, f"{critic}.tensor_model_parallel_size=2", f"{critic}.pipeline_model_parallel_size=4"]
+    laid = [
+        *base,
+        f"{critic}.tensor_model_parallel_size=2",
+        f"{critic}.pipeline_model_parallel_size=4",
+    ]
     assert "TOP-INIT-008" not in errors(compose, laid)
-    assert "TOP-INIT-008" not in errors(compose, [*OFF, "rollout.n=1", "train.ppo_mini_batch_size=2"])
+    assert "TOP-INIT-008" not in errors(
+        compose, [*OFF, "rollout.n=1", "train.ppo_mini_batch_size=2"]
+    )
 
 
 def test_critic_mini_batch_no_larger_than_the_train_batch(compose):
     base = [*OFF, *PPO, "train.use_dynamic_bsz=false"]
-    assert "TOP-INIT-009" in errors(compose, [*base, "+verl_overrides.critic.ppo_mini_batch_size=32"])
+    assert "TOP-INIT-009" in errors(
+        compose, [*base, "+verl_overrides.critic.ppo_mini_batch_size=32"]
+    )
     assert "TOP-INIT-009" not in errors(compose, base)
     dyn = [*OFF, *PPO, "+verl_overrides.critic.ppo_mini_batch_size=32"]
     assert "TOP-INIT-009" not in errors(compose, dyn)  # the critic batches by tokens

@@ -31,7 +31,9 @@ def field_default(path: str) -> Any:
     cls: Any = JobSpec
     parts = path.split(".")
     for i, part in enumerate(parts):
-        if not (dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}):
+        if not (
+            dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}
+        ):
             return _UNKNOWN
         f = next(f for f in dataclasses.fields(cls) if f.name == part)
         if i < len(parts) - 1:

@@ -33,12 +33,16 @@ DAPO_TRAINER = (
 class Cite:
     path: str  # below the verl package
     symbol: str  # Class.method or function holding the check
-    text: str  # the condition as verl writes it (an assert's test, a raise's if-test, an expression)
+    text: (
+        str  # the condition as verl writes it (an assert's test, a raise's if-test, an expression)
+    )
     kind: str = "assert"  # assert | raise (an `if` whose body raises) | expr
     versions: tuple[str, ...] = ALL  # the releases whose source has it
 
     def __str__(self) -> str:
-        return f"verl@{self.versions[-1]}:verl/{self.path}:{self.symbol} ({', '.join(self.versions)})"
+        return (
+            f"verl@{self.versions[-1]}:verl/{self.path}:{self.symbol} ({', '.join(self.versions)})"
+        )
 
 
 CHECKS = {
