@@ -67,7 +67,12 @@ def _renders(cmd, key: str, ref: bool):
     "TOP-VERL-003",
     ERROR,
     "a recipe's verl_overrides do not silently replace a key topl renders from a spec field",
-    ("verl_overrides", "alignment.mode", "algorithm.use_kl_loss", "algorithm.use_kl_in_reward"),
+    # and the spec field that renders the replaced key: any of topl's tables (command._origins)
+    (
+        "verl_overrides",
+        *("algorithm", "alignment", "cluster", "model", "rollout", "train"),
+        *("data_dir", "train_files", "val_files", "experiment", "project", "seed"),
+    ),
     "drop the key from the recipe's verl_overrides and set the spec field the message names "
     "instead (topl renders the key from it; `topl render` shows the result)",
 )
