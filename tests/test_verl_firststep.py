@@ -2,20 +2,21 @@
 is in the verl releases it names, and the rules fire where those checks would."""
 
 import ast
-import importlib.util
 import os
 import re
 from pathlib import Path
 
 import pytest
+from helpers import verl_release
 
 from topl.launcher.contract import check
-from topl.launcher.contract.verl_firststep import CHECKS
+from topl.launcher.contract.verl_firststep import ALL, CHECKS
 
-VERL = importlib.util.find_spec("verl")
 ROOTS = [Path(p) / "verl" for p in os.environ.get("TOPL_VERL_SOURCES", "").split(os.pathsep) if p]
-if VERL is not None:
-    ROOTS.insert(0, Path(list(VERL.submodule_search_locations)[0]))
+# every release the citations name that is at hand: installed, cached, or (TOPL_VERL_VERSIONS=1, as
+# .ci/run sets) downloaded by pip, never installed
+ROOTS += [r / "verl" for v in ALL if (r := verl_release(v)) is not None]
+ROOTS = sorted(set(ROOTS))
 OFF = ["recipe=qwen3_4b_grpo_a3_off"]  # 16 devices, tp=pp=1: actor dp 16; n=8, balance_batch on
 PG = "+verl_overrides.actor_rollout_ref.actor.use_prefix_grouper=true"
 PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
