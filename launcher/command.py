@@ -37,6 +37,7 @@ DERIVED = {
     "data.train_files": "data_dir",
     "data.val_files": "data_dir",
 }
+DERIVED_WHEN_SET = {"data.train_files": "train_files", "data.val_files": "val_files"}
 DERIVED_PREFIXES = {  # key prefix -> spec field (strict switches, rollout correction)
     f"{R.ARR}.actor.megatron.override_transformer_config.": "alignment.mode",
     f"{R.VLLM}.additional_config.": "alignment.mode",
@@ -136,7 +137,10 @@ def _own_origins(s: JobSpec) -> dict[str, str]:
     return _origins(s.train.engine == "megatron")
 
 
-def _origin(key: str, table: dict[str, str]) -> str:
+def _origin(key: str, table: dict[str, str], s: JobSpec | None = None) -> str:
+    field_ = DERIVED_WHEN_SET.get(key)  # a field that, set, replaces the default's field
+    if s is not None and field_ and getattr(s, field_) is not None:
+        return field_
     if key in table:
         return table[key]
     if key in DERIVED:
@@ -176,9 +180,11 @@ def build(s: JobSpec) -> Command:
     own: dict[str, Entry] = {}
     for key, value in R.overrides(plain):  # topl's own keys, spelled for the declared verl
         m = meta.get(key)
-        if m is None:
+        if m is None:  # (prefix, origin): the origin may still follow the spec (DERIVED_WHEN_SET)
             m = meta[key] = (_prefix(key, sch), _origin(key, table))
-        own[key] = Entry(key, value, m[0], "topl", m[1])
+        field_ = DERIVED_WHEN_SET.get(key)
+        origin = field_ if field_ and getattr(s, field_) is not None else m[1]
+        own[key] = Entry(key, value, m[0], "topl", origin)
     entries = dict(own)
     written: dict[str, str] = {}  # verbatim key -> as written (respell reads the written form)
     for key, value in R.extra_items(s.algorithm.extra_overrides):

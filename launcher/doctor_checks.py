@@ -175,8 +175,20 @@ def torch_pair(c):
     lambda c: c.npu,
 )
 def cann(c):
-    got = cann_version()
-    c.add(got is not None, got or "not found (ASCEND_HOME_PATH unset?)", c.v.cann)
+    """Installed vs declared, both read as CANN orders them (topl.launcher.versions): 9.0.0.B160
+    matches a 9.0.0.B160 install only (a build is not its release); 9.0 matches 9.0.0."""
+    got, want = cann_version(), c.v.cann
+    if got is None:
+        c.add(False, "not found (ASCEND_HOME_PATH unset?)", want)
+        return
+    g, w = _v(got, "cann"), _v(want, "cann")
+    c.add(
+        g is not None and g == w,
+        got if g is not None else f"{got} (not a CANN version topl can read)",
+        want,
+        fix=f"install CANN {want}, or declare the installed one (cluster.versions.cann={got})",
+        sev=WARNING,
+    )
 
 
 @check(

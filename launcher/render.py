@@ -136,6 +136,14 @@ def plus(key: str, sch: Schema | None = None) -> str:
     return spell(key, sch or schema("0.9.1")) or key
 
 
+def data_files(s: JobSpec, which: str) -> Any:
+    """The spec's train_files / val_files, else the data_dir convention."""
+    files = s.train_files if which == "train" else s.val_files
+    if files is not None:
+        return list(files)
+    return f"{s.data_dir}/{'train' if which == 'train' else 'test'}.parquet"
+
+
 def overrides(s: JobSpec) -> list[tuple[str, Any]]:
     """(verl key, value) pairs, in a stable order."""
     megatron = s.train.engine == "megatron"
@@ -147,8 +155,8 @@ def overrides(s: JobSpec) -> list[tuple[str, Any]]:
         if renders(s, field_) and (v := rendered_value(s, field_)) is not None
     ]  # None: verl's default
     out += [
-        ("data.train_files", f"{s.data_dir}/train.parquet"),
-        ("data.val_files", f"{s.data_dir}/test.parquet"),
+        ("data.train_files", data_files(s, "train")),
+        ("data.val_files", data_files(s, "val")),
         *graph_overrides(s),
         (f"{ARR}.rollout.pipeline_model_parallel_size", 1),
         # verl asserts it equals actor.use_dynamic_bsz (verl@0.9.1:verl/workers/engine_workers.py:

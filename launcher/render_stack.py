@@ -84,4 +84,6 @@ def stack_overrides(s: JobSpec) -> list[tuple[str, Any]]:
         out.append((f"{VLLM}.additional_config.weight_nz_mode", 0))
     if sampling_seed(s) == "per_request":
         out.append((f"{ARR}.rollout.per_request_seed", True))
+    elif s.rollout.per_request_seed is False:  # said, as the seed's off scripts do (stock verl:
+        out.append((f"{ARR}.rollout.per_request_seed", False))  # dropped, STOCK_AT_DEFAULT)
     return out

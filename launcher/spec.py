@@ -308,6 +308,8 @@ class JobSpec:
     experiment: str = "${model.name}_${algorithm.name}_${alignment.mode}"  # trainer.experiment_name
     run_root: str = "runs"  # where `topl launch` creates run directories
     data_dir: str = "~/data/topl"  # train/val parquet folder for verl
+    train_files: Optional[List[str]] = None  # verl data.train_files; None: <data_dir>/train.parquet
+    val_files: Optional[List[str]] = None  # verl data.val_files; None: <data_dir>/test.parquet
     # Recipes that reproduce a script (`topl recipes import`) keep its remaining overrides here.
     # verl keys without a spec field, rendered verbatim last (replacing a rendered key of the same name; a leading + appends a key verl lacks)
     verl_overrides: Dict[str, Any] = field(default_factory=dict)

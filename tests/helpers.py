@@ -10,13 +10,12 @@ from pathlib import Path
 
 # The seed's 30B GRPO strict recipe with every rule green: the seed ran chunked prefill, dynamic
 # batch size and verl's max_num_seqs 1024 (warnings on its stack, see docs/seed.md); the tests that
-# need a clean strict baseline turn them off (dynamic batch size also in the recipe's verl_overrides:
-# verl asserts the actor and the log-prob recompute agree, TOP-INIT-001).
+# need a clean strict baseline turn them off (dynamic batch size also for the ref, which the recipe's
+# verl_overrides set: the KL reference batches as the actor does, TOP-VERL-002).
 STRICT_A3 = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",
     "rollout.chunked_prefill=false",
     "train.use_dynamic_bsz=false",
-    "+verl_overrides.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
     "+verl_overrides.actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
     "rollout.max_num_seqs=64",
 ]

@@ -6,6 +6,9 @@ from helpers import STRICT_A3
 from topl.launcher.contract import RULES, check
 
 B = STRICT_A3
+OFF = ["recipe=qwen3_4b_grpo_a3_off"]
+ARR = "actor_rollout_ref"
+PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
     "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
@@ -71,7 +74,7 @@ CASES = {
     ),
     "TOP-STACK-004": (B + ["cluster.versions.batch_invariant_ops=false"], B),
     "TOP-STACK-005": (B + ["cluster.external_modules=null"], B),
-    "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B),
+    "TOP-STACK-006": (B + ["cluster.versions.cann=8.5.0"], B + ["cluster.versions.cann=9.0.0"]),
     "TOP-STACK-007": (B + ["cluster.versions.mindspeed=master"], B),
     "TOP-GRAPH-002": (  # vllm-ascend 0.21.0rc1's FA3 docs: enforce_eager=True
         B
@@ -153,9 +156,17 @@ CASES = {
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
+    "TOP-VERL-003": (
+        [
+            *OFF,
+            "rollout.per_request_seed=true",
+            f"+verl_overrides.{ARR}.rollout.per_request_seed=false",
+        ],
+        [*OFF, "rollout.per_request_seed=true"],
+    ),
     "TOP-INIT-001": (
-        ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.use_dynamic_bsz=false"],
-        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+        [*OFF, f"+verl_overrides.{ARR}.rollout.log_prob_use_dynamic_bsz=false"],
+        [*OFF, "train.use_dynamic_bsz=false"],
     ),
     "TOP-INIT-002": (
         B + ["+verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
@@ -169,6 +180,24 @@ CASES = {
     "TOP-INIT-005": (
         B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=3"],
         B + ["+verl_overrides.actor_rollout_ref.rollout.data_parallel_size=2"],
+    ),
+    "TOP-INIT-006": ([*OFF, "train.train_batch_size=3"], [*OFF, "train.train_batch_size=2"]),
+    "TOP-INIT-007": (
+        [*OFF, "train.train_batch_size=8", f"+verl_overrides.{ARR}.actor.use_prefix_grouper=true"],
+        [*OFF, "train.train_batch_size=16", f"+verl_overrides.{ARR}.actor.use_prefix_grouper=true"],
+    ),
+    "TOP-INIT-008": (
+        [*OFF, *PPO, "rollout.n=1", "train.ppo_mini_batch_size=2", "train.train_batch_size=16"],
+        [*OFF, *PPO, "rollout.n=1", "train.ppo_mini_batch_size=16", "train.train_batch_size=16"],
+    ),
+    "TOP-INIT-009": (
+        [
+            *OFF,
+            *PPO,
+            "train.use_dynamic_bsz=false",
+            "+verl_overrides.critic.ppo_mini_batch_size=32",
+        ],
+        [*OFF, *PPO, "train.use_dynamic_bsz=false"],
     ),
     "TOP-TP-003": (B + ["train.etp=2"], B),
 }
@@ -192,7 +221,8 @@ def test_rule_rejects_and_accepts(compose, rule_id):
 def test_shipped_defaults_pass_clean(compose):
     assert ids(compose, []) == set()
     # a shipped cluster preset names no Ray head: a warning for `check`, a refusal for `launch`
-    assert ids(compose, B) == {"TOP-CLUS-001"}
+    # and the seed's CANN build on A3: no public order against 9.0.0-beta.2 (TOP-STACK-006)
+    assert ids(compose, B) == {"TOP-CLUS-001", "TOP-STACK-006"}
 
 
 def test_violation_names_keys_values_and_sources(compose):

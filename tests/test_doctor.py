@@ -129,7 +129,7 @@ def layout(profile: str) -> dict[str, tuple[str, dict[str, str], tuple]]:
 def stack(tmp_path):
     """A simulated installed stack for a profile; `drop` / `change` break one piece."""
 
-    def make(profile="seed", drop=(), change=None, args=()):
+    def make(profile="seed", drop=(), change=None, args=(), installed_cann=None):
         site = tmp_path / "site"
         for name, (version, files, requires) in layout(profile).items():
             if name in drop:
@@ -139,7 +139,8 @@ def stack(tmp_path):
         cann = tmp_path / "cann"
         cann.mkdir(exist_ok=True)
         (cann / "ascend_toolkit_install.info").write_text(
-            f"package_name=Ascend-cann-toolkit\nversion={PROFILES[profile]['versions']['cann']}\n"
+            f"package_name=Ascend-cann-toolkit\n"
+            f"version={installed_cann or PROFILES[profile]['versions']['cann']}\n"
         )
         env = {"PYTHONPATH": str(site), "ASCEND_HOME_PATH": str(cann)}
         r = run_topl(
@@ -163,6 +164,23 @@ def test_each_profile_stack_passes_but_for_the_missing_device(stack, profile):
         "TOP-DOC-MS-001",
         "TOP-DOC-VLLMA-001",
     } <= ids(out, "ok")
+
+
+@pytest.mark.parametrize(
+    "installed,args,severity",
+    [
+        ("9.0.0.B160", (), "ok"),  # the seed's README: CANN 9.0.0.B160 (CANN900B160)
+        ("9.0.0", (), "warning"),  # a build is not its release
+        ("9.0.0.B170", (), "warning"),
+        ("8.5.RC1", (), "warning"),
+        ("CANN900B160", (), "warning"),  # not a form CANN writes: said, not matched
+        ("9.0.0", ("cluster.versions.cann=9.0",), "ok"),  # 9.0 is 9.0.0
+    ],
+)
+def test_cann_is_compared_as_cann_orders_versions(stack, installed, args, severity):
+    """Installed vs declared CANN, read as CANN orders versions (was: any CANN passed)."""
+    _, out = stack("seed", args=args, installed_cann=installed)
+    assert "TOP-DOC-CANN-001" in ids(out, severity)
 
 
 def test_seed_stack_is_patched_at_import_not_an_error(stack):

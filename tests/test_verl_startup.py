@@ -80,6 +80,9 @@ DYNAMIC_OK = {
         "algorithm.adv_estimator=gae",
         "algorithm.use_critic=true",
         "train.ppo_mini_batch_size=2",
+        # the critic's own layout: verl gives it tp=pp=1 (dp=16), not the actor's (TOP-INIT-008)
+        "+verl_overrides.critic.megatron.tensor_model_parallel_size=2",
+        "+verl_overrides.critic.megatron.pipeline_model_parallel_size=4",
     ],
 }
 

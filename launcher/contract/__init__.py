@@ -19,6 +19,8 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     resources,
     sampling,
     stack,
+    verl_fields,
+    verl_firststep,
     verl_keys,
     verl_startup,
     verl_version,
