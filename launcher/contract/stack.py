@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from topl.launcher import backends, facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
+from topl.launcher.facts.stacks import profiles
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -161,7 +162,7 @@ def cann_version(s: JobSpec) -> Outcome:
     """On A3, CANN 8.5 and 9.0.0-beta.1 run HCCL_DETERMINISTIC=strict as `true` (deterministic
     but without a fixed reduction order); from 9.0.0-beta.2 strict keeps the order (sum, rank
     size >= 3). A build such as 9.0.0.B160 counts as older than 9.0.0's betas (no public mapping
-    from build numbers to betas)."""
+    from build numbers to betas), except the seed's own build, on which the seed measured logdiff 0."""
     strict_hccl = s.collective.hccl_deterministic == "strict"
     if (
         is_strict(s)
@@ -171,6 +172,10 @@ def cann_version(s: JobSpec) -> Outcome:
         and not facts.supports("hccl_strict_orders_on_a3", s.cluster.versions)
     ):
         cann = str(s.cluster.versions.cann)
+        if cann == str(profiles()["seed"]["versions"]["cann"]):
+            # seed evidence outranks the docs' rule: the seed measured logdiff 0 on A3 on this very
+            # build (psyloy/verl-ascend-recipe@6823af18:true_on_policy/README.md:版本配套)
+            return None
         if ".B" in cann:  # a build: topl.launcher.versions orders it before the betas, unproven
             return (
                 f"CANN {cann} on A3: a build with no public order against 9.0.0-beta.2, where "
