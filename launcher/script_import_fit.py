@@ -46,12 +46,52 @@ _PREFIXES = {
 }
 
 
-def topl_adds(key: str, default: Any = None) -> str | None:
-    """Why topl keeps `key` although the script does not set it (None: it is not kept)."""
+# Keys verl reads only while a switch the script sets is off: topl's value is never used, and
+# verl's default (null) is one topl's typed field cannot hold. The engine path batches by token
+# budget under use_dynamic_bsz and reads micro_batch_size_per_gpu only without it
+# (verl@0.8.0:verl/workers/engine/utils.py:prepare_micro_batches; verl@0.8.0:verl/workers/
+# engine_workers.py:ActorRolloutRefWorker.init_model copies actor.use_dynamic_bsz,
+# actor.ppo_micro_batch_size_per_gpu and rollout.log_prob_micro_batch_size_per_gpu into the engine
+# config; the same in verl@0.9.1).
+_DYN = "ignored: the script's actor.use_dynamic_bsz=true batches by token budget"
+_MEG = f"{ARR}.actor.megatron"
+
+
+def _dyn(script: dict, value: Any) -> bool:
+    return script.get(f"{ARR}.actor.use_dynamic_bsz") is True
+
+
+def _etp_is_tp(script: dict, value: Any) -> bool:
+    return value == script.get(f"{_MEG}.tensor_model_parallel_size", _MISSING)
+
+
+# key -> (holds(script values, topl's value), why): same run as verl's default (null) gives
+UNUSED_WHEN = {
+    f"{ARR}.actor.ppo_micro_batch_size_per_gpu": (_dyn, _DYN),
+    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": (_dyn, _DYN),
+    # verl passes null on to Megatron, which takes the TP size for it
+    # (verl@0.8.0:verl/workers/engine/megatron/transformer_impl.py: mpu.initialize_model_parallel;
+    # megatron-core@0.16.0:megatron/core/parallel_state.py:initialize_model_parallel)
+    f"{_MEG}.expert_tensor_parallel_size": (
+        _etp_is_tp,
+        "the script's actor TP: what Megatron takes for verl's null",
+    ),
+}
+
+
+def topl_adds(
+    key: str, default: Any = None, script: dict | None = None, value: Any = _MISSING
+) -> str | None:
+    """Why topl keeps `key` although the script does not set it (None: it is not kept);
+    `script` (the script's values, key -> value) and `value` (topl's): for a key whose topl value
+    runs as verl's default would under the script's settings (UNUSED_WHEN)."""
     if default == MANDATORY:
         return "verl requires a value and has no default (`???` in its config): topl's group value"
     if key in TOPL_ADDS:
         return TOPL_ADDS[key]
+    same = UNUSED_WHEN.get(key)
+    if same and default is None and same[0](script or {}, value):
+        return same[1]
     return next((why for p, why in _PREFIXES.items() if key.startswith(p)), None)
 
 

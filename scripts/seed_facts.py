@@ -18,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from topl.launcher.bash_resolve import resolve
 from topl.launcher.script_import import build_recipe, read_script, recipe_text
+from topl.launcher.script_read import choose_launch
 
 REPO = "psyloy/verl-ascend-recipe"
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,18 +33,21 @@ def write_recipe(s, model: str, algo: str, mode: str, path: str) -> None:
     )
     assert not imp.round_trip, imp.round_trip
     assert not imp.command_line, imp.command_line  # a recipe carries no program or config choice
-    r = imp.recipe
-    # verl@0.8.0:trainer/config/rollout/rollout.yaml defaults the seed runs with
-    r["rollout"].update(chunked_prefill=True, max_num_seqs=1024)
-    if mode == "off":
-        r["rollout"]["prefix_caching"] = True
-    r.setdefault("train", {})["steps"] = None  # verl's default: total_epochs bounds the run
+    # keys the seed leaves to verl carry verl 0.8.0's defaults (the importer reads the declared
+    # stack's verl): nothing is set here, so a regeneration gives the committed recipes back
     switch = "1" if mode == "on" else "0"
     text = recipe_text(imp, f"{REPO}:{path} with ENABLE_TRUE_ON_POLICY={switch}")
     title = f"# The seed's {algo.upper()} {model} script, true on-policy {mode}, key by key (docs/seed.md).\n"
     (ROOT / "recipes" / f"seed_{model}_{algo}_{mode}.yaml").write_text(
         text.replace("# Imported from", title + "# Imported from")
     )
+
+
+def launch_env(text: str, env: dict, s) -> list:
+    """The launch's env in the script's order, those a recipe may not set included (the seed's
+    VERL_USE_EXTERNAL_MODULES is a fact of the script all the same); a secret's value never."""
+    chosen, _ = choose_launch(resolve(text, env))
+    return [(k, it) for k, it in chosen.env.items() if k not in s.secrets]
 
 
 def main(checkout: str, recipes: bool = False) -> None:
@@ -58,7 +63,8 @@ def main(checkout: str, recipes: bool = False) -> None:
                 [*git, "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
             ).stdout
             for mode, switch in (("on", "1"), ("off", "0")):
-                s = read_script(text, env={"ENABLE_TRUE_ON_POLICY": switch})
+                sw = {"ENABLE_TRUE_ON_POLICY": switch}
+                s = read_script(text, env=sw)
                 over = {}
                 for k, st in s.overrides.items():
                     row = {"value": st.value, "line": st.line}
@@ -73,7 +79,8 @@ def main(checkout: str, recipes: bool = False) -> None:
                     "entrypoint": s.entrypoint,
                     "config_name": s.config_name,
                     "overrides": over,
-                    "env": {k: {"value": it.text, "line": it.line} for k, it in s.env.items()},
+                    # every variable the launch sees, those a recipe may not set included
+                    "env": {k: {"value": it.text, "line": it.line} for k, it in launch_env(text, sw, s)},
                 }
                 name = f"{model}_{algo}_{mode}"
                 head = (
