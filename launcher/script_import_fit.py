@@ -57,15 +57,19 @@ _DYN = "ignored: the script's actor.use_dynamic_bsz=true batches by token budget
 _MEG = f"{ARR}.actor.megatron"
 
 
-def _dyn(script: dict, value: Any) -> bool:
+def _dyn(script: dict, value: Any, default: Any) -> bool:
     return script.get(f"{ARR}.actor.use_dynamic_bsz") is True
 
 
-def _etp_is_tp(script: dict, value: Any) -> bool:
-    return value == script.get(f"{_MEG}.tensor_model_parallel_size", _MISSING)
+def _etp_is_tp(script: dict, value: Any, default: Any) -> bool:
+    return default is None and value == script.get(f"{_MEG}.tensor_model_parallel_size", _MISSING)
 
 
-# key -> (holds(script values, topl's value), why): same run as verl's default (null) gives
+def _sp_off_at_tp1(script: dict, value: Any, default: Any) -> bool:
+    return value is False and script.get(f"{_MEG}.tensor_model_parallel_size") == 1
+
+
+# key -> (holds(script values, topl's value, verl's default), why): the run verl's default gives
 UNUSED_WHEN = {
     f"{ARR}.actor.ppo_micro_batch_size_per_gpu": (_dyn, _DYN),
     f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": (_dyn, _DYN),
@@ -75,6 +79,11 @@ UNUSED_WHEN = {
     f"{_MEG}.expert_tensor_parallel_size": (
         _etp_is_tp,
         "the script's actor TP: what Megatron takes for verl's null",
+    ),
+    # verl@0.8.0 and 0.9.1:verl/workers/config/engine.py:McoreEngineConfig.__post_init__
+    f"{_MEG}.sequence_parallel": (
+        _sp_off_at_tp1,
+        "off: verl turns sequence parallel off itself at the script's TP 1",
     ),
 }
 
@@ -90,7 +99,7 @@ def topl_adds(
     if key in TOPL_ADDS:
         return TOPL_ADDS[key]
     same = UNUSED_WHEN.get(key)
-    if same and default is None and same[0](script or {}, value):
+    if same and same[0](script or {}, value, default):
         return same[1]
     return next((why for p, why in _PREFIXES.items() if key.startswith(p)), None)
 

@@ -127,12 +127,10 @@ def test_verl_defaults_go_on_the_fields_that_render_them(tmp_path):
 
 def test_keys_verl_ignores_under_the_scripts_settings_keep_topls_value():
     """Under use_dynamic_bsz=true verl never reads the micro batches (prepare_micro_batches); an
-    expert TP of the script's TP is what Megatron takes for verl's null: topl's value is kept,
+    expert TP of the script's TP is what Megatron takes for verl's null, and verl turns sequence
+    parallel off at TP 1 (McoreEngineConfig.__post_init__): topl's value is kept,
     listed with why, and nothing overrides the rendered key (strict mode would refuse it)."""
-    dyn = (
-        "actor_rollout_ref.actor.use_dynamic_bsz=True "
-        f"{MEG}.tensor_model_parallel_size=1"
-    )
+    dyn = f"actor_rollout_ref.actor.use_dynamic_bsz=True {MEG}.tensor_model_parallel_size=1"
     imp = build_recipe(read_script(megatron_script(True, True, extra=dyn)))
     vo = imp.recipe.get("verl_overrides", {})
     adds = {a["key"]: a["why"] for a in imp.topl_adds}
@@ -140,6 +138,7 @@ def test_keys_verl_ignores_under_the_scripts_settings_keep_topls_value():
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         f"{MEG}.expert_tensor_parallel_size",
+        f"{MEG}.sequence_parallel",  # verl turns it off at TP 1: topl's false is that run
     ):
         assert key not in vo and key in adds, (key, vo)
     assert "use_dynamic_bsz" in adds["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
