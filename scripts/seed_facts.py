@@ -79,7 +79,9 @@ def generate(checkout: str, recipes: bool = False, rev: str = "HEAD") -> dict[Pa
                     "config_name": s.config_name,
                     "overrides": over,
                     # every variable the launch sees, those a recipe may not set included
-                    "env": {k: {"value": it.text, "line": it.line} for k, it in launch_env(text, sw, s)},
+                    "env": {
+                        k: {"value": it.text, "line": it.line} for k, it in launch_env(text, sw, s)
+                    },
                 }
                 name = f"{model}_{algo}_{mode}"
                 head = (
