@@ -20,10 +20,12 @@ from topl.launcher.script_import_fit import (
 )
 from topl.launcher.script_import_fit import (
     MODEL_KEY,
+    field_holds,
     model_from_config,
     model_group,
     not_recognised,
     script_config,
+    script_values,
     topl_adds,
     verl_default,
 )
@@ -264,7 +266,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                 f = inv.get(k.lstrip("+"))
                 # on the field that renders it where the field holds it (the contract reads the
                 # field; strict mode refuses a verl override of a rendered key, TOP-VERL-002)
-                if f and f not in tried and _holds(base.cfg, f, d):
+                if f and f not in tried and field_holds(base.cfg, f, d):
                     fields[f] = d
                     tried.add(f)
                 else:
@@ -304,24 +306,9 @@ OFF = {
 
 def _kept(key: str, value: Any, default: Any = None, s: Script | None = None) -> bool:
     """A key topl keeps although the script does not set it (TOPL_ADDS; the device only as npu)."""
-    return topl_adds(key, default, _values(s), value) is not None and (
+    return topl_adds(key, default, script_values(s), value) is not None and (
         key != "trainer.device" or value == "npu"
     )
-
-
-def _values(s: Script | None) -> dict[str, Any]:
-    return {k: st.value for k, st in s.overrides.items()} if s is not None else {}
-
-
-def _holds(cfg, f: str, value: Any) -> bool:
-    """Does spec field `f` take `value` (a typed field refuses None where it is not Optional)?"""
-    from omegaconf import OmegaConf
-
-    try:
-        OmegaConf.update(cfg.copy(), f, value, merge=True)
-    except Exception:  # noqa: BLE001 - omegaconf's validation errors: the field does not hold it
-        return False
-    return True
 
 
 def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch) -> Imported:
@@ -364,7 +351,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
         if d is not _MISSING and same(v, d):
             written.append(key)  # verl's own value, written out: no change
         elif _kept(key, v, d, s):
-            adds.append({"key": key, "value": v, "why": topl_adds(key, d, _values(s), v)})
+            adds.append({"key": key, "value": v, "why": topl_adds(key, d, script_values(s), v)})
         else:
             verl = "absent" if d is _MISSING else repr(d)
             trip.append(

@@ -193,6 +193,22 @@ def _declared_default(key: str, sch) -> tuple[Any] | None:
     return (sch.default(key),)
 
 
+def script_values(s) -> dict[str, Any]:
+    """The script's overrides, key -> value (none without a script)."""
+    return {k: st.value for k, st in s.overrides.items()} if s is not None else {}
+
+
+def field_holds(cfg, f: str, value: Any) -> bool:
+    """Does spec field `f` take `value` (a typed field refuses None where it is not Optional)?"""
+    from omegaconf import OmegaConf
+
+    try:
+        OmegaConf.update(cfg.copy(), f, value, merge=True)
+    except Exception:  # noqa: BLE001 - omegaconf's validation errors: the field does not hold it
+        return False
+    return True
+
+
 def _shipped_models() -> dict[str, str]:
     """Hugging Face repo name (lower case, no org) -> model group."""
     import yaml
