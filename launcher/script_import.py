@@ -20,10 +20,12 @@ from topl.launcher.script_import_fit import (
 )
 from topl.launcher.script_import_fit import (
     MODEL_KEY,
+    field_holds,
     model_from_config,
     model_group,
     not_recognised,
     script_config,
+    script_values,
     topl_adds,
     verl_default,
 )
@@ -227,6 +229,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         spec = OmegaConf.to_object(cfg)
         return rec, dict(R.overrides(spec)), R.env_vars(spec)
 
+    tried: set[str] = set()  # fields given verl's default (once: else it stays verbatim)
     for _ in range(8):
         try:
             rec, pairs, env_r = attempt()
@@ -257,10 +260,17 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                     moved = True
         for k, v in pairs.items():  # a key the script leaves to verl: verl's value, not a group's
             d = verl_default(k, vcfg, sch)
-            if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d):
+            if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d, s):
                 continue
             if d is not _MISSING and not same(v, d) and not isinstance(d, dict):
-                verbatim[k] = d
+                f = inv.get(k.lstrip("+"))
+                # on the field that renders it where the field holds it (the contract reads the
+                # field; strict mode refuses a verl override of a rendered key, TOP-VERL-002)
+                if f and f not in tried and field_holds(base.cfg, f, d):
+                    fields[f] = d
+                    tried.add(f)
+                else:
+                    verbatim[k] = d
                 moved = True
             off = next((fv for p, fv in OFF.items() if k.startswith(p)), None)
             if d is _MISSING and off and fields.get(off[0]) != off[1]:
@@ -294,9 +304,11 @@ OFF = {
 }
 
 
-def _kept(key: str, value: Any, default: Any = None) -> bool:
+def _kept(key: str, value: Any, default: Any = None, s: Script | None = None) -> bool:
     """A key topl keeps although the script does not set it (TOPL_ADDS; the device only as npu)."""
-    return topl_adds(key, default) is not None and (key != "trainer.device" or value == "npu")
+    return topl_adds(key, default, script_values(s), value) is not None and (
+        key != "trainer.device" or value == "npu"
+    )
 
 
 def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch) -> Imported:
@@ -338,8 +350,8 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
         d = verl_default(key, vcfg, sch)
         if d is not _MISSING and same(v, d):
             written.append(key)  # verl's own value, written out: no change
-        elif _kept(key, v, d):
-            adds.append({"key": key, "value": v, "why": topl_adds(key, d)})
+        elif _kept(key, v, d, s):
+            adds.append({"key": key, "value": v, "why": topl_adds(key, d, script_values(s), v)})
         else:
             verl = "absent" if d is _MISSING else repr(d)
             trip.append(

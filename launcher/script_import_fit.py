@@ -46,12 +46,61 @@ _PREFIXES = {
 }
 
 
-def topl_adds(key: str, default: Any = None) -> str | None:
-    """Why topl keeps `key` although the script does not set it (None: it is not kept)."""
+# Keys verl reads only while a switch the script sets is off: topl's value is never used, and
+# verl's default (null) is one topl's typed field cannot hold. The engine path batches by token
+# budget under use_dynamic_bsz and reads micro_batch_size_per_gpu only without it
+# (verl@0.8.0:verl/workers/engine/utils.py:prepare_micro_batches; verl@0.8.0:verl/workers/
+# engine_workers.py:ActorRolloutRefWorker.init_model copies actor.use_dynamic_bsz,
+# actor.ppo_micro_batch_size_per_gpu and rollout.log_prob_micro_batch_size_per_gpu into the engine
+# config; the same in verl@0.9.1).
+_DYN = "ignored: the script's actor.use_dynamic_bsz=true batches by token budget"
+_MEG = f"{ARR}.actor.megatron"
+
+
+def _dyn(script: dict, value: Any, default: Any) -> bool:
+    return script.get(f"{ARR}.actor.use_dynamic_bsz") is True
+
+
+def _etp_is_tp(script: dict, value: Any, default: Any) -> bool:
+    return default is None and value == script.get(f"{_MEG}.tensor_model_parallel_size", _MISSING)
+
+
+def _sp_off_at_tp1(script: dict, value: Any, default: Any) -> bool:
+    return value is False and script.get(f"{_MEG}.tensor_model_parallel_size") == 1
+
+
+# key -> (holds(script values, topl's value, verl's default), why): the run verl's default gives
+UNUSED_WHEN = {
+    f"{ARR}.actor.ppo_micro_batch_size_per_gpu": (_dyn, _DYN),
+    f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": (_dyn, _DYN),
+    # verl passes null on to Megatron, which takes the TP size for it
+    # (verl@0.8.0:verl/workers/engine/megatron/transformer_impl.py: mpu.initialize_model_parallel;
+    # megatron-core@0.16.0:megatron/core/parallel_state.py:initialize_model_parallel)
+    f"{_MEG}.expert_tensor_parallel_size": (
+        _etp_is_tp,
+        "the script's actor TP: what Megatron takes for verl's null",
+    ),
+    # verl@0.8.0 and 0.9.1:verl/workers/config/engine.py:McoreEngineConfig.__post_init__
+    f"{_MEG}.sequence_parallel": (
+        _sp_off_at_tp1,
+        "off: verl turns sequence parallel off itself at the script's TP 1",
+    ),
+}
+
+
+def topl_adds(
+    key: str, default: Any = None, script: dict | None = None, value: Any = _MISSING
+) -> str | None:
+    """Why topl keeps `key` although the script does not set it (None: it is not kept);
+    `script` (the script's values, key -> value) and `value` (topl's): for a key whose topl value
+    runs as verl's default would under the script's settings (UNUSED_WHEN)."""
     if default == MANDATORY:
         return "verl requires a value and has no default (`???` in its config): topl's group value"
     if key in TOPL_ADDS:
         return TOPL_ADDS[key]
+    same = UNUSED_WHEN.get(key)
+    if same and same[0](script or {}, value, default):
+        return same[1]
     return next((why for p, why in _PREFIXES.items() if key.startswith(p)), None)
 
 
@@ -142,6 +191,22 @@ def _declared_default(key: str, sch) -> tuple[Any] | None:
     if sch.type(key) == "interp" or (here.has(key) and here.keys[key] == sch.keys[key]):
         return None
     return (sch.default(key),)
+
+
+def script_values(s) -> dict[str, Any]:
+    """The script's overrides, key -> value (none without a script)."""
+    return {k: st.value for k, st in s.overrides.items()} if s is not None else {}
+
+
+def field_holds(cfg, f: str, value: Any) -> bool:
+    """Does spec field `f` take `value` (a typed field refuses None where it is not Optional)?"""
+    from omegaconf import OmegaConf
+
+    try:
+        OmegaConf.update(cfg.copy(), f, value, merge=True)
+    except Exception:  # noqa: BLE001 - omegaconf's validation errors: the field does not hold it
+        return False
+    return True
 
 
 def _shipped_models() -> dict[str, str]:

@@ -2,14 +2,16 @@
 
     python scripts/seed_facts.py /path/to/verl-ascend-recipe   # a git checkout of the seed fork
     python scripts/seed_facts.py /path/to/verl-ascend-recipe --recipes   # also recipes/seed_*.yaml
+    python scripts/seed_facts.py REPO --commit 6823af18 --recipes   # a commit of it (a bare clone)
 
 Each script is read as data by topl's own bash reader (nothing runs) with ENABLE_TRUE_ON_POLICY
 set to 1 or 0 and every other knob at the script's default. The output holds facts (keys, values,
 lines), not the scripts; review a diff of it against the scripts when the seed changes.
 
 `--recipes` rewrites recipes/seed_<model>_<algo>_<on|off>.yaml with `topl recipes import` on the
-seed's stack (strict: collective hccl_strict) plus the choices below, each a verl default the seed
-relies on; review the diff, then tests/test_seed.py checks them against the data.
+seed's stack (strict: collective hccl_strict), nothing else: each key the seed leaves to verl gets
+verl 0.8.0's value from the importer, so the output is the committed recipes byte for byte
+(tests/test_seed_regen.py). Review a diff, then tests/test_seed.py checks them against the data.
 """
 
 import subprocess
@@ -18,47 +20,50 @@ from pathlib import Path
 
 import yaml
 
+from topl.launcher.bash_resolve import resolve
 from topl.launcher.script_import import build_recipe, read_script, recipe_text
+from topl.launcher.script_read import choose_launch
 
 REPO = "psyloy/verl-ascend-recipe"
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "data" / "seed"
 
 
-def write_recipe(s, model: str, algo: str, mode: str, path: str) -> None:
+def recipe(s, model: str, algo: str, mode: str, path: str) -> str:
     imp = build_recipe(
         s, {"collective": "hccl_strict" if mode == "on" else "default", "model": model}
     )
     assert not imp.round_trip, imp.round_trip
     assert not imp.command_line, imp.command_line  # a recipe carries no program or config choice
-    r = imp.recipe
-    # verl@0.8.0:trainer/config/rollout/rollout.yaml defaults the seed runs with
-    r["rollout"].update(chunked_prefill=True, max_num_seqs=1024)
-    if mode == "off":
-        r["rollout"]["prefix_caching"] = True
-    r.setdefault("train", {})["steps"] = None  # verl's default: total_epochs bounds the run
     switch = "1" if mode == "on" else "0"
     text = recipe_text(imp, f"{REPO}:{path} with ENABLE_TRUE_ON_POLICY={switch}")
     title = f"# The seed's {algo.upper()} {model} script, true on-policy {mode}, key by key (docs/seed.md).\n"
-    (ROOT / "recipes" / f"seed_{model}_{algo}_{mode}.yaml").write_text(
-        text.replace("# Imported from", title + "# Imported from")
-    )
+    return text.replace("# Imported from", title + "# Imported from")
 
 
-def main(checkout: str, recipes: bool = False) -> None:
+def launch_env(text: str, env: dict, s) -> list:
+    """The launch's env in the script's order, those a recipe may not set included (the seed's
+    VERL_USE_EXTERNAL_MODULES is a fact of the script all the same); a secret's value never."""
+    chosen, _ = choose_launch(resolve(text, env))
+    return [(k, it) for k, it in chosen.env.items() if k not in s.secrets]
+
+
+def generate(checkout: str, recipes: bool = False, rev: str = "HEAD") -> dict[Path, str]:
+    """Path (under the repository root) -> text, for the facts and, with `recipes`, the recipes."""
     git = ["git", "-C", checkout]
     commit = subprocess.run(
-        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        [*git, "rev-parse", f"{rev}^{{commit}}"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out: dict[Path, str] = {}
     for algo in ("grpo", "gspo", "dapo"):
         for model, short in (("qwen3_4b", "4b"), ("qwen3_30b_a3b", "30b")):
             path = f"true_on_policy/scripts/{algo}/run_{algo}_qwen3_{short}_megatron_npu.sh"
             text = subprocess.run(
-                [*git, "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
+                [*git, "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
             ).stdout
             for mode, switch in (("on", "1"), ("off", "0")):
-                s = read_script(text, env={"ENABLE_TRUE_ON_POLICY": switch})
+                sw = {"ENABLE_TRUE_ON_POLICY": switch}
+                s = read_script(text, env=sw)
                 over = {}
                 for k, st in s.overrides.items():
                     row = {"value": st.value, "line": st.line}
@@ -73,7 +78,10 @@ def main(checkout: str, recipes: bool = False) -> None:
                     "entrypoint": s.entrypoint,
                     "config_name": s.config_name,
                     "overrides": over,
-                    "env": {k: {"value": it.text, "line": it.line} for k, it in s.env.items()},
+                    # every variable the launch sees, those a recipe may not set included
+                    "env": {
+                        k: {"value": it.text, "line": it.line} for k, it in launch_env(text, sw, s)
+                    },
                 }
                 name = f"{model}_{algo}_{mode}"
                 head = (
@@ -81,13 +89,22 @@ def main(checkout: str, recipes: bool = False) -> None:
                     f"from {REPO}@{commit[:7]}:{path}\n# (generated by scripts/seed_facts.py; "
                     "`line` is where the key is written, `from_lines` where its value is set)\n"
                 )
-                (OUT / f"{name}.yaml").write_text(
-                    head + yaml.safe_dump(data, sort_keys=False, width=100)
+                out[OUT.relative_to(ROOT) / f"{name}.yaml"] = head + yaml.safe_dump(
+                    data, sort_keys=False, width=100
                 )
                 print(name, len(over), "overrides,", len(s.env), "env")
                 if recipes:
-                    write_recipe(s, model, algo, mode, path)
+                    out[Path("recipes") / f"seed_{name}.yaml"] = recipe(s, model, algo, mode, path)
+    return out
+
+
+def main(checkout: str, recipes: bool = False, rev: str = "HEAD") -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for rel, text in generate(checkout, recipes, rev).items():
+        (ROOT / rel).write_text(text)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--recipes" in sys.argv[2:])
+    argv = sys.argv[2:]
+    rev = argv[argv.index("--commit") + 1] if "--commit" in argv else "HEAD"
+    main(sys.argv[1], "--recipes" in argv, rev)

@@ -103,7 +103,46 @@ def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path)
     # rollout.max_num_seqs is 1024 in verl 0.8.0, 256 in 0.9.1 (contract/verl_schema/*.json)
     assert got["actor_rollout_ref.rollout.max_num_seqs"] == "1024"
     release = build_recipe(read_script(megatron_script(True, True)))
-    assert release.recipe["verl_overrides"]["actor_rollout_ref.rollout.max_num_seqs"] == 256
+    assert release.recipe["rollout"]["max_num_seqs"] == 256  # on its field (seedregen)
+
+
+def test_verl_defaults_go_on_the_fields_that_render_them(tmp_path):
+    """A key the script leaves to verl is put back to verl's default on the spec field that
+    renders it (the contract reads the field; strict refuses a verl override of a rendered key,
+    TOP-VERL-002), as a verl override only where the field cannot hold it (null in an int)."""
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    imp = build_recipe(read_script(megatron_script(True, True, head=head)), {"alignment": "strict"})
+    r, vo = imp.recipe, imp.recipe.get("verl_overrides", {})
+    # verl 0.8.0's rollout.yaml / McoreEngineConfig defaults; train.steps null: total_epochs bounds
+    assert r["rollout"]["max_num_seqs"] == 1024 and r["rollout"]["chunked_prefill"] is True
+    assert r["rollout"]["prefix_caching"] is True and r["train"]["sequence_parallel"] is True
+    assert r["train"]["steps"] is None
+    for key in ("rollout.max_num_seqs", "rollout.enable_prefix_caching", "trainer.total_training"):
+        assert not [k for k in vo if key in k], vo
+    _, got = _rendered(imp, tmp_path)
+    assert "trainer.total_training_steps" not in got and got[f"{MEG}.sequence_parallel"] == "true"
+    # no dynamic batch size: verl reads the micro batch, whose default (null) the field cannot hold
+    assert vo[f"{MEG[:-9]}.ppo_micro_batch_size_per_gpu"] is None
+
+
+def test_keys_verl_ignores_under_the_scripts_settings_keep_topls_value():
+    """Under use_dynamic_bsz=true verl never reads the micro batches (prepare_micro_batches); an
+    expert TP of the script's TP is what Megatron takes for verl's null, and verl turns sequence
+    parallel off at TP 1 (McoreEngineConfig.__post_init__): topl's value is kept,
+    listed with why, and nothing overrides the rendered key (strict mode would refuse it)."""
+    dyn = f"actor_rollout_ref.actor.use_dynamic_bsz=True {MEG}.tensor_model_parallel_size=1"
+    imp = build_recipe(read_script(megatron_script(True, True, extra=dyn)))
+    vo = imp.recipe.get("verl_overrides", {})
+    adds = {a["key"]: a["why"] for a in imp.topl_adds}
+    for key in (
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        f"{MEG}.expert_tensor_parallel_size",
+        f"{MEG}.sequence_parallel",  # verl turns it off at TP 1: topl's false is that run
+    ):
+        assert key not in vo and key in adds, (key, vo)
+    assert "use_dynamic_bsz" in adds["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert imp.round_trip == []
 
 
 def test_a_patch_switch_at_its_off_value_is_stock_verl_on_a_verl_without_it(tmp_path):

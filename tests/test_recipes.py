@@ -11,7 +11,7 @@ from topl.launcher.contract import check, errors
 from topl.launcher.render import render
 
 SHIPPED = sorted(recipes.available())
-STRICT_WARNINGS = {"TOP-CLUS-001", "TOP-CACHE-002", "TOP-LOGP-004", "TOP-MEM-003"}
+STRICT_WARNINGS = {"TOP-CLUS-001", "TOP-CACHE-001", "TOP-CACHE-002", "TOP-LOGP-004", "TOP-MEM-003"}
 BAD = sorted((Path(__file__).parent / "bad_recipes").glob("*.yaml"))
 
 
@@ -30,9 +30,9 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
     vs = check(c)
     assert not errors(vs), [v.render() for v in vs]
     if name.endswith(("_strict", "_on")):
-        # strict recipes warn only where the seed's own strict runs do (chunked prefill and dynamic
-        # batch size, with its measured logdiff 0; its max_num_seqs 1024 vs KV room) and for the
-        # Ray head a launch must name
+        # strict recipes warn only where the seed's own strict runs do (prefix caching, chunked
+        # prefill and dynamic batch size, with its measured logdiff 0; its max_num_seqs 1024 vs
+        # KV room) and for the Ray head a launch must name
         assert c.cfg.alignment.mode == "strict"
         # (on A3 the seed's CANN build passes TOP-STACK-006: seed evidence, logdiff 0 measured)
         allowed = STRICT_WARNINGS

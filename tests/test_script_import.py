@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import run_topl
 
 from topl.launcher.bash_resolve import resolve
@@ -192,12 +193,17 @@ def test_cli_import_writes_recipe_and_report_and_diffs(tmp_path):
         str(out),
         "--env",
         "ENABLE_TRUE_ON_POLICY=0",
+        # the script leaves ppo_mini_batch_size to verl (256, on its field): a batch that holds
+        # it, else the contract refuses it (TOP-RES-005), as it would the field set by hand
+        "--env",
+        "TRAIN_BATCH_SIZE=256",
         "--json",
         "--",
         "trainer.total_epochs=5",
     )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
+    assert yaml.safe_load(out.read_text())["train"]["ppo_mini_batch_size"] == 256
     assert d["round_trip"] == [] and d["groups"]["alignment"] == "off"
     text = Path(d["report_file"]).read_text().splitlines()
     assert out.is_file() and text[-1].endswith("round trip: exact; contract: accepted")
