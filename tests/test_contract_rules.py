@@ -153,6 +153,10 @@ CASES = {
         B + ["+algorithm.extra_overrides.actor_rollout_ref.rollout.enforce_eager=false"],
         B + ["+algorithm.extra_overrides.trainer.log_val_generations=0"],
     ),
+    "TOP-VERL-003": (
+        B + ["+verl_overrides.trainer.total_epochs=many"],
+        B + ["+verl_overrides.trainer.total_epochs=2"],
+    ),
     "TOP-INIT-001": (
         ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.use_dynamic_bsz=false"],
         ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
@@ -235,3 +239,26 @@ def test_unchunked_token_budget_reads_max_model_len_from_verl_overrides(
     assert ("TOP-ENG-008" in vs) == fires
     if fires:
         assert f"runs {max_model_len} " in vs["TOP-ENG-008"].message
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("lots", "verl 0.9.1 takes int, got str"),  # the type RolloutConfig declares
+        ("50000", "> model.max_position_embeddings=40960"),  # verl 0.9.1 raises ValueError
+        ("4096", None),
+    ],
+)
+def test_verl_override_values_are_typed_and_max_model_len_bounded(compose, value, problem):
+    """TOP-VERL-003 (review #4): the key, value, expected type and source are named."""
+    key = "verl_overrides.actor_rollout_ref.rollout.max_model_len"
+    vs = {
+        v.rule: v
+        for v in check(compose(["recipe=qwen3_4b_grpo_a2_release_strict", f"+{key}={value}"]))
+    }
+    if problem is None:
+        assert "TOP-VERL-003" not in vs
+        return
+    v = vs["TOP-VERL-003"]
+    assert f"max_model_len={value} (set by {key})" in v.message and problem in v.message
+    assert v.keys[key]["source"].startswith("command line")
