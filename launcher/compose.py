@@ -7,7 +7,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
