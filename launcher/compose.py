@@ -6,6 +6,7 @@ in composition order, then the command-line overrides; the last writer of a key 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -161,6 +162,16 @@ def _friendly(e: Exception, overrides: list[str]) -> ToplError:
         if not l.strip().startswith(("full_key:", "reference_type=", "object_type="))
     )
     fix = "check the key and value names: `topl launch --cfg job` prints the composed config"
+    unset = re.search(r"Environment variable '([A-Za-z_]\w*)' not found", msg)
+    if unset:  # `cluster.env.NAME: ${oc.env:NAME}` reads the launching shell's variable
+        name = unset[1]
+        return ToplError(
+            f"cluster.env.{name} is read from this shell's environment (`${{oc.env:{name}}}`), "
+            f"and {name} is not set here",
+            where=f"overrides: {' '.join(overrides) or '(none)'}",
+            fix=f"export {name} in the shell that runs topl (its value stays out of every file "
+            "and output), or drop the key",
+        )
     if "not in" in msg or "Could not override" in msg or "Key '" in msg:
         fix = "check the key's spelling (`topl launch --cfg job` lists every key); new keys are not accepted"
     elif "Could not find" in msg or "not found" in msg:

@@ -293,10 +293,27 @@ class Search:
                     closest = min(closest, item, key=lambda t: (t[0], t[1]))
         if best is not None:
             return Fix(self._explain(list(best), errs), True, self.evaluated)
-        blocking = self.targets(closest[4], closest[5])
+        blocking = self._blocking(closest[3], closest[6] or spec, closest[4], closest[5])
         return Fix(
             [], False, self.evaluated, {r: _message(r, closest[6] or spec) for r in blocking}
         )
+
+    def _blocking(
+        self, changes: tuple[Change, ...], spec: JobSpec, e: frozenset[str], w: frozenset[str]
+    ) -> frozenset[str]:
+        """The rules left at the closest set that no one further candidate clears: a rule that a
+        candidate clears on its own (rollout.block_size=128 for TOP-ATTN-004) is not what blocks.
+        When every rule is cleared alone but never together, all of them block. Keys you typed
+        count as candidates here: changing one is a fix the search may not have reached."""
+        rules = self.targets(e, w)
+        taken = {c.key for c in changes}
+        left = set(rules)
+        for move in self.candidates(spec, rules, taken, True):
+            if not left:
+                break
+            e2, w2, _ = self.judge(changes + move)
+            left -= rules - self.targets(e2, w2)
+        return frozenset(left) or rules
 
     def _explain(self, changes: list[Change], errs: frozenset[str]) -> list[Change]:
         """Which of the original errors each change clears on its own."""

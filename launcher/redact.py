@@ -122,7 +122,12 @@ class Redactor:
 
     def remember(self, env: dict) -> None:
         """Add the values of the secret-named entries of an environment mapping."""
-        self.add(str(v) for k, v in env.items() if secret_name(str(k)) and v is not None)
+        self.add(
+            str(v)
+            for k, v in env.items()
+            # a reference (`${oc.env:NAME}`) names where the value is, it is not the value
+            if secret_name(str(k)) and v is not None and not _REFERENCE.match(str(v))
+        )
 
     def text(self, s: str) -> str:
         for v in sorted(self.values, key=len, reverse=True):

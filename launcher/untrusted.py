@@ -89,14 +89,37 @@ def check_values(node: Any, where: str, *, resolvers: bool) -> None:
             fix="remove those keys (topl never instantiates code from a config)",
         )
     if not resolvers:
-        calls = [p for p, _, v in _walk(node) if isinstance(v, str) and _RESOLVER.search(v)]
+        calls = [
+            p
+            for p, _, v in _walk(node)
+            if isinstance(v, str) and _RESOLVER.search(v) and not env_reference(p, v)
+        ]
         if calls:
+            # (no `NAME: text` in the message: the redactor would read it as a secret's value)
             raise ToplError(
-                f"resolver call (`${{name:...}}`) at {', '.join(calls)}: a recipe may reference "
-                "keys (`${model.name}`) but not call resolvers (oc.env would copy a secret)",
+                f"resolver call (`${{name:...}}`) at {', '.join(calls)} (a recipe may reference "
+                "keys, `${model.name}`, but call no resolver; the one exception is a job "
+                "variable read from the launching environment, `cluster.env.NAME` = "
+                "`${oc.env:NAME}`)",
                 where=where,
-                fix="write the value, or pass it on the command line",
+                fix="write the value, or pass it on the command line; a secret goes to the job "
+                "as `cluster.env.NAME` = `${oc.env:NAME}` (never its value in a file)",
             )
+
+
+# The one resolver a recipe may call: cluster.env.NAME = ${oc.env:NAME} (plain: a variable name,
+# no default, nothing nested). The job's variable is then read from the launching environment at
+# launch, so a secret never lands in a file (docs/security.md); anywhere else oc.env would copy
+# the launching machine's environment into a printed key or verl's argv.
+_ENV_REF = re.compile(r"^\$\{oc\.env:(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
+_ENV_KEY = re.compile(r"^cluster\.env\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def env_reference(path: str, value: str) -> bool:
+    """Is `value` at `path` the accepted `cluster.env.NAME: ${oc.env:NAME}` form (the same NAME:
+    the job gets the launching shell's own variable, nothing renamed)?"""
+    key, ref = _ENV_KEY.match(path), _ENV_REF.match(value)
+    return bool(key and ref and key["name"] == ref["name"])
 
 
 # Keys whose value never goes on a command line: the job's environment (secrets reach the job

@@ -21,6 +21,7 @@ import yaml
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"  # where the matrix is written
 SEEDS = RECIPES  # where the seed recipes are read from
+CONF_MODEL = RECIPES.parent / "conf" / "model"  # the models' fields (max_position_embeddings)
 
 MODELS = {"qwen3_4b": "Qwen3-4B", "qwen3_30b_a3b": "Qwen3-30B-A3B"}
 ALGORITHMS = {"grpo": "GRPO", "dapo": "DAPO", "gspo": "GSPO"}
@@ -105,9 +106,22 @@ def _merge(into: dict, extra: dict) -> dict:
     return out
 
 
+def max_model_len(model: str) -> int:
+    """The max_model_len verl 0.9.1 runs when no recipe sets one: the model's
+    max_position_embeddings (conf/model/<model>.yaml, else topl's ModelSpec default)."""
+    from topl.launcher.spec import ModelSpec
+
+    conf = yaml.safe_load((CONF_MODEL / f"{model}.yaml").read_text()) or {}
+    return int(conf.get("max_position_embeddings", ModelSpec().max_position_embeddings))
+
+
 def stock_changes(model: str, algo: str, stack: str) -> dict:
-    """What the stock-stack recipe sets on top of the seed's strict run."""
+    """What the stock-stack recipe sets on top of the seed's strict run. Without chunked prefill
+    verl 0.9.1 raises max_num_batched_tokens to max_model_len (verl@0.9.1:verl/workers/rollout/
+    vllm_rollout/vllm_async_server.py:vLLMHttpServer._validate_configs; TOP-ENG-008): the recipe
+    sets the value that runs, so the rendered command says it."""
     out = _merge(STOCK_COMMON, STOCK_MODEL.get(model, {}))
+    out = _merge(out, {"rollout": {"max_num_batched_tokens": max_model_len(model)}})
     seqs = STOCK_SEQS.get(stack, {}).get((model, algo))
     return _merge(out, {"rollout": {"max_num_seqs": seqs}}) if seqs else out
 

@@ -164,6 +164,10 @@ CASES = {
         ],
         [*OFF, "rollout.per_request_seed=true"],
     ),
+    "TOP-VERL-004": (
+        B + ["+verl_overrides.trainer.total_epochs=many"],
+        B + ["+verl_overrides.trainer.total_epochs=2"],
+    ),
     "TOP-INIT-001": (
         [*OFF, f"+verl_overrides.{ARR}.rollout.log_prob_use_dynamic_bsz=false"],
         [*OFF, "train.use_dynamic_bsz=false"],
@@ -249,3 +253,42 @@ def test_unchunked_token_budget_warns_where_verl_raises_it(compose, verl, fires)
     0.8.0 pass the value on (the fact's range edge)."""
     assert ("TOP-ENG-008" in ids(compose, B + [f"cluster.versions.verl={verl}"])) == fires
     assert "TOP-ENG-008" not in ids(compose, [])  # the local backend runs the value as set
+
+
+@pytest.mark.parametrize("max_model_len,fires", [(4096, False), (8192, False), (16384, True)])
+def test_unchunked_token_budget_reads_max_model_len_from_verl_overrides(
+    compose, max_model_len, fires
+):
+    """verl compares max_num_batched_tokens with rollout.max_model_len, set here through
+    verl_overrides (verl@0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py:
+    vLLMHttpServer._validate_configs): 8192 >= 4096 runs as set (review #5)."""
+    key = "+verl_overrides.actor_rollout_ref.rollout.max_model_len"
+    o = B + ["cluster.versions.verl=0.9.1", "rollout.chunked_prefill=false"]
+    o += ["rollout.max_num_batched_tokens=8192"]
+    vs = {v.rule: v for v in check(compose(o + [f"{key}={max_model_len}"]))}
+    assert ("TOP-ENG-008" in vs) == fires
+    if fires:
+        assert f"runs {max_model_len} " in vs["TOP-ENG-008"].message
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("lots", "verl 0.9.1 takes int, got str"),  # the type RolloutConfig declares
+        ("50000", "> model.max_position_embeddings=40960"),  # verl 0.9.1 raises ValueError
+        ("4096", None),
+    ],
+)
+def test_verl_override_values_are_typed_and_max_model_len_bounded(compose, value, problem):
+    """TOP-VERL-004 (review #4): the key, value, expected type and source are named."""
+    key = "verl_overrides.actor_rollout_ref.rollout.max_model_len"
+    vs = {
+        v.rule: v
+        for v in check(compose(["recipe=qwen3_4b_grpo_a2_release_strict", f"+{key}={value}"]))
+    }
+    if problem is None:
+        assert "TOP-VERL-004" not in vs
+        return
+    v = vs["TOP-VERL-004"]
+    assert f"max_model_len={value} (set by {key})" in v.message and problem in v.message
+    assert v.keys[key]["source"].startswith("command line")

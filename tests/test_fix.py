@@ -152,3 +152,20 @@ def test_random_rejected_specs_are_fixed_or_blocked(point):
         assert not {c.key for c in fix.changes} & {"stack"}  # the declared stack is kept
     else:
         assert fix.blocking
+
+
+def test_what_blocks_lists_no_rule_a_candidate_clears():
+    """No fix here (TOP-INIT-003, TOP-SCHEMA-005 stay); rollout.block_size=8 breaks TOP-ATTN-004,
+    which rollout.block_size=128 (named in its fix text) clears alone: not a blocker (review #11)."""
+    from topl.launcher.contract import RULES
+
+    fix = find_fix(
+        ["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8", "cluster.nodes=3", "train.pp=5"],
+        budget=300,
+    )
+    assert not fix.found and fix.blocking
+    assert "TOP-ATTN-004" not in fix.blocking, fix.blocking
+    attn = next(r for r in RULES if r.id == "TOP-ATTN-004")
+    assert "rollout.block_size=128" in attn.fix
+    alone = find_fix(["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8"], budget=300)
+    assert alone.found and [c.override for c in alone.changes] == ["rollout.block_size=128"]

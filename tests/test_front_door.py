@@ -388,3 +388,12 @@ def test_check_warns_when_the_installed_verl_is_not_the_declared_one():
     assert "release/v0.8.0" in w["fix"] and r.returncode == 0  # a warning, not a rejection
     r = run_topl("check", "recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release", "--json")
     assert "TOP-DOC-VERL-002" not in {v["rule"] for v in json.loads(r.stdout)["violations"]}
+
+
+def test_top_level_help_lists_every_rules_flag():
+    """`topl --help`'s rules line names the flags `rules` takes (--doctor was missing; review #10)."""
+    line = next(x for x in run_topl("--help").stdout.splitlines() if x.startswith("  rules "))
+    r = run_topl("rules", "--no-such-flag-at-all")
+    known = r.stderr.split("(flags: ")[1].split(";")[0].replace(" and the others --help lists", "")
+    for flag in known.split():
+        assert flag in line, flag

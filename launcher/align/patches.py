@@ -67,7 +67,17 @@ def resolve(version: str) -> tuple[list[tuple[Target, object, str, object]], lis
 
 def apply(version: str | None = None) -> list[str]:
     """Patch every target of the installed vllm-ascend, or raise AlignError and patch nothing."""
-    version = version or metadata.version("vllm-ascend")
+    if version is None:
+        try:
+            version = metadata.version("vllm-ascend")
+        except metadata.PackageNotFoundError:
+            raise AlignError(
+                "topl.launcher.align: vllm-ascend is not installed in this Python "
+                f"({sys.executable}); nothing patched\n  fix: install the vllm-ascend version the "
+                "stack profile declares (stack=release: 0.23.0.post1, stack=prerelease: "
+                "0.30.0rc2) where verl runs, or drop topl.launcher.align.load from "
+                "VERL_USE_EXTERNAL_MODULES (topl adds it only for strict runs on NPU stacks)"
+            ) from None
     found, problems = resolve(version)
     if problems:
         raise AlignError(

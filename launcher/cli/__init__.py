@@ -28,7 +28,7 @@ commands:
                    --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
-  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints)
+  rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints, --doctor)
   recipes   list recipes; `recipes show NAME`; `recipes diff A B`     (--json)
             `recipes import SCRIPT.sh`: a bash launch script -> a recipe + report by line
   plan      expand a sweep (a=1,2 b=range(1,5)), validate every point, launch nothing (--json, --all, --rank)

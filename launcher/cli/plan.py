@@ -59,6 +59,7 @@ def _ranked_table(verdicts, keys, every: bool) -> int:
     """The accepted points, cheapest estimate first: the step estimate and its dominant term."""
     best: list = []  # a max-heap (negated) of the SHOWN cheapest, or every row with --all
     points = valid = unknown = 0
+    skipped: list[str] = []  # the first NAMED points not estimated, named as the table numbers them
     for v in verdicts:
         points += 1
         if not v.valid:
@@ -66,6 +67,8 @@ def _ranked_table(verdicts, keys, every: bool) -> int:
         valid += 1
         if v.cost is None:
             unknown += 1
+            if len(skipped) < NAMED:
+                skipped.append(f"#{points - 1} ({' '.join(v.overrides) or 'no overrides'})")
             continue
         point = dict(o.split("=", 1) for o in v.overrides)
         c = v.cost
@@ -89,15 +92,19 @@ def _ranked_table(verdicts, keys, every: bool) -> int:
     if not every and ranked > SHOWN:
         console.print(f"(the {SHOWN} cheapest of {ranked} accepted points; --all shows every one)")
     if unknown:
+        more = f" and {unknown - len(skipped)} more" if unknown > len(skipped) else ""
         console.print(
-            f"{unknown} accepted points not estimated: their cluster has no chip figures "
-            "(launcher/facts/chips.json has cluster.soc A2 and A3)"
+            f"{unknown} accepted points not estimated: {', '.join(skipped)}{more}; their cluster "
+            "has no chip figures (launcher/facts/chips.json has cluster.soc A2 and A3)"
         )
     console.print(
         f"{points} points, {valid} valid; roofline estimate of one step, not a measurement "
         "(formula and chip figures: docs/rank.md)"
     )
     return 0
+
+
+NAMED = 20  # points not estimated named one by one, then counted
 
 
 def _stream_json(verdicts, rank: bool = False) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import backends, facts
+from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
 
 MCORE = "megatron_core@0.16.0:megatron/core"
 VERL = "verl@0.9.1:verl"
+MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
 
 
@@ -157,9 +159,11 @@ def rs_threshold(s: JobSpec) -> Outcome:
         "model.max_position_embeddings",
         "cluster.backend",
         "cluster.versions.verl",
+        "verl_overrides",
     ),
-    "set rollout.max_num_batched_tokens to model.max_position_embeddings, the value that runs "
-    "anyway (Qwen3: rollout.max_num_batched_tokens=40960), so the rendered command says it",
+    "set rollout.max_num_batched_tokens to the max_model_len verl runs (model.max_position_"
+    "embeddings unless verl_overrides set actor_rollout_ref.rollout.max_model_len; Qwen3: "
+    "rollout.max_num_batched_tokens=40960), so the rendered command says it",
     facts=("unchunked_batched_tokens_raised",),
 )
 def unchunked_budget(s: JobSpec) -> Outcome:
@@ -171,12 +175,18 @@ def unchunked_budget(s: JobSpec) -> Outcome:
     r = s.rollout
     if not backends.of(s).remote or r.chunked_prefill:
         return None  # the embedded engines run the value as set
-    limit = s.model.max_position_embeddings
+    # verl compares against rollout.max_model_len, which a recipe may set in verl_overrides (the
+    # final command holds it); only when unset does verl take max_position_embeddings.
+    set_len = command(s).entry(MAX_MODEL_LEN)
+    limit, why = s.model.max_position_embeddings, "max_model_len = max_position_embeddings"
+    if set_len is not None and type(set_len.value) is int and set_len.value > 0:
+        note(s, set_len)
+        limit, why = set_len.value, set_len.describe()
     if r.max_num_batched_tokens < limit and facts.supports(
         "unchunked_batched_tokens_raised", s.cluster.versions
     ):
         return (
             WARNING,
             f"rollout.max_num_batched_tokens={r.max_num_batched_tokens} with chunked_prefill=false: "
-            f"verl {s.cluster.versions.verl} runs {limit} (max_model_len = max_position_embeddings)",
+            f"verl {s.cluster.versions.verl} runs {limit} ({why})",
         )

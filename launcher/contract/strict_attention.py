@@ -64,7 +64,8 @@ def no_sliding(s):
     ERROR,
     "KV tile, decode split and cache block agree",
     ("alignment.mode", "alignment.kv_tile", "rollout.block_size", "cluster.device"),
-    "set alignment.kv_tile to a multiple of rollout.block_size (128 and 128 on Ascend)",
+    "set rollout.block_size=128 (the block the FA3 consistency backend on Ascend needs) and "
+    "alignment.kv_tile to a multiple of rollout.block_size (alignment.kv_tile=128)",
 )
 def tile_vs_block(s):
     """The training tile must start and end on cache-block boundaries, or decode splits differ;

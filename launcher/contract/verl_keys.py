@@ -279,3 +279,69 @@ def verl_collision(s: JobSpec) -> Outcome:
             bad.append(f"{e.describe()}: {problem[1]}")
     if bad:
         return "; ".join(bad)
+
+
+# Keys whose schema default is null (no type recorded) but whose verl dataclass declares one.
+DECLARED_TYPES = {
+    "0.9.1": {
+        # verl@0.9.1:verl/workers/config/rollout.py:RolloutConfig.max_model_len (Optional[int])
+        f"{ARR}.rollout.max_model_len": "int",
+    }
+}
+# The schema records the type of each default: an int default (val_kwargs.temperature: 0) may be
+# a float field, so a number is accepted for either; what is refused is a non-number (a string,
+# a list, a bool) where verl holds a number, and a non-bool where it holds a bool.
+_TYPES = {"int": (int, float), "float": (int, float), "bool": (bool,)}
+
+
+def _wrong_type(value: Any, want: str) -> bool:
+    """A value verl would hold as the wrong type: None (an Optional) and strings (OmegaConf turns
+    anything into one) pass; a bool is no number."""
+    ok = _TYPES.get(want)
+    if ok is None or value is None:
+        return False
+    if want != "bool" and isinstance(value, bool):
+        return True
+    return not isinstance(value, ok)
+
+
+@rule(
+    "TOP-VERL-004",
+    ERROR,
+    "verl_overrides and extra_overrides give a key a value of the type the declared verl has",
+    ("verl_overrides", "algorithm.extra_overrides", "cluster.versions.verl", "model"),
+    "give the key a value of the type named (verl's default shows it: `topl render`); for "
+    "rollout.max_model_len at most model.max_position_embeddings",
+)
+def verl_value_types(s: JobSpec) -> Outcome:
+    """verl's trainer config is not structured: a string where an int belongs ('lots') passes
+    Hydra and verl's dataclass conversion and fails later, on the cluster (vLLMHttpServer.
+    _validate_configs compares it with an int). Types are the declared verl's schema's
+    (launcher/contract/verl_schema/verl-<version>.json: the type of each default), or its
+    dataclass's where the default is null (DECLARED_TYPES). verl 0.9.1 also raises ValueError when
+    rollout.max_model_len exceeds max_position_embeddings (verl@0.9.1:verl/workers/rollout/
+    vllm_rollout/vllm_async_server.py:vLLMHttpServer._validate_configs)."""
+    sch = verl_schema(s)
+    declared = DECLARED_TYPES.get(sch.version, {})
+    bad: list[str] = []
+    for e in command(s).user:
+        want = sch.type(e.key) if sch.has(e.key) else None
+        want = declared.get(e.key, want)
+        if want and _wrong_type(e.value, want):
+            note(s, e)
+            got = type(e.value).__name__
+            bad.append(f"{e.describe()}: verl {sch.version} takes {want}, got {got}")
+        elif (
+            e.key in declared
+            and e.key.endswith(".max_model_len")
+            and type(e.value) is int
+            and e.value > s.model.max_position_embeddings
+            and s.cluster.backend != "local"
+        ):
+            note(s, e)
+            bad.append(
+                f"{e.describe()} > model.max_position_embeddings={s.model.max_position_embeddings}"
+                f": verl {sch.version} raises ValueError when the rollout starts"
+            )
+    if bad:
+        return "; ".join(bad)
