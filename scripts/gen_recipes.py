@@ -41,8 +41,7 @@ MODES = {
 # on the stock stacks (the seed's own measured logdiff 0 makes some of them warnings on stack=seed)
 STOCK_COMMON = {
     "rollout": {"chunked_prefill": False},  # TOP-CACHE-002
-    "train": {"use_dynamic_bsz": False},  # TOP-LOGP-004 (with the rollout's log-prob pass)
-    "verl_overrides": {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": False},
+    "train": {"use_dynamic_bsz": False},  # TOP-LOGP-004; the rollout's log-prob pass follows it
 }
 # verl 0.9.1 has no rollout PP (TOP-STACK-001): the 30B's rollout goes PP=2 -> TP=2, and the
 # trainer's TP follows (TOP-TP-001: the same row-parallel reduction on both sides)
