@@ -199,3 +199,15 @@ def test_a_value_topl_renders_anyway_is_written_neither_as_field_nor_override(tm
     assert vo["data.train_files"] == "/d/a.parquet"
     _, got = _rendered(imp, tmp_path)
     assert got[seed] == "true" and got["data.train_files"] == "/d/a.parquet"
+
+
+def test_the_seed_patchs_null_rollout_seed_lands_on_the_seed_field_as_0(tmp_path):
+    """The seed's patched verl 0.8.0 defaults rollout.seed to null and runs it as 0: the recipe
+    says `seed: 0` (topl renders rollout.seed from it), not a verl override that replaces the
+    rendered key (TOP-VERL-003)."""
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    imp = build_recipe(read_script(megatron_script(False, False, head=head)))
+    assert imp.defaults["stack"] == "seed" and imp.recipe["seed"] == 0
+    assert "actor_rollout_ref.rollout.seed" not in imp.recipe.get("verl_overrides", {})
+    _, got = _rendered(imp, tmp_path)
+    assert got["actor_rollout_ref.rollout.seed"] == "0"
