@@ -15,6 +15,7 @@ from typing import Any
 
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item
+from topl.launcher.command import DERIVED_WHEN_SET
 from topl.launcher.script_import_fit import (
     _MISSING as MISSING,
 )
@@ -54,10 +55,31 @@ ENV_FIELDS = {
 }
 
 
+# verl keys the renderer derives from a spec field outside its tables, each with that field
+# (command.DERIVED_WHEN_SET: the data files; render_stack.stack_overrides: the sampling seed).
+# The script's value goes on the field only where the groups alone render another value: a
+# field (or an override) equal to what topl renders anyway is never written.
+DERIVED_FIELDS = {
+    **DERIVED_WHEN_SET,
+    f"{R.ARR}.rollout.per_request_seed": "rollout.per_request_seed",
+}
+
+
 def inverse_table(engine: str) -> dict[str, str]:
-    """verl key -> spec field, read backwards from the renderer's own table."""
+    """verl key -> spec field, read backwards from the renderer's own table (and DERIVED_FIELDS)."""
     table = {**R.VERL_KEYS, **(R.MEGATRON_KEYS if engine == "megatron" else R.FSDP_KEYS)}
-    return {verl: f for f, verl in table.items()}
+    return {**{verl: f for f, verl in table.items()}, **DERIVED_FIELDS}
+
+
+def _derived_value(key: str, value: Any, rendered: dict) -> bool:
+    """Does the script's `value` of a DERIVED_FIELDS key go on its field? Only where the groups
+    render it otherwise, and as the field types it (the data files: List[str]; a plain string
+    stays a verbatim override)."""
+    if same(rendered.get(key, rendered.get("+" + key, MISSING)), value):
+        return False
+    if key in DERIVED_WHEN_SET:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    return isinstance(value, bool)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -208,13 +230,17 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     fields.update(ray_fields)
     for key, st in s.overrides.items():
         f = inv.get(key)
-        if f and isinstance(st.value, (str, int, float, bool)):
+        if f and key not in DERIVED_FIELDS and isinstance(st.value, (str, int, float, bool)):
             fields[f] = st.value
     env_base = R.env_vars(base.to_object())
     env = {k: it.text for k, it in s.env.items() if env_base.get(k) != it.text}
     for k in [k for k in env if k in ENV_FIELDS]:  # a field when rendering it gives the same env
         v = env.pop(k)
         fields[ENV_FIELDS[k]] = int(v) if v.isdigit() and k.endswith("TIMEOUT") else v
+    rendered = dict(R.overrides(base.to_object()))  # the groups alone (DERIVED_FIELDS)
+    for key, st in s.overrides.items():  # after the table's fields: their place in the recipe
+        if key in DERIVED_FIELDS and _derived_value(key, st.value, rendered):
+            fields[DERIVED_FIELDS[key]] = st.value
 
     def attempt():
         over = {**fields, **{f"cluster.env.{k}": v for k, v in env.items()}}

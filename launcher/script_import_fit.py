@@ -155,6 +155,8 @@ def verl_default(key: str, cfg, sch=None) -> Any:
 
     changed = _declared_default(key.lstrip("+"), sch)
     if changed is not None:
+        if changed[0] is None and key.lstrip("+") in NULL_RUNS_AS:
+            return NULL_RUNS_AS[key.lstrip("+")]
         return changed[0]
     if cfg is None:
         return _MISSING
@@ -169,6 +171,13 @@ def verl_default(key: str, cfg, sch=None) -> Any:
         return OmegaConf.to_container(v, resolve=True) if hasattr(v, "_get_node") else v
     except Exception:  # noqa: BLE001 - a resolver verl registers at run time: not known here
         return _MISSING
+
+
+# Keys whose null default the release reads as a value a typed field holds: the seed's patched
+# verl 0.8.0 (rollout.seed: null) seeds the engine with replica_rank + (seed or 0) and per-request
+# seeds from (base_seed or 0) (psyloy/verl-ascend-recipe@6823af1:true_on_policy/patch/
+# verl_patches/verl_per_request_seed_v0.8.0.patch: vllm_async_server.py, rollout/utils.py).
+NULL_RUNS_AS = {f"{ARR}.rollout.seed": 0}
 
 
 def _declared_default(key: str, sch) -> tuple[Any] | None:

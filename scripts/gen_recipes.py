@@ -41,9 +41,10 @@ MODES = {
 # stack -> what the seed's strict run changes there, per model: each clears a rule that is an error
 # on the stock stacks (the seed's own measured logdiff 0 makes some of them warnings on stack=seed)
 STOCK_COMMON = {
-    "rollout": {"chunked_prefill": False},  # TOP-CACHE-002
-    "train": {"use_dynamic_bsz": False},  # TOP-LOGP-004 (with the rollout's log-prob pass)
-    "verl_overrides": {"actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": False},
+    # TOP-CACHE-002, TOP-CACHE-001 (the seed ran verl 0.8.0's default, prefix caching on, with its
+    # measured logdiff 0: a warning on stack=seed only)
+    "rollout": {"chunked_prefill": False, "prefix_caching": False},
+    "train": {"use_dynamic_bsz": False},  # TOP-LOGP-004; the rollout's log-prob pass follows it
 }
 # verl 0.9.1 has no rollout PP (TOP-STACK-001): the 30B's rollout goes PP=2 -> TP=2, and the
 # trainer's TP follows (TOP-TP-001: the same row-parallel reduction on both sides)

@@ -15,6 +15,7 @@ from pathlib import Path
 STRICT_A3 = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",
     "rollout.chunked_prefill=false",
+    "rollout.prefix_caching=false",  # the seed ran verl 0.8.0's default (on): a warning on seed
     "train.use_dynamic_bsz=false",
     "+verl_overrides.actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
     "rollout.max_num_seqs=64",

@@ -157,3 +157,57 @@ def test_a_patch_switch_at_its_off_value_is_stock_verl_on_a_verl_without_it(tmp_
     on = build_recipe(read_script(megatron_script(False, False, extra=f"{seed}=true")))
     row = next(r for r in on.report if r["kind"] == "unknown to verl")
     assert row["key"] == seed and "stack=seed" in row["detail"]
+
+
+def test_data_files_and_the_sampling_seed_go_on_their_spec_fields(tmp_path):
+    """data.train_files / val_files (lists) and rollout.per_request_seed: topl renders them from
+    train_files / val_files / rollout.per_request_seed, so the recipe sets those fields, not a verl
+    override that would replace the rendered key (TOP-VERL-003)."""
+    seed = "actor_rollout_ref.rollout.per_request_seed"
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    files = (
+        "data.train_files=\"['/d/a.parquet']\" data.val_files=\"['/d/b.parquet','/d/c.parquet']\""
+    )
+    imp = build_recipe(
+        read_script(megatron_script(False, False, head=head, extra=f"{files} {seed}=false"))
+    )
+    assert imp.defaults["stack"] == "seed" and imp.round_trip == []
+    rec = imp.recipe
+    assert rec["train_files"] == ["/d/a.parquet"]
+    assert rec["val_files"] == ["/d/b.parquet", "/d/c.parquet"]
+    assert rec["rollout"]["per_request_seed"] is False
+    vo = rec.get("verl_overrides", {})
+    assert not {"data.train_files", "data.val_files", seed} & set(vo), vo
+    _, got = _rendered(imp, tmp_path)
+    assert got["data.train_files"] == "[/d/a.parquet]" and got[seed] == "false"
+    assert got["data.val_files"] == "[/d/b.parquet,/d/c.parquet]"
+
+
+def test_a_value_topl_renders_anyway_is_written_neither_as_field_nor_override(tmp_path):
+    """per_request_seed=true under strict alignment on the seed stack is what the groups render:
+    the recipe stays silent on it; a plain-string data file (the field is a list) stays verbatim."""
+    seed = "actor_rollout_ref.rollout.per_request_seed"
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    text = megatron_script(
+        False, False, head=head, extra=f"{seed}=true data.train_files=/d/a.parquet"
+    )
+    imp = build_recipe(read_script(text), {"alignment": "strict"})
+    assert imp.round_trip == []
+    assert "per_request_seed" not in imp.recipe.get("rollout", {})
+    vo = imp.recipe.get("verl_overrides", {})
+    assert seed not in vo and "train_files" not in imp.recipe
+    assert vo["data.train_files"] == "/d/a.parquet"
+    _, got = _rendered(imp, tmp_path)
+    assert got[seed] == "true" and got["data.train_files"] == "/d/a.parquet"
+
+
+def test_the_seed_patchs_null_rollout_seed_lands_on_the_seed_field_as_0(tmp_path):
+    """The seed's patched verl 0.8.0 defaults rollout.seed to null and runs it as 0: the recipe
+    says `seed: 0` (topl renders rollout.seed from it), not a verl override that replaces the
+    rendered key (TOP-VERL-003)."""
+    head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
+    imp = build_recipe(read_script(megatron_script(False, False, head=head)))
+    assert imp.defaults["stack"] == "seed" and imp.recipe["seed"] == 0
+    assert "actor_rollout_ref.rollout.seed" not in imp.recipe.get("verl_overrides", {})
+    _, got = _rendered(imp, tmp_path)
+    assert got["actor_rollout_ref.rollout.seed"] == "0"
