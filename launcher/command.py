@@ -137,10 +137,8 @@ def _own_origins(s: JobSpec) -> dict[str, str]:
     return _origins(s.train.engine == "megatron")
 
 
-def _origin(key: str, table: dict[str, str], s: JobSpec | None = None) -> str:
-    field_ = DERIVED_WHEN_SET.get(key)  # a field that, set, replaces the default's field
-    if s is not None and field_ and getattr(s, field_) is not None:
-        return field_
+def _origin(key: str, table: dict[str, str]) -> str:
+    """The spec field a rendered key comes from (the spec-dependent DERIVED_WHEN_SET: `build`)."""
     if key in table:
         return table[key]
     if key in DERIVED:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, rule
 from topl.launcher.contract.verl_startup import actor_dp
-from topl.launcher.render import ARR
 from topl.launcher.verl_schema import schema_for
+from topl.launcher.verl_tables import ARR
 
 ALL = ("0.8.0", "0.9.0", "0.9.1")
 A, R_ = f"{ARR}.actor", f"{ARR}.rollout"
