@@ -1,7 +1,15 @@
 """Strict mode, the alignment switches: all on, none off, a mitigation that is one (facts §2-§5)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.kernels.alignment import Alignment
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -11,7 +19,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
     ("alignment.mode", *(f"alignment.{k}" for k in Alignment.SWITCHES)),
     "set the switch back to true, or use alignment=off",
 )
-def all_switches(s):
+def all_switches(s: JobSpec) -> Outcome:
     """Any one switch off re-opens a path where the engines add in a different order (see `topl probe`)."""
     off = [k for k in Alignment.SWITCHES if not getattr(s.alignment, k)]
     if is_strict(s) and off:
@@ -25,7 +33,7 @@ def all_switches(s):
     ("alignment.mode",),
     "use alignment=strict for logdiff 0, or alignment=mitigated for TIS/MIS correction",
 )
-def off_policy(s):
+def off_policy(s: JobSpec) -> Outcome:
     """Without alignment the rollout's log-probs differ from the trainer's: the update is off-policy."""
     if s.alignment.mode == "off":
         return "log-probs of rollout and training will differ: the run is silently off-policy"
@@ -43,7 +51,7 @@ def off_policy(s):
     ),
     "set alignment.rollout_correction.rollout_is=token (and bypass_mode=false to keep the diff metrics)",
 )
-def mitigation_set(s):
+def mitigation_set(s: JobSpec) -> Outcome:
     """TIS/MIS only act when an IS or RS level is set; bypass_mode skips the diff metrics entirely."""
     rc = s.alignment.rollout_correction
     if s.alignment.mode == "mitigated" and not (rc.rollout_is or rc.rollout_rs):

@@ -1,8 +1,16 @@
 """Strict mode, the attention kernel and graph capture: FA3, no MLA or sliding window, tile =
 block, eager/piecewise graphs (facts §2-§5)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, is_strict, on_npu, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -19,7 +27,7 @@ from topl.launcher.contract.core import ERROR, is_strict, on_npu, rule
     "set rollout.attention_backend=FLASH_ATTN",
     facts=("fa3_by_attention_backend", "rl_config"),
 )
-def fa3_backend(s):
+def fa3_backend(s: JobSpec) -> Outcome:
     """Default FIA attention uses different kernels for prefill and decode, neither equal to
     training's. Where FA3 is chosen by the attention backend (vllm-ascend 0.20.2rc1 to 0.26.0rc1,
     the seed's patched 0.18.0) it must be FLASH_ATTN; from 0.27.1rc1 rl_config chooses it and the
@@ -39,7 +47,7 @@ def fa3_backend(s):
     "use a GQA model, or alignment=mitigated for MLA models",
     facts=("fa3_rejects_mla",),
 )
-def no_mla(s):
+def no_mla(s: JobSpec) -> Outcome:
     """The FA3 backend raises ValueError for MLA / SFA attention (batch invariance alone does not)."""
     if is_strict(s) and s.model.attention != "gqa":
         return f"model.attention={s.model.attention}"
@@ -53,7 +61,7 @@ def no_mla(s):
     "use a full-attention model, or alignment=mitigated",
     facts=("fa3_rejects_sliding_window",),
 )
-def no_sliding(s):
+def no_sliding(s: JobSpec) -> Outcome:
     """The FA3 backend raises ValueError for sliding-window attention: its tiles would not match."""
     if is_strict(s) and s.model.sliding_window:
         return f"sliding_window={s.model.sliding_window}"
@@ -67,7 +75,7 @@ def no_sliding(s):
     "set rollout.block_size=128 (the block the FA3 consistency backend on Ascend needs) and "
     "alignment.kv_tile to a multiple of rollout.block_size (alignment.kv_tile=128)",
 )
-def tile_vs_block(s):
+def tile_vs_block(s: JobSpec) -> Outcome:
     """The training tile must start and end on cache-block boundaries, or decode splits differ;
     the FA3 consistency path on Ascend fixes the block at 128."""
     if not is_strict(s):
@@ -92,7 +100,7 @@ def tile_vs_block(s):
         "verl_default_full_and_piecewise",
     ),
 )
-def graph_mode(s):
+def graph_mode(s: JobSpec) -> Outcome:
     """Full-graph capture bakes batch-size-specific kernels. FA3 raises for FULL_DECODE_ONLY and
     its docs ask for PIECEWISE; topl states the mode to vLLM (compilation_config.cudagraph_mode),
     since verl's default FULL_AND_PIECEWISE is no longer downgraded from vllm-ascend 0.21.0rc1."""

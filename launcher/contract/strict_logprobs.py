@@ -1,8 +1,16 @@
 """Strict mode, what the rollout records and how the trainer recomputes it: log-probs, their mode,
 micro-batches (facts §2-§5)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -12,7 +20,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
     ("rollout.calculate_log_probs", "alignment.mode"),
     "set rollout.calculate_log_probs=true",
 )
-def calc_logprobs(s):
+def calc_logprobs(s: JobSpec) -> Outcome:
     """Without rollout log-probs there is nothing to compare (or correct) against."""
     if s.alignment.mode != "off" and not s.rollout.calculate_log_probs:
         return "calculate_log_probs=false: logdiff cannot be measured"
@@ -33,7 +41,7 @@ def calc_logprobs(s):
     "rollout.top_p=1.0 and rollout.top_k=-1)",
     facts=("raw_logprobs_before_temperature",),
 )
-def logprobs_mode(s):
+def logprobs_mode(s: JobSpec) -> Outcome:
     """The trainer takes log_softmax(logits / temperature) over the whole vocabulary.
     processed_logprobs renormalise over the top-p/top-k set; raw_logprobs are taken before the
     temperature, so they match only at temperature 1."""
@@ -67,7 +75,7 @@ def logprobs_mode(s):
     ),
     "set rollout.log_prob_micro_batch_size_per_gpu = train.ppo_micro_batch_size_per_gpu",
 )
-def micro_batches(s):
+def micro_batches(s: JobSpec) -> Outcome:
     """A different micro batch makes old_log_prob differ from log_prob (verl pitfall, facts §3.5)."""
     sizes = {
         s.rollout.log_prob_micro_batch_size_per_gpu,
@@ -86,7 +94,7 @@ def micro_batches(s):
     "set train.use_dynamic_bsz=false",
     facts=("seed_logdiff0_with_dynamic_bsz",),
 )
-def dynamic_bsz(s):
+def dynamic_bsz(s: JobSpec) -> Outcome:
     """Token-budget micro-batching regroups sequences each step, so the recompute sees other batch
     shapes than the rollout did: only batch-invariant kernels make that harmless. The seed ran its
     strict scripts with it on (actor and recompute) and reported logdiff 0, so on the seed's stack

@@ -1,7 +1,15 @@
 """Strict mode, collectives and parallel layouts: deterministic all-reduce, the same TP on both
 sides, EP (facts §2-§5)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 
 @rule(
@@ -20,7 +28,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, rule
     ),
     "use collective=hccl_strict",
 )
-def strict_collectives(s):
+def strict_collectives(s: JobSpec) -> Outcome:
     """HCCL picks algorithms by message size; only HCCL_DETERMINISTIC=strict keeps the order fixed.
 
     Kept for every parallel degree, 2 included: on NCCL 2.28.9 a 2-rank all-reduce gave the same bits
@@ -44,7 +52,7 @@ def strict_collectives(s):
     ),
     "set collective.lccl_deterministic=true (collective=hccl_strict), and keep tp <= 8 on AIV",
 )
-def lccl_aiv(s):
+def lccl_aiv(s: JobSpec) -> Outcome:
     """With HCCL_OP_EXPANSION_MODE=AIV small collectives go through LCCL, deterministic only with
     LCCL_DETERMINISTIC=1 and rank size <= 8."""
     if not is_strict(s) or s.collective.op_expansion_mode != "AIV":
@@ -62,7 +70,7 @@ def lccl_aiv(s):
     ("alignment.mode", "collective.hccl_algo"),
     "unset collective.hccl_algo or pin a ring/tree algorithm on every rank",
 )
-def hccl_algo(s):
+def hccl_algo(s: JobSpec) -> Outcome:
     """HCCL's `pipeline` algorithm reduces in a data-dependent order."""
     if is_strict(s) and s.collective.hccl_algo and "pipeline" in s.collective.hccl_algo:
         return f"HCCL_ALGO={s.collective.hccl_algo}"
@@ -75,7 +83,7 @@ def hccl_algo(s):
     ("alignment.mode", "train.tp", "rollout.tp"),
     "use the same tp for train and rollout (the seed: tp=1 and pipeline parallel)",
 )
-def same_tp(s):
+def same_tp(s: JobSpec) -> Outcome:
     """A TP=k row-parallel layer sums k partials in the collective's order; TP=1 sums them in the
     GEMM. Different k means a different addition order in every o_proj and down_proj."""
     if is_strict(s) and s.train.tp != s.rollout.tp:
@@ -89,7 +97,7 @@ def same_tp(s):
     ("alignment.mode", "train.ep", "rollout.ep", "model.num_experts"),
     "prefer ep=1 with pipeline parallelism, as the seed does",
 )
-def ep_unproven(s):
+def ep_unproven(s: JobSpec) -> Outcome:
     """The seed reports TP+EP 'extremely difficult to align' and used PP instead."""
     if is_strict(s) and is_moe(s) and max(s.train.ep, s.rollout.ep) > 1:
         return f"train.ep={s.train.ep}, rollout.ep={s.rollout.ep} in strict mode"

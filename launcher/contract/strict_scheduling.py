@@ -1,14 +1,22 @@
 """Strict mode, scheduling that changes a sequence's batch: prefix cache, chunked prefill (facts
 §2-§5)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 SEED_EVIDENCE = "seed_logdiff0_with_cache_and_chunking"
 BREAKS_BI = "bi_breaks_with_chunked_prefill_prefix_cache_preemption"
 
 
-def _scheduling(s, what: str):
+def _scheduling(s: JobSpec, what: str) -> Outcome:
     """Error, or a warning on the seed's stack, which reported logdiff 0 with it on."""
     v = s.cluster.versions
     if facts.supports(SEED_EVIDENCE, v) and not facts.supports(BREAKS_BI, v):
@@ -32,7 +40,7 @@ def _scheduling(s, what: str):
     "set rollout.prefix_caching=false",
     facts=(BREAKS_BI, SEED_EVIDENCE),
 )
-def prefix_cache(s):
+def prefix_cache(s: JobSpec) -> Outcome:
     """A cached prefix was computed in another batch and chunking than the trainer's recompute;
     vllm-ascend's own docs say it breaks batch invariance from 0.28.0rc1. A warning on the seed
     stack, where the seed ran verl's default (on) and reported logdiff 0."""
@@ -54,7 +62,7 @@ def prefix_cache(s):
     "set rollout.chunked_prefill=false (with block_size=128)",
     facts=(BREAKS_BI, SEED_EVIDENCE, "verl_defaults_cache_and_chunking_on"),
 )
-def chunked_prefill(s):
+def chunked_prefill(s: JobSpec) -> Outcome:
     """A chunked prefill splits a prompt's attention over steps the trainer does not; vllm-ascend's
     own docs say it breaks batch invariance from 0.28.0rc1 (and verl turns it on by default). A
     warning on the seed stack, where the seed ran it and reported logdiff 0."""

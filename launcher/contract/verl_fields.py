@@ -12,12 +12,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.verl_keys import MIRRORS, _strict_problem, same
 from topl.launcher.render import fmt
+
+if TYPE_CHECKING:
+    from topl.launcher.command import Command
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 _UNKNOWN = object()
 
@@ -46,7 +51,7 @@ def field_default(path: str) -> Any:
     return _UNKNOWN
 
 
-def read_field(s, path: str) -> Any:
+def read_field(s: JobSpec, path: str) -> Any:
     """The spec field's value, read through the rule's view (so the violation lists its source)."""
     node = s
     for part in path.split("."):
@@ -54,7 +59,7 @@ def read_field(s, path: str) -> Any:
     return node
 
 
-def _renders(cmd, key: str, ref: bool):
+def _renders(cmd: Command, key: str, ref: bool) -> Any:
     """topl's entry for `key`: its own, or (where the ref runs) the actor key verl's ref config
     copies (verl@0.9.1:verl/trainer/config/ref/ref.yaml and ref/megatron_ref.yaml: oc.select)."""
     own = cmd.own.get(key)
@@ -76,7 +81,7 @@ def _renders(cmd, key: str, ref: bool):
     "drop the key from the recipe's verl_overrides and set the spec field the message names "
     "instead (topl renders the key from it; `topl render` shows the result)",
 )
-def override_beats_field(s):
+def override_beats_field(s: JobSpec) -> Outcome:
     """verl_overrides replace a rendered key of the same name (render.with_verl_overrides): the
     contract checked the spec field, verl runs the recipe's value. An error where the field was
     set (its value is not the schema default: a recipe, a config group or the command line chose

@@ -14,12 +14,18 @@ a multiple of dp first, so only `trainer.use_v1=false` keeps the old checks ther
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, rule
 from topl.launcher.contract.verl_startup import actor_dp
 from topl.launcher.verl_schema import schema_for
 from topl.launcher.verl_tables import ARR
+
+if TYPE_CHECKING:
+    from topl.launcher.command import Command
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.spec import JobSpec
 
 ALL = ("0.8.0", "0.9.0", "0.9.1")
 A, R_ = f"{ARR}.actor", f"{ARR}.rollout"
@@ -90,7 +96,7 @@ CHECKS = {
 }
 
 
-def legacy_trainer(s, cmd) -> bool | None:
+def legacy_trainer(s: JobSpec, cmd: Command) -> bool | None:
     """True where RayPPOTrainer (or RayDAPOTrainer) runs the job, False for verl's V1 trainer,
     None for an entrypoint topl does not know."""
     entry = s.algorithm.entrypoint
@@ -105,7 +111,7 @@ def legacy_trainer(s, cmd) -> bool | None:
     return not cmd.get("trainer.use_v1", sch.default("trainer.use_v1"))
 
 
-def _setting(s, cmd, key: str):
+def _setting(s: JobSpec, cmd: Command, key: str) -> Any:
     """The command's value, else the declared verl's default (None where it has no such key)."""
     sch = schema_for(s)
     return cmd.get(key, sch.default(key) if sch.has(key) else None)
@@ -134,7 +140,7 @@ def _setting(s, cmd, key: str):
     "make train.train_batch_size * rollout.n a multiple of the actor's data-parallel size, or turn "
     "balancing off (`+verl_overrides.trainer.balance_batch=false`)",
 )
-def balance_batch_split(s):
+def balance_batch_split(s: JobSpec) -> Outcome:
     """With trainer.balance_batch, RayPPOTrainer._balance_batch partitions the generated batch
     (train_batch_size * n sequences) into dp equal-size parts and asserts they are equal
     (verl@0.9.1:verl/utils/seqlen_balancing.py:karmarkar_karp, via get_seqlen_balanced_partitions
@@ -182,7 +188,7 @@ def balance_batch_split(s):
     "make train.train_batch_size (the prompt groups per step) a multiple of the actor's "
     "data-parallel size, or drop actor_rollout_ref.actor.use_prefix_grouper",
 )
-def prefix_grouper_groups(s):
+def prefix_grouper_groups(s: JobSpec) -> Outcome:
     """With actor.use_prefix_grouper and trainer.balance_batch, RayPPOTrainer._balance_batch keeps
     each prompt's n samples (one uid) on one rank and raises ValueError unless the number of uid
     groups (the step's prompts, train_batch_size) is a multiple of dp
@@ -202,7 +208,7 @@ def prefix_grouper_groups(s):
         return f"train_batch_size={tbs} prompt groups do not split over dp={dp} (PrefixGrouper)"
 
 
-def critic_dp(cmd) -> int:
+def critic_dp(cmd: Command) -> int:
     """The critic's data-parallel size: its own engine sizes (verl's critic configs default them
     to 1, not to the actor's: verl@0.9.1:verl/trainer/config/critic/megatron_critic.yaml takes
     engine/megatron.yaml; dp_critic.yaml engine/fsdp.yaml)."""
@@ -212,11 +218,11 @@ def critic_dp(cmd) -> int:
         for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
             mp *= cmd.get(f"critic.megatron.{k}", 1)
         mp *= cmd.get("critic.megatron.context_parallel_size", 1)
-        return max(gpus // max(mp, 1), 1)
-    return max(gpus // max(cmd.get("critic.fsdp.ulysses_sequence_parallel_size", 1), 1), 1)
+        return int(max(gpus // max(mp, 1), 1))
+    return int(max(gpus // max(cmd.get("critic.fsdp.ulysses_sequence_parallel_size", 1), 1), 1))
 
 
-def _critic_mini(cmd):
+def _critic_mini(cmd: Command) -> Any:
     # verl@0.9.1:verl/trainer/config/critic/critic.yaml: ppo_mini_batch_size defaults to the actor's
     return cmd.get("critic.ppo_mini_batch_size", cmd.get(f"{A}.ppo_mini_batch_size"))
 
@@ -238,7 +244,7 @@ def _critic_mini(cmd):
     "/ critic tp*pp*cp; verl does not give the critic the actor's layout: set "
     "`+verl_overrides.critic.megatron.tensor_model_parallel_size=...` and pipeline too)",
 )
-def critic_mini_batch_dp(s):
+def critic_mini_batch_dp(s: JobSpec) -> Outcome:
     """The critic trains with global mini batch critic.ppo_mini_batch_size * rollout.n
     (verl@0.9.1:verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._update_critic; the V1 trainer the
     same, verl/trainer/ppo/v1/trainer_base.py) and its TrainingWorker asserts that divides over
@@ -272,7 +278,7 @@ def critic_mini_batch_dp(s):
     "set critic.ppo_mini_batch_size (through verl_overrides) or train.ppo_mini_batch_size to at "
     "most train.train_batch_size",
 )
-def critic_train_batch(s):
+def critic_train_batch(s: JobSpec) -> Outcome:
     """verl's CriticConfig.validate raises unless train_batch_size >= critic.ppo_mini_batch_size
     when the critic batches by count (verl@0.9.1:verl/workers/config/critic.py:
     CriticConfig.validate; 0.8.0, 0.9.0 too), from validate_config when the job starts. The
