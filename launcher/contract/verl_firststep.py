@@ -117,26 +117,28 @@ def _setting(s: JobSpec, cmd: Command, key: str) -> Any:
     return cmd.get(key, sch.default(key) if sch.has(key) else None)
 
 
+# what deciding "verl's old trainer runs, with this actor dp" reads (TOP-INIT-006 / 007)
+_OLD_TRAINER_READS = (
+    "train.engine",
+    "train.tp",
+    "train.pp",
+    "train.cp",
+    "cluster.nodes",
+    "cluster.devices_per_node",
+    "algorithm.entrypoint",
+    "algorithm.config_name",
+    "cluster.versions.verl",
+    "cluster.versions.verl_patches",
+    "verl_overrides",
+    "algorithm.extra_overrides",
+)
+
+
 @rule(
     "TOP-INIT-006",
     ERROR,
     "balance batch (verl's old trainer) splits train_batch_size * rollout.n evenly over actor dp",
-    (
-        "train.train_batch_size",
-        "rollout.n",
-        "train.engine",
-        "train.tp",
-        "train.pp",
-        "train.cp",
-        "cluster.nodes",
-        "cluster.devices_per_node",
-        "algorithm.entrypoint",
-        "algorithm.config_name",
-        "cluster.versions.verl",
-        "cluster.versions.verl_patches",
-        "verl_overrides",
-        "algorithm.extra_overrides",
-    ),
+    ("train.train_batch_size", "rollout.n", *_OLD_TRAINER_READS),
     "make train.train_batch_size * rollout.n a multiple of the actor's data-parallel size, or turn "
     "balancing off (`+verl_overrides.trainer.balance_batch=false`)",
 )
@@ -170,21 +172,7 @@ def balance_batch_split(s: JobSpec) -> Outcome:
     "TOP-INIT-007",
     ERROR,
     "PrefixGrouper with balance batch gives every actor dp rank whole prompt groups",
-    (
-        "train.train_batch_size",
-        "train.engine",
-        "train.tp",
-        "train.pp",
-        "train.cp",
-        "cluster.nodes",
-        "cluster.devices_per_node",
-        "algorithm.entrypoint",
-        "algorithm.config_name",
-        "cluster.versions.verl",
-        "cluster.versions.verl_patches",
-        "verl_overrides",
-        "algorithm.extra_overrides",
-    ),
+    ("train.train_batch_size", *_OLD_TRAINER_READS),
     "make train.train_batch_size (the prompt groups per step) a multiple of the actor's "
     "data-parallel size, or drop actor_rollout_ref.actor.use_prefix_grouper",
 )
