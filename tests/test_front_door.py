@@ -311,7 +311,13 @@ def test_launch_help_names_watch_and_the_ray_key():
     assert "cluster.ray_address" in out
 
 
-SWEEP = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=4,8", "rollout.tp=1,2", "--dry-run"]
+SWEEP = [
+    "recipe=qwen3_30b_a3b_grpo_a3_strict",
+    "rollout.prefix_caching=false",
+    "train.pp=4,8",
+    "rollout.tp=1,2",
+    "--dry-run",
+]
 
 
 def test_sweep_dry_run_is_one_line_per_point_and_a_table_numbered_as_run_dirs(tmp_path):

@@ -65,6 +65,8 @@ def test_glob_over_recipes(compose):
     assert [p[0] for p in expand(sweep)] == [
         "recipe=qwen3_4b_grpo_a3_mitigated",
         "recipe=qwen3_4b_grpo_a3_off",
+        "recipe=qwen3_4b_grpo_a3_prerelease_strict",
+        "recipe=qwen3_4b_grpo_a3_release_strict",
         "recipe=qwen3_4b_grpo_a3_strict",
     ]
     _agree(compose, sweep)

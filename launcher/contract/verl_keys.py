@@ -14,6 +14,7 @@ import json
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from topl.launcher import backends
 from topl.launcher.command import Command, Entry, command, note
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
@@ -336,7 +337,7 @@ def verl_value_types(s: JobSpec) -> Outcome:
             and e.key.endswith(".max_model_len")
             and type(e.value) is int
             and e.value > s.model.max_position_embeddings
-            and s.cluster.backend != "local"
+            and backends.of(s).remote
         ):
             note(s, e)
             bad.append(
