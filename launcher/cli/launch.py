@@ -236,10 +236,10 @@ def sweep_table(sweep_dir, overrides: list[str]) -> None:
                 "valid" if v["valid"] else "dropped",
                 " ".join(v["rules"]) or "-",
                 " ".join(v["warnings"]) or "-",
-                str(run) if run.is_dir() else "-",
+                f"{i}/" if run.is_dir() else "-",  # under the sweep folder the title names
             )
         )
-    columns = ("#", *keys, "verdict", "errors", "warnings", "run directory")
+    columns = ("#", *keys, "verdict", "errors", "warnings", "run dir")
     console = print_table(f"topl launch -m: {sweep_dir}", columns, rows)
     valid = sum(v["valid"] for v in report["verdicts"])
     console.print(f"{len(rows)} points, {valid} valid; details: topl check OVERRIDES of a point")
