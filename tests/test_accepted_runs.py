@@ -268,3 +268,21 @@ def test_render_json_on_a_rejected_spec_prints_the_violations():
         run_topl("check", "recipe=qwen3_4b_grpo_a2_off", "train.dtype=float32", "--json").stdout
     )
     assert out == check_out  # the same shape as `check --json`
+
+
+@needs_verl
+def test_the_validator_reports_verls_own_rejection_and_answers_on(tmp_path, monkeypatch):
+    """The kept verl process (tests/helpers.py) is a real verdict: a config verl 0.9.1 rejects
+    comes back with verl's message, and the configs after it are still judged on their own."""
+    from helpers import installed_verl
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = compose_job(["recipe=qwen3_4b_grpo_a2_release_strict"]).to_object()
+    spec.model.hf_path = hf_config_dir(spec.model, tmp_path / "hf")
+    good = compose_verl(render(spec), declared_config_dir(spec, tmp_path))
+    bad = good.copy()
+    bad.data.train_batch_size = 7  # 7 x n rollouts is not a multiple of the minimal batch
+    items = [(c, False, False) for c in (good, bad, good)]
+    errs = validate_many(installed_verl(), items, tmp_path)
+    assert errs[0] is None and errs[2] is None, errs
+    assert errs[1] and "must be divisible by minimal possible batch size" in errs[1], errs
