@@ -107,3 +107,10 @@ def test_a_mistyped_verl_key_names_the_nearest_verl_key():
 def test_nearest_reads_the_real_candidates():
     assert nearest("tpp", spec_fields("train"))[0] == "tp"
     assert nearest("zzzz", spec_fields("train")) == []
+
+
+def test_a_mistyped_top_level_key_in_a_recipe_names_the_nearest_field(tmp_path):
+    f = tmp_path / "top.yaml"
+    f.write_text("# @package _global_\ntrian:\n  tp: 2\n")
+    err = _err(run("check", f"recipe={f}"))
+    assert "unknown top-level key(s) trian" in err and "trian: did you mean train?" in err
