@@ -19,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from topl.launcher import recipes, redact, untrusted
+from topl.launcher import did_you_mean, recipes, redact, untrusted
 from topl.launcher.compose_sources import (  # noqa: F401  (re-exported)
     GROUPS,
     _file_sources,
@@ -162,6 +162,8 @@ def _friendly(e: Exception, overrides: list[str]) -> ToplError:
         if not l.strip().startswith(("full_key:", "reference_type=", "object_type="))
     )
     fix = "check the key and value names: `topl launch --cfg job` prints the composed config"
+    if (named := did_you_mean.compose_error(msg, overrides)) is not None:
+        return named  # an unknown key with the nearest field; an empty recipe=
     unset = re.search(r"Environment variable '([A-Za-z_]\w*)' not found", msg)
     if unset:  # `cluster.env.NAME: ${oc.env:NAME}` reads the launching shell's variable
         name = unset[1]
@@ -211,7 +213,7 @@ def _refuse_unknown(cfg: DictConfig, schema: Any, prefix: str) -> None:
             raise ToplError(
                 f"unknown key {prefix}{key}: the job spec has no such field",
                 where=f"`{prefix}{key}`",
-                fix="check the spelling (`topl launch --cfg job` lists every key)",
+                fix=did_you_mean.spec_key_fix(f"{prefix}{key}"),
             )
         node = cfg._get_node(key)
         if isinstance(node, DictConfig) and dataclasses.is_dataclass(node._metadata.object_type):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import shutil
 import tempfile
 from importlib.resources import files
@@ -41,8 +42,9 @@ def available() -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-def resolve(value: str) -> Path:
-    """A recipe name or a path to a recipe file -> the file."""
+def resolve(value: str, included_by: Path | None = None) -> Path:
+    """A recipe name or a path to a recipe file -> the file (`included_by`: the recipe whose
+    defaults list names it, for the message)."""
     if value.endswith((".yaml", ".yml")) or os.sep in value:
         path = Path(value).expanduser()
         if not path.is_file():
@@ -56,6 +58,14 @@ def resolve(value: str) -> Path:
     if value not in names:
         close = difflib.get_close_matches(value, names, n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "run `topl recipes` to list them"
+        if included_by is not None:
+            raise ToplError(
+                f"recipe {included_by.name} includes an unknown recipe {value!r}",
+                where=f"{included_by}: defaults entry `- {value}`",
+                fix=f"{hint} A defaults entry names another recipe (`topl recipes` lists them; "
+                f"search path: {', '.join(map(str, search_dirs()))}) or `override /GROUP: "
+                "OPTION`; or remove the entry",
+            )
         raise ToplError(
             f"unknown recipe {value!r}",
             where=f"recipe={value} (command line)",
@@ -86,6 +96,26 @@ def description(path: Path) -> str:
     return ""
 
 
+def _global_package(recipe: untrusted.Recipe) -> None:
+    """A recipe given as `recipe=` sets keys from the top (`# @package _global_`); without the
+    line Hydra puts its keys under `recipe.`, which the spec has not (an included recipe takes
+    its includer's package, so only the one named on the command line needs it)."""
+    text = recipe.text.decode("utf-8", errors="replace")
+    if re.search(r"^#\s*@package\s+_global_\s*$", text, re.MULTILINE):
+        return
+    empty = not any(ln.strip() and not ln.lstrip().startswith("#") for ln in text.splitlines())
+    raise ToplError(
+        f"recipe file {recipe.path} is empty"
+        if empty
+        else f"recipe file {recipe.path} does not start with `# @package _global_` (without "
+        "it Hydra reads every key under `recipe.`)",
+        where=f"recipe={recipe.path}",
+        fix="start the file with the line `# @package _global_`, then the groups and keys it "
+        "sets (`topl recipes show qwen3_4b_grpo_a3_strict` prints one; `topl recipes import "
+        "SCRIPT.sh` writes one)" + ("; or leave recipe= out for the defaults" if empty else ""),
+    )
+
+
 class RecipeRoot:
     """A private temporary Hydra search-path root whose `recipe/` group holds the chosen recipe(s)
     (several for a sweep over recipes, `recipe=a,b`) and the recipes they include, written from
@@ -110,7 +140,9 @@ class RecipeRoot:
         while name in self.files and self.files[name] != path:
             name, i = f"{path.stem}_{i}", i + 1
         if name not in self.files:
-            self._add(name, load_checked(path), [])
+            recipe = load_checked(path)
+            _global_package(recipe)
+            self._add(name, recipe, [])
         return name
 
     def source_of(self, name: str | None) -> Path:
@@ -139,7 +171,7 @@ class RecipeRoot:
             if inc in (*chain, name):
                 self._add(inc, recipe, [*chain, name])  # reports the loop
             if inc not in self.files:
-                self._add(inc, load_checked(resolve(inc)), [*chain, name])
+                self._add(inc, load_checked(resolve(inc, recipe.path)), [*chain, name])
 
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

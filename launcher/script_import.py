@@ -16,6 +16,7 @@ from typing import Any
 from topl.launcher import render as R
 from topl.launcher.bash_resolve import Item
 from topl.launcher.command import DERIVED_WHEN_SET
+from topl.launcher.script_import_exact import dropped_rows
 from topl.launcher.script_import_fit import (
     _MISSING as MISSING,
 )
@@ -103,6 +104,7 @@ class Imported:
     command_line: dict[str, str] = field(default_factory=dict)
     respelled: dict[str, str | None] = field(default_factory=dict)  # key -> the key saying it
     verl: str = ""  # the declared verl the recipe was checked against (version + patches)
+    dropped: list[dict] = field(default_factory=list)  # {line, key, script, why}: not carried
 
     def command_args(self) -> list[str]:
         return [f"{k}={v}" for k, v in self.command_line.items()]
@@ -356,7 +358,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
     report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     verl = sch.version + (f" + {', '.join(sch.patches)}" if sch.patches else "")
     imp = Imported(rec, groups, report, trip, adds, written, dict(s.secrets))
-    imp.respelled, imp.verl = carried, verl
+    imp.respelled, imp.verl, imp.dropped = carried, verl, dropped_rows(s, env_r)
     return imp
 
 

@@ -5,6 +5,7 @@ parser, each with its line. Nothing is executed."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,9 @@ class Script:
     dropped_env: set[str] = field(default_factory=set)  # loader / interpreter variables not kept
     # their values: read only to tell the stack (the seed's patch module), never written
     code_env: dict[str, Item] = field(default_factory=dict, repr=False)
+    # launch arguments the recipe does not carry (line, argument, why): the round trip is not
+    # exact while any is here (issue 30: an import never claims exact when it dropped something)
+    dropped: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +147,13 @@ def _no_launch(r: Resolved) -> ToplError:
     )
 
 
+def _own_config_dir(entrypoint: str, path: str) -> bool:
+    """Is `--config-path` the trainer's own config folder? A relative path is read from the main's
+    folder (hydra-core@1.3.8:hydra/_internal/utils.py:compute_search_path_dir), and verl's mains
+    declare `config` (verl@0.9.1:verl/trainer/main_ppo.py:main, config_path="config")."""
+    return entrypoint.startswith("verl.trainer.") and os.path.normpath(path) == "config"
+
+
 def read_script(
     text: str,
     env: dict[str, str] | None = None,
@@ -153,7 +164,7 @@ def read_script(
     r = resolve(text, env, args)
     chosen, skipped = choose_launch(r, launch)
     parser, notes = OverridesParser.create(), list(r.notes) + skipped
-    config_name, out = None, {}
+    config_name, out, dropped = None, {}, []
     items = list(chosen.args)
     while items:
         it = items.pop(0)
@@ -167,6 +178,8 @@ def read_script(
                 notes.append(
                     (it.line, f"{name}={value} not kept (topl uses verl's packaged configs)")
                 )
+                if not _own_config_dir(chosen.entrypoint, value):
+                    dropped.append((it.line, f"{name}={value}", "another config folder"))
             continue
         try:
             o = parser.parse_override(it.text)
@@ -174,15 +187,18 @@ def read_script(
             notes.append(
                 (it.line, f"`{it.text[:200]}` is not a Hydra override ({str(e).splitlines()[0]})")
             )
+            dropped.append((it.line, it.text[:200], "Hydra's override parser refuses this text"))
             continue
         if o.is_delete():
             notes.append((it.line, f"deletion `{it.text}` not kept"))
+            dropped.append((it.line, it.text, "a deletion (a recipe sets values)"))
             continue
         if set(o.key_or_group.split(".")) & CODE_KEYS:  # recipes are data (see render.CODE_KEYS)
             notes.append((it.line, f"`{o.key_or_group}` instantiates code in verl: not kept"))
+            dropped.append((it.line, it.text[:200], "instantiates code (a recipe is data)"))
             continue
         out[o.key_or_group] = Setting(o.key_or_group, o.value(), it.line, it.deps, o.is_add())
-    env_items, secrets, dropped, code_env = {}, {}, set(), {}
+    env_items, secrets, dropped_env, code_env = {}, {}, set(), {}
     for k, v in chosen.env.items():
         # recipes are data (issue 28): what launcher/meaning.py refuses in a recipe is not written
         if k in CODE_ENV or k.startswith("TOPL_") or env_reason(k):
@@ -193,7 +209,7 @@ def read_script(
                     "variable); set it on your own command line if you need it",
                 )
             )
-            dropped.add(k)
+            dropped_env.add(k)
             code_env[k] = v
         elif secret_entry(k, v.text):  # by name or by shape: a reference, never the value
             secrets[k] = Secret(k, v.line, v.text, f"cluster.env.{k}")
@@ -224,6 +240,7 @@ def read_script(
         chosen.runner,
         list(chosen.runner_args),
         secrets,
-        dropped,
+        dropped_env,
         code_env,
+        dropped,
     )

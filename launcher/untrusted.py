@@ -159,11 +159,20 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
         raise ToplError(
             f"unknown top-level key(s) {', '.join(map(str, unknown))}: a recipe sets topl's keys only",
             where=where,
-            fix=f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
+            fix=_near(unknown, spec_fields)
+            + f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
         )
     _check_hydra(data.get("hydra"), where)
     _check_meaning(data, where)
     return _check_defaults(data.get("defaults", []), where)
+
+
+def _near(unknown: list, fields: set[str]) -> str:
+    """`did you mean train? ` for each unknown key with a near field (a typo, not a new key)."""
+    from topl.launcher.did_you_mean import nearest
+
+    pairs = [(k, c[0]) for k in map(str, unknown) if (c := nearest(k, fields, 1))]
+    return "".join(f"{k}: did you mean {c}? " for k, c in pairs)
 
 
 def _check_hydra(node: Any, where: str) -> None:

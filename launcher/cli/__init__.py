@@ -94,6 +94,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _unknown_command(cmd: str, rest: list[str]) -> int:
+    """The nearest command by spelling; JSON when asked for."""
+    from topl.launcher.did_you_mean import nearest
+
+    near = " or ".join(f"`topl {c}`" for c in nearest(cmd, COMMANDS))
+    e = ToplError(
+        f"unknown command {cmd!r}",
+        where=f"topl {cmd}",
+        fix=(f"did you mean {near}? " if near else "")
+        + f"commands: {', '.join(COMMANDS)} (`topl --help`)",
+    )
+    if "--json" in rest:
+        from topl.launcher.cli.output import print_json
+
+        print_json({"ok": False, "error": e.to_dict()})
+    else:
+        print(e.render() + ("" if near else f"\n\n{USAGE}"), file=sys.stderr)
+    return 2
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     redact.install()  # everything printed from here on has secrets removed
@@ -107,8 +127,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
-        print(f"error: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
+        return _unknown_command(cmd, rest)
     if "-h" in rest or "--help" in rest:
         from topl.launcher.cli.help import text
 

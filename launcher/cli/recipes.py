@@ -118,6 +118,11 @@ def _report_lines(imp) -> list[str]:
         f"script {r['script']!r} rendered {r['rendered']!r}"
         for r in imp.round_trip
     ]
+    lines += [
+        f"{r['line']:>5}  NOT REPRODUCED ({r['kind']}): {r['key']}: {r['why']} "
+        f"(script: {_short(r['script'])})"
+        for r in imp.dropped
+    ]
     return lines
 
 
@@ -137,6 +142,7 @@ def import_main(args: list[str]) -> int:
     from pathlib import Path
 
     from topl.launcher.redact import Redactor
+    from topl.launcher.script_import_exact import trip_text
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
     mine = args[: args.index("--")] if "--" in args else args
@@ -179,7 +185,7 @@ def import_main(args: list[str]) -> int:
     lines = [red.text(line) for line in _report_lines(imp)]
     args = imp.command_args()
     ok, verdict, ids = _verdict(out_path, args)
-    trip = "exact" if not imp.round_trip else f"{len(imp.round_trip)} setting(s) differ"
+    trip = trip_text(imp.round_trip, imp.dropped)
     # the script's program / trainer config are the user's to type (a recipe may not say them)
     run = " ".join(["topl launch", f"recipe={out_path}", *(shlex.quote(a) for a in args)])
     lines += [f"declared verl: {imp.verl}; run it as: {run}"]
@@ -198,20 +204,21 @@ def import_main(args: list[str]) -> int:
                     "groups": imp.defaults,
                     "report": imp.report,
                     "round_trip": imp.round_trip,
+                    "dropped": imp.dropped,
                     "topl_adds": imp.topl_adds,
                     "verl_defaults": imp.verl_defaults,
                     "contract": {"ok": ok, "verdict": verdict, "rejected_by": ids},
                     "command_line": args,
                     "launch_command": run,
                     "verl": imp.verl,
-                    "ok": ok and not imp.round_trip,
+                    "ok": ok and trip == "exact",
                 },
             )
         )
     else:
         print("\n".join(lines))
         print(final)
-    return 0 if ok and not imp.round_trip else 2
+    return 0 if ok and trip == "exact" else 2
 
 
 def _diff(args: list[str], as_json: bool) -> int:

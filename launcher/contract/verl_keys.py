@@ -18,6 +18,7 @@ from topl.launcher import backends
 from topl.launcher.command import Command, Entry, command, note
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
+from topl.launcher.did_you_mean import verl_key
 from topl.launcher.render import fmt
 from topl.launcher.render_version import spell
 from topl.launcher.verl_tables import ARR, VLLM
@@ -199,7 +200,9 @@ def verl_schema_rule(s: JobSpec) -> Outcome:
     bad = [e for e in command(s).user if spell(e.prefix + e.key, sch) is None]
     if bad:
         note(s, *bad)
-        where = "; ".join(f"{e.prefix}{e.key} (set by {e.origin})" for e in bad)
+        where = "; ".join(
+            f"{e.prefix}{e.key} (set by {e.origin}){verl_key(e.key, sch)}" for e in bad
+        )
         patched = f" + {', '.join(sch.patches)}" if sch.patches else ""
         return f"not in verl {sch.version}{patched}'s {sch.config} config: {where}"
 
