@@ -242,7 +242,7 @@ def _compose(
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
             hydra = GlobalHydra.instance().hydra
             assert hydra is not None  # initialize_config_dir just set it
-            seen = _record_defaults(hydra.config_loader)
+            seen = _record_defaults(hydra.config_loader, hydra_overrides, root)
             cfg = compose("config", overrides=hydra_overrides, return_hydra_config=True)
             sources = _sources(None, hydra_overrides, root, seen)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
