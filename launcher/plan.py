@@ -125,7 +125,7 @@ class Planner:
     def __init__(self, memo: bool = True):
         self._bases: dict[tuple[str, ...], Base] = {}
         self._memos: dict[tuple[Any, ...], BaseMemo] = {}
-        self._templates: dict[tuple[str, ...], Template] = {}  # base -> its command (patched)
+        self._templates: dict[tuple[Any, ...], Template] = {}  # memo key -> a point's command
         self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
@@ -222,12 +222,12 @@ class Planner:
         memo = self._memos.get(memo_key)
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
-        template = self._templates.get(memo_key[0])
-        if template is None:
-            template = self._templates[memo_key[0]] = Template(self._base(groups)[1])
-        prime(template, spec, varying)  # its command, from the base's where that is proven exact
+        template = self._templates.get(memo_key)
+        if template is None:  # the first point: the values no point changes are set in it too
+            template = self._templates[memo_key] = Template(spec)
+        patched = prime(template, spec, varying)  # its command from the base's, where exact
         vals = {k: get_path(spec, k) for k in varying}
-        errs, warns = memo.verdict(spec, vals)
+        errs, warns = memo.verdict(spec, vals, template if patched else None)
         tg, rg = memo.estimate(spec, vals)
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
 
