@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from topl.launcher.command import command
 from topl.launcher.constraints import fields as constrained_fields
 from topl.launcher.constraints import problems, violated
 from topl.launcher.contract import ERROR, RULES, view
@@ -119,7 +120,7 @@ class BaseMemo:
         self.traced: list[tuple[int, Rule, Traced]] = []  # read the command: traced per run
         for i, r in enumerate(r for r in RULES if r is not FIELD_RULE):
             if opaque(r, base):
-                self.traced.append((i, r, Traced(r, varying)))
+                self.traced.append((i, r, Traced(r, varying, CACHE_MAX)))
                 continue
             groups.setdefault(_relevant(r.keys, varying), []).append((i, r))
         # a group keyed on every varying key answers each point once: nothing to keep (memory
@@ -147,8 +148,10 @@ class BaseMemo:
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
+        cmd = command(spec) if template is not None else None  # patched: prime() cached it
+        point: dict[Any, Any] = {None: hv}
         for i, r, t in self.traced:
-            if res := t.answer(spec, hv, template, CACHE_MAX):
+            if res := t.answer(spec, cmd, template, point):
                 broken.append((i, r.id, res[0]))
         errs: list[str] = []
         warns: list[str] = []

@@ -136,20 +136,25 @@ def traced_run(rule: Rule, spec: JobSpec, cmd: C.Command) -> tuple[Any, _Log]:
 class Traced:
     """One command-reading rule over one base: its answers by the swept values its runs read."""
 
-    def __init__(self, rule: Rule, varying: tuple[str, ...]):
-        self.rule, self.varying = rule, varying
+    def __init__(self, rule: Rule, varying: tuple[str, ...], cap: int):
+        self.rule, self.varying, self.cap = rule, varying, cap  # cap: answers kept per trace
         self.traces: dict[tuple[str, ...], dict[tuple[Any, ...], Any]] = {}
         self.every = False  # a run read everything that varies: run it for every point
 
     def answer(
-        self, spec: JobSpec, hv: dict[str, Any], template: Template | None, cap: int
+        self, spec: JobSpec, cmd: C.Command | None, template: Template | None, point: dict[Any, Any]
     ) -> Any:
-        """rule.run(spec); `template` is None when the point's command was built whole."""
-        cmd = C.command(spec) if template is not None and not self.every else None
-        if cmd is None:
+        """rule.run(spec). `cmd`: the point's patched command, None where it was built whole
+        (then `template` is None too); `point`: the swept values ("hv") and, shared by the rules
+        of one point, each trace's key tuple."""
+        if cmd is None or template is None or self.every:
             return self.rule.run(spec)
+        hv = point[None]
         for keys, table in self.traces.items():
-            got = table.get(tuple(hv[k] for k in keys), _MISS)
+            at = point.get(keys)
+            if at is None:
+                at = point[keys] = tuple(hv[k] for k in keys)
+            got = table.get(at, _MISS)
             if got is not _MISS:
                 return got
         got, log = traced_run(self.rule, spec, cmd)
@@ -159,7 +164,7 @@ class Traced:
             self.traces.clear()
             return got
         table = self.traces.setdefault(keys, {})
-        if len(table) < cap:
+        if len(table) < self.cap:
             table[tuple(hv[k] for k in keys)] = got
         return got
 
