@@ -298,3 +298,37 @@ def test_patched_commands_equal_built_ones():
     assert template.row("rollout.logprobs_mode") is None
     assert template.row("train.param_offload") is None
     assert 0 < n_patched < len(expand_items(sweep))
+
+
+@pytest.mark.parametrize(
+    "ovs",
+    [
+        [],
+        ["train=fsdp", "rollout.tp=2"],
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+        ["recipe=qwen3_4b_grpo_a2_mitigated", "alignment=off"],
+    ],
+    ids=" ".join,
+)
+def test_unused_hydra_groups_change_nothing_in_the_job(ovs, monkeypatch):
+    """compose_job leaves out Hydra's own output/help/logging/launcher/sweeper configs: the job,
+    its sources and its choices are the ones of the whole compose."""
+    from topl.launcher import compose as C
+
+    trimmed = C.compose_job(ovs)
+    monkeypatch.setattr(C, "_unused_hydra", lambda _: [])
+    whole = C.compose_job(ovs)
+    assert C._unused_hydra(["a=1"]) == [] and trimmed.cfg == whole.cfg
+    assert (trimmed.sources, trimmed.choices) == (whole.sources, whole.choices)
+
+
+def test_an_override_of_the_hydra_section_is_composed_as_written():
+    from topl.launcher import compose as C
+
+    assert C._unused_hydra(["train.tp=2", "hydra.searchpath=[file:///x]"])
+    assert C._unused_hydra(["hydra.job_logging.root.level=DEBUG"]) == []
+    assert C._unused_hydra(["hydra/job_logging=disabled"]) == []
+    from topl.launcher.untrusted import UNSAFE_FLAG
+
+    # the section is there to override
+    C.compose_job([UNSAFE_FLAG, "hydra.job_logging.root.level=DEBUG", "hydra.job.name=x"])
