@@ -107,6 +107,16 @@ MEMO_SWEEPS = [
     ["recipe={env_recipe}", "alignment.mode=strict,mitigated,off", "rollout.tp=1,2"],
     ["recipe={env_recipe}", "collective.hccl_algo=null,level0:ring", "alignment.mode=strict,off"],
     ["recipe={seed_recipe}", "rollout.per_request_seed=false,true", "rollout.tp=1,2"],
+    # traced rules that read swept keys through command entries (TOP-INIT-003/006: the actor's
+    # dp from its TP/PP entries, the batch and n entries) next to one none reads (max_num_seqs)
+    [
+        "recipe=qwen3_30b_a3b_dapo_a2_mitigated",
+        "train.train_batch_size=30,32",
+        "rollout.n=3,4",
+        "train.tp=1,2",
+        "train.pp=1,4",
+        "rollout.max_num_seqs=64,65",
+    ],
 ]
 
 
