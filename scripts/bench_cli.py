@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,15 +37,15 @@ SWEEP_10K = [
 SWEEP_100K = SWEEP_10K + ["train.ppo_micro_batch_size_per_gpu=range(1,11)"]
 
 
-def run(args: list[str], root: str | None = None) -> tuple[float, float, int]:
-    """(CPU s, peak RSS MB, exit code) of `topl ARGS`, output discarded; `root`: a directory
-    imported ahead of the installed topl (--before)."""
+def run(args: list[str], root: str | None = None, python: bool = False) -> tuple[float, float, int]:
+    """(CPU s, peak RSS MB, exit code) of `topl ARGS` (`python ARGS` with `python`), output
+    discarded; `root`: a directory imported ahead of the installed topl (--before)."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if root:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.Popen(
-        [sys.executable, "-m", "topl.launcher.cli", *args],
+        [sys.executable, *args] if python else [sys.executable, "-m", "topl.launcher.cli", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -123,14 +124,20 @@ def main() -> int:
     recipes = sorted(available())
     if args.quick:
         recipes = recipes[:: max(1, len(recipes) // 3)][:3]
+    start = min(run(["-c", "pass"], python=True)[0] for _ in range(5))
+    rows.append(("python -c pass (start-up, for scale)", {"after": (start, 0.0)}, ""))
     measure("check (default config)", ["check"], args.repeat)
     worst: dict[str, tuple[float, str]] = {}
+    each: dict[str, list[float]] = {}
     for r in recipes:  # every shipped recipe: the slowest one is the figure
         got = measure(f"  check recipe={r}", ["check", f"recipe={r}"], args.repeat)
         rows.pop()
         for name, (cpu, _) in got.items():
+            each.setdefault(name, []).append(cpu)
             if cpu > worst.get(name, (0.0, ""))[0]:
                 worst[name] = (cpu, r)
+    median = {n: (statistics.median(c), 0.0) for n, c in each.items()}
+    rows.append((f"check, median of {len(recipes)} recipes", median, ""))
     rows.append(
         (
             f"check, slowest of {len(recipes)} recipes",
