@@ -73,11 +73,16 @@ def _plain(s: JobSpec) -> JobSpec:
 
 
 class Template:
-    """One base spec's command and, per key, the verl key its value alone decides (or None)."""
+    """One spec's command (plan: a sweep's first point, so the values no point changes are in
+    it) and, per key, the verl key its value alone decides (or None)."""
 
     def __init__(self, base: JobSpec):
         self.base = base
-        self.cmd = build(base)
+        self.cmd: Command | None = None
+        try:
+            self.cmd = build(base)
+        except Exception:  # noqa: BLE001 - a point render refuses: patch nothing (plan retries)
+            pass
         self._plain = _plain(base)
         self._reads: _Counting | None = None
         self._rows: dict[str, str | None] = {}
@@ -93,7 +98,7 @@ class Template:
             value = get_path(self.base, key)
         except (AttributeError, KeyError, TypeError):
             return None
-        if type(value) not in PATCHABLE_TYPES:
+        if type(value) not in PATCHABLE_TYPES or self.cmd is None:
             return None
         if self._reads is None:
             self._reads = _Counting()
@@ -130,6 +135,8 @@ def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Comm
     """`spec`'s command from the template's (the base's), or None where a changed key is not
     patchable (the caller builds it whole). `spec` equals the base outside `changed`."""
     base, cmd = template.base, template.cmd
+    if cmd is None:
+        return None
     swaps: list[tuple[str, Any]] = []
     for key in changed:
         value = get_path(spec, key)

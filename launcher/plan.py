@@ -223,7 +223,7 @@ class Planner:
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
         template = self._templates.get(memo_key)
-        if template is None:  # the first point: the values no point changes are set in it too
+        if template is None or template.cmd is None:  # the first point whose command renders
             template = self._templates[memo_key] = Template(spec)
         patched = prime(template, spec, varying)  # its command from the base's, where exact
         vals = {k: get_path(spec, k) for k in varying}
