@@ -139,11 +139,13 @@ def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Comm
         return None
     swaps: list[tuple[str, Any]] = []
     for key in changed:
-        value = get_path(spec, key)
-        if value is get_path(base, key):
-            continue
+        value, was = get_path(spec, key), get_path(base, key)
+        if value is was or (
+            type(value) is type(was) and type(value) in (int, str) and value == was
+        ):
+            continue  # the same (an interpolation resolved again: an equal int or str)
         verl = template.row(key)
-        if verl is None or type(value) is not type(get_path(base, key)):
+        if verl is None or type(value) is not type(was):
             return None
         swaps.append((verl, value))
     own = dict(cmd.own)
