@@ -157,15 +157,15 @@ class Traced:
             got = table.get(at, _MISS)
             if got is not _MISS:
                 return got
+        if sum(map(len, self.traces.values())) >= self.cap:
+            return self.rule.run(spec)  # full: what is kept still answers, the rest just runs
         got, log = traced_run(self.rule, spec, cmd)
         keys = self._read(log, template)
         if keys == self.varying:
             self.every = True  # nothing to reuse: keep no traces
             self.traces.clear()
             return got
-        table = self.traces.setdefault(keys, {})
-        if len(table) < self.cap:
-            table[tuple(hv[k] for k in keys)] = got
+        self.traces.setdefault(keys, {})[tuple(hv[k] for k in keys)] = got
         return got
 
     def _read(self, log: _Log, template: Template) -> tuple[str, ...]:

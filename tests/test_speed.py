@@ -272,6 +272,11 @@ def test_traced_rules_follow_the_command_entries_they_read(monkeypatch):
     ((keys, answers),) = t.traces.items()  # run twice (tp 1, 2), not once per point
     assert "train.tp" in keys and not {"rollout.n", "train.train_batch_size"} & set(keys)
     assert len(answers) == 2
+    # full memos (one answer kept per rule group and trace): the rest run, the verdicts stand
+    from topl.launcher import sweep_memo
+
+    monkeypatch.setattr(sweep_memo, "CACHE_MAX", 1)
+    assert [Planner().verdict(p).to_dict() for p in points] == want
     # a memo that ignored the command entries a run read would reuse one answer everywhere
     monkeypatch.setattr(sweep_trace.Traced, "_read", lambda self, log, template: ())
     wrong = Planner()
