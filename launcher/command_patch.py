@@ -7,7 +7,8 @@ base when rendering proves that its value reaches the command in exactly one ent
 else, and then a point's command is the base's with those entries' values replaced.
 
 The proof, once per (base, key), on the base itself (render is pure: same reads, same output):
-- render through the recording view (`contract.view`) reads the key exactly once;
+- render through the recording view (`contract.view`) reads the key exactly once, and reads
+  nothing outside the view;
 - render with the key set to a sentinel that refuses every use but being passed along (no ==, <,
   hash, bool, str) succeeds and returns the sentinel as the value of exactly one entry, as
   given: nothing compared, converted or copied it, and no later writer replaced that entry;
@@ -21,13 +22,16 @@ whole. tests/test_speed.py compares patched commands with built ones, entry by e
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher import render as R
 from topl.launcher.command import Command, Entry, build, remember
-from topl.launcher.contract.view import Reads, View
+from topl.launcher.contract import view
+from topl.launcher.contract.view import Reads
 from topl.launcher.sweep_memo import copy_on_write
+from topl.launcher.sweep_trace import _SLOT, _VIEW_CODE
 from topl.launcher.tree import get_path
 
 if TYPE_CHECKING:
@@ -101,11 +105,7 @@ class Template:
         if type(value) not in PATCHABLE_TYPES or self.cmd is None:
             return None
         if self._reads is None:
-            self._reads = _Counting()
-            try:
-                R.overrides(View(self._plain, self._reads))  # type: ignore[arg-type]
-            except Exception:  # noqa: BLE001 - render needs the plain spec: nothing is patchable
-                self._reads.count["*"] = 1
+            self._reads = _render_reads(self._plain)
         count = self._reads.count
         if "*" in count or count.get(key) != 1 or any(key.startswith(k + ".") for k in count):
             return None  # read twice, or a section above it read whole
@@ -119,6 +119,37 @@ class Template:
             return None
         own = self.cmd.own.get(hits[0])
         return hits[0] if own is not None and own.value is value else None
+
+
+def _render_reads(plain: JobSpec) -> _Counting:
+    """What rendering `plain` reads, counted; `*` when it reads the spec outside the view (an
+    `unwrap`: its reads are not counted) or cannot render a view."""
+    reads, escaped = _Counting(), []
+
+    class Probe(view.View):
+        __slots__ = ()
+
+        @property
+        def _obj(self) -> Any:
+            if sys._getframe(1).f_code not in _VIEW_CODE:
+                escaped.append(True)
+            return _SLOT.__get__(self)
+
+        @_obj.setter
+        def _obj(self, value: Any) -> None:
+            _SLOT.__set__(self, value)
+
+    real = view.View
+    view.View = Probe  # type: ignore[misc]  # sections handed out are probes too
+    try:
+        R.overrides(Probe(plain, reads))  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - render needs the plain spec: nothing is patchable
+        escaped.append(True)
+    finally:
+        view.View = real  # type: ignore[misc]
+    if escaped:
+        reads.count["*"] = 1
+    return reads
 
 
 def _holds(v: Any, sentinel: _Refuses) -> bool:

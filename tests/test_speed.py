@@ -347,3 +347,20 @@ def test_an_override_of_the_hydra_section_is_composed_as_written():
 
     # the section is there to override
     C.compose_job([UNSAFE_FLAG, "hydra.job_logging.root.level=DEBUG", "hydra.job.name=x"])
+
+
+def test_a_render_reading_outside_the_view_patches_nothing(compose, monkeypatch):
+    """A key read once through the view but again behind it (`unwrap`) is not patchable."""
+    from topl.launcher import command_patch
+    from topl.launcher import render as R
+
+    spec = compose(["recipe=qwen3_30b_a3b_grpo_a3_strict"]).to_object()
+    assert command_patch.Template(spec).row("rollout.max_num_seqs")
+    real = R.overrides
+
+    def behind(s):
+        _plain(s).rollout.max_num_seqs  # noqa: B018 - the read the view does not see
+        return real(s)
+
+    monkeypatch.setattr(R, "overrides", behind)
+    assert command_patch.Template(spec).row("rollout.max_num_seqs") is None
