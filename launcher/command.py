@@ -230,7 +230,11 @@ def command(s: JobSpec) -> Command:
     hit = _CACHE.get(id(plain))
     if hit is not None and hit[0] is plain:
         return hit[1]
-    cmd = build(plain)
+    return remember(plain, build(plain))
+
+
+def remember(plain: JobSpec, cmd: Command) -> Command:
+    """Hold `cmd` as the command of the spec object `plain` (plan: a patched one, command_patch)."""
     if len(_CACHE) >= _CACHE_SIZE:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[id(plain)] = (plain, cmd)

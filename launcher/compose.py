@@ -244,8 +244,12 @@ def _compose(
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
             hydra = GlobalHydra.instance().hydra
             assert hydra is not None  # initialize_config_dir just set it
-            seen = _record_defaults(hydra.config_loader)
-            cfg = compose("config", overrides=hydra_overrides, return_hydra_config=True)
+            seen = _record_defaults(hydra.config_loader, hydra_overrides, root)
+            cfg = compose(
+                "config",
+                overrides=hydra_overrides + _unused_hydra(hydra_overrides),
+                return_hydra_config=True,
+            )
             sources = _sources(None, hydra_overrides, root, seen)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         raise _friendly(e, overrides) from None
@@ -271,6 +275,31 @@ def _compose(
     except OmegaConfBaseException as e:
         raise _friendly(e, overrides) from None
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
+
+
+# Hydra's own groups whose configs only fill the `hydra` section, which a job spec drops (its
+# choices are read from hydra.runtime.choices, filled whatever these are): not composed for it,
+# about a fifth of the compose (help texts, logging configs; hydra-core@1.3.8:hydra/conf/__init__.py:
+# HydraConf.defaults lists them). `topl launch` runs Hydra's app, which composes them all.
+UNUSED_HYDRA_GROUPS = (
+    "output",
+    "launcher",
+    "sweeper",
+    "help",
+    "hydra_help",
+    "hydra_logging",
+    "job_logging",
+    "env",
+)
+
+
+def _unused_hydra(hydra_overrides: list[str]) -> list[str]:
+    """`~hydra/GROUP` for each of UNUSED_HYDRA_GROUPS, unless an override names the hydra
+    section or its groups (then it is composed as the user wrote it, errors included)."""
+    for o in hydra_overrides:
+        if o.lstrip("+~").startswith("hydra") and not o.startswith("hydra.searchpath="):
+            return []
+    return [f"~hydra/{g}" for g in UNUSED_HYDRA_GROUPS]
 
 
 def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:

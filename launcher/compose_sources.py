@@ -57,18 +57,38 @@ def _sources_key(hydra_overrides: list[str], root: recipes.RecipeRoot | None) ->
     return (tuple(choosing), named, str(conf_dir()), tuple(files))
 
 
-def _record_defaults(loader: Any) -> list[Any]:
-    """The defaults list this compose's loader builds (filled in by the compose), so that
-    `_sources` need not build it a second time."""
-    seen: list[Any] = []
+def _record_defaults(
+    loader: Any, hydra_overrides: list[str], root: recipes.RecipeRoot | None
+) -> list[Any]:
+    """The defaults list this compose's loader builds, so that `_sources` need not build it a
+    second time; and, where the cache lacks them, each file's keys read from the compose's own
+    caching repository (every file already parsed) before the merge: Hydra merges with
+    `no_deepcopy_set_nodes`, so afterwards a file's nodes may carry the overrides' edits
+    (hydra-core@1.3.8:hydra/_internal/config_loader_impl.py:ConfigLoaderImpl._compose_config_from_defaults_list)."""
+    seen = _Seen()
+    seen.fkey = _sources_key(hydra_overrides, root)
     real = loader._compose_config_from_defaults_list
 
     def recording(defaults: Any, repo: Any) -> Any:
         seen[:] = defaults
+        if seen.fkey not in _FILE_SOURCES:
+            _remember(seen.fkey, _file_sources(None, hydra_overrides, root, defaults, repo))
         return real(defaults=defaults, repo=repo)
 
     loader._compose_config_from_defaults_list = recording  # this compose's loader only
     return seen
+
+
+class _Seen(list):  # type: ignore[type-arg]
+    """A compose's defaults list, and the key of its files' sources in `_FILE_SOURCES`."""
+
+    fkey: tuple[Any, ...] = ()
+
+
+def _remember(fkey: tuple[Any, ...], file_sources: dict[str, str]) -> None:
+    if len(_FILE_SOURCES) >= _FILE_SOURCES_MAX:
+        _FILE_SOURCES.clear()
+    _FILE_SOURCES[fkey] = file_sources
 
 
 def _sources(
@@ -77,13 +97,9 @@ def _sources(
     root: recipes.RecipeRoot | None,
     defaults: Any = None,
 ) -> dict[str, str]:
-    fkey = _sources_key(hydra_overrides, root)
+    fkey = getattr(defaults, "fkey", None) or _sources_key(hydra_overrides, root)
     if fkey not in _FILE_SOURCES:
-        if len(_FILE_SOURCES) >= _FILE_SOURCES_MAX:
-            _FILE_SOURCES.clear()
-        _FILE_SOURCES[fkey] = _file_sources(
-            loader or _loader_for(root), hydra_overrides, root, defaults
-        )
+        _remember(fkey, _file_sources(loader or _loader_for(root), hydra_overrides, root, defaults))
     sources = dict(_FILE_SOURCES[fkey])
     parser = OverridesParser.create()
     for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
@@ -103,11 +119,13 @@ def _file_sources(
     hydra_overrides: list[str],
     root: recipes.RecipeRoot | None,
     defaults: Any = None,
+    repo: Any = None,
 ) -> dict[str, str]:
-    """Each key a config file of the defaults list sets -> that file's label (the last wins)."""
+    """Each key a config file of the defaults list sets -> that file's label (the last wins);
+    `repo`: the compose's repository (files parsed once), else a fresh one reads them again."""
     if not defaults:
         defaults = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN).defaults
-    repo = _repo(loader, root)
+    repo = repo or _repo(loader, root)
     sources: dict[str, str] = {}
     conf = conf_dir()
     for d in defaults:

@@ -15,6 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 
+from topl.launcher.command_patch import Template, prime
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
@@ -124,6 +125,7 @@ class Planner:
     def __init__(self, memo: bool = True):
         self._bases: dict[tuple[str, ...], Base] = {}
         self._memos: dict[tuple[Any, ...], BaseMemo] = {}
+        self._templates: dict[tuple[Any, ...], Template] = {}  # memo key -> a point's command
         self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
@@ -133,6 +135,7 @@ class Planner:
             if len(self._bases) >= 256:  # a sweep over `+` forms: a base per point, kept few
                 self._bases.pop(next(iter(self._bases)))
                 self._memos.clear()
+                self._templates.clear()
             c = compose_job(list(group_overrides))
             interp = [(k, raw_value(c.cfg, k)) for k in interpolated_keys(c.cfg)]
             self._bases[key] = (c, c.to_object(), interp)
@@ -219,8 +222,12 @@ class Planner:
         memo = self._memos.get(memo_key)
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
+        template = self._templates.get(memo_key)
+        if template is None or template.cmd is None:  # the first point whose command renders
+            template = self._templates[memo_key] = Template(spec)
+        patched = prime(template, spec, varying)  # its command from the base's, where exact
         vals = {k: get_path(spec, k) for k in varying}
-        errs, warns = memo.verdict(spec, vals)
+        errs, warns = memo.verdict(spec, vals, template if patched else None)
         tg, rg = memo.estimate(spec, vals)
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
 

@@ -115,6 +115,8 @@ def unset_vars(
     env = os.environ if environ is None else environ
     out = {}
     for k, v in pairs:
+        if not isinstance(v, (str, list, tuple)):
+            continue  # a number or a switch names no variable (plan asks this of every key)
         missing = [n for n in shell_vars(v) if n not in env]
         if missing:
             out[k] = missing

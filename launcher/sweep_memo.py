@@ -16,14 +16,17 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from topl.launcher.command import command
 from topl.launcher.constraints import fields as constrained_fields
 from topl.launcher.constraints import problems, violated
 from topl.launcher.contract import ERROR, RULES, view
 from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.spec import JobSpec
+from topl.launcher.sweep_trace import Traced
 
 if TYPE_CHECKING:
+    from topl.launcher.command_patch import Template
     from topl.launcher.contract.core import Rule
 
 T = TypeVar("T")
@@ -114,9 +117,12 @@ class BaseMemo:
         self.constrained = [(k, _CONSTRAINTS[k]) for k in varying if k in _CONSTRAINTS]
         # rules grouped by the varying keys they read: one lookup per group and point
         groups: dict[tuple[str, ...], list[tuple[int, Any]]] = {}
+        self.traced: list[tuple[int, Rule, Traced]] = []  # read the command: traced per run
         for i, r in enumerate(r for r in RULES if r is not FIELD_RULE):
-            keys = varying if opaque(r, base) else _relevant(r.keys, varying)
-            groups.setdefault(keys, []).append((i, r))
+            if opaque(r, base):
+                self.traced.append((i, r, Traced(r, varying, CACHE_MAX)))
+                continue
+            groups.setdefault(_relevant(r.keys, varying), []).append((i, r))
         # a group keyed on every varying key answers each point once: nothing to keep (memory
         # stays flat in the number of points)
         self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
@@ -125,8 +131,11 @@ class BaseMemo:
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
 
-    def verdict(self, spec: JobSpec, values: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """(error rule ids, warning rule ids) in `evaluate`'s order."""
+    def verdict(
+        self, spec: JobSpec, values: dict[str, Any], template: Template | None = None
+    ) -> tuple[list[str], list[str]]:
+        """(error rule ids, warning rule ids) in `evaluate`'s order; `template`: the base's
+        command, of which `spec`'s is a patch (command_patch.prime), else None."""
         if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
             return [FIELD_RULE.id], []
         hv = {k: _hashable(v) for k, v in values.items()}
@@ -139,6 +148,11 @@ class BaseMemo:
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
+        cmd = command(spec) if template is not None else None  # patched: prime() cached it
+        point: dict[Any, Any] = {None: hv}
+        for i, r, t in self.traced:
+            if res := t.answer(spec, cmd, template, point):
+                broken.append((i, r.id, res[0]))
         errs: list[str] = []
         warns: list[str] = []
         for _, rid, severity in sorted(broken):

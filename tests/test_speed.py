@@ -107,6 +107,16 @@ MEMO_SWEEPS = [
     ["recipe={env_recipe}", "alignment.mode=strict,mitigated,off", "rollout.tp=1,2"],
     ["recipe={env_recipe}", "collective.hccl_algo=null,level0:ring", "alignment.mode=strict,off"],
     ["recipe={seed_recipe}", "rollout.per_request_seed=false,true", "rollout.tp=1,2"],
+    # traced rules that read swept keys through command entries (TOP-INIT-003/006: the actor's
+    # dp from its TP/PP entries, the batch and n entries) next to one none reads (max_num_seqs)
+    [
+        "recipe=qwen3_30b_a3b_dapo_a2_mitigated",
+        "train.train_batch_size=30,32",
+        "rollout.n=3,4",
+        "train.tp=1,2",
+        "train.pp=1,4",
+        "rollout.max_num_seqs=64,65",
+    ],
 ]
 
 
@@ -141,8 +151,12 @@ def test_rules_run_once_per_distinct_input():
     assert runs["TOP-ATTN-004"] == 1  # reads neither key
     assert runs["TOP-MEM-003"] == 40  # reads max_num_seqs only
     assert runs["TOP-LOGP-003"] == 2  # reads the micro batch only
-    whole = {r.id for keys, rules, c in memo.groups if keys == memo.varying for _, r in rules}
-    assert {r for r, w in sweep_memo._OPAQUE.items() if w} <= whole  # run for every point
+    # the rules that read the command are traced: one run per distinct swept value they read
+    traced = {r.id: t for _, r, t in memo.traced}
+    assert {r for r, w in sweep_memo._OPAQUE.items() if w} <= set(traced)
+    kept = {i: sum(map(len, t.traces.values())) for i, t in traced.items() if not t.every}
+    assert kept["TOP-VERL-001"] == 1  # the user's own entries: the same at every point
+    assert kept["TOP-INIT-002"] == 2  # reads the micro batch's entry, not max_num_seqs'
 
 
 def test_points_share_what_they_do_not_change():
@@ -229,3 +243,124 @@ def test_cached_sources_equal_a_fresh_replay_and_follow_the_recipe_bytes(tmp_pat
     again = C.compose_job([f"recipe={recipe}"])
     assert again.source("rollout.tp") == str(recipe)
     assert again.source("train.tp") != str(recipe)
+
+
+# TOP-VERL-002 reads the actor's TP entry (the mirror of the ref's, which the recipe sets) only
+# through the command: its answer follows train.tp by a command entry, not by a declared key
+TRACED_SWEEP = [
+    "recipe=qwen3_30b_a3b_grpo_a3_strict",
+    "algorithm.use_kl_loss=true",
+    "train.tp=1,2",
+    "rollout.n=4,16",
+    "train.train_batch_size=16,60",
+]
+
+
+def test_traced_rules_follow_the_command_entries_they_read(monkeypatch):
+    """Each traced answer is reused only where the swept values its run read are the same; a
+    trace that forgets the command entries it read gives other verdicts, and this test sees it."""
+    from topl.launcher import sweep_trace
+    from topl.launcher.plan import Planner, expand_items
+
+    points = expand_items(TRACED_SWEEP)
+    want = [Planner(memo=False).verdict(p).to_dict() for p in points]
+    fast = Planner()
+    assert [fast.verdict(p).to_dict() for p in points] == want
+    assert {"TOP-VERL-002" in v["rules"] for v in want} == {True, False}
+    (memo,) = fast._memos.values()
+    t = next(t for _, r, t in memo.traced if r.id == "TOP-VERL-002")
+    ((keys, answers),) = t.traces.items()  # run twice (tp 1, 2), not once per point
+    assert "train.tp" in keys and not {"rollout.n", "train.train_batch_size"} & set(keys)
+    assert len(answers) == 2
+    # full memos (one answer kept per rule group and trace): the rest run, the verdicts stand
+    from topl.launcher import sweep_memo
+
+    monkeypatch.setattr(sweep_memo, "CACHE_MAX", 1)
+    assert [Planner().verdict(p).to_dict() for p in points] == want
+    # a memo that ignored the command entries a run read would reuse one answer everywhere
+    monkeypatch.setattr(sweep_trace.Traced, "_read", lambda self, log, template: ())
+    wrong = Planner()
+    assert [wrong.verdict(p).to_dict() for p in points] != want
+
+
+def test_patched_commands_equal_built_ones():
+    """A point's command patched from its base's is the one `build` makes, entry by entry; keys
+    render reads twice, and None or bool values, are built whole."""
+    from topl.launcher.command import build
+    from topl.launcher.command_patch import Template, patched
+    from topl.launcher.plan import Planner, expand_items
+
+    planner = Planner()
+    sweep = [
+        "recipe=qwen3_30b_a3b_grpo_a3_strict",
+        "train.tp=1,4",
+        "rollout.max_num_seqs=16,200",
+        "rollout.logprobs_mode=raw_logprobs,processed_logprobs",  # read twice: built whole
+        "train.param_offload=true,false",  # a bool: built whole
+    ]
+    n_patched, template = 0, None
+    for p in expand_items(sweep):
+        groups, values, _ = planner._split(p)
+        _, spec, interp = planner._fast_spec(groups, values)
+        template = template or Template(spec)  # as plan does: the first point
+        got = patched(template, spec, (*(k for _, k, _ in values), *interp))
+        want = build(spec)
+        if got is not None:
+            n_patched += 1
+            assert list(got.entries.items()) == list(want.entries.items())
+            assert list(got.own.items()) == list(want.own.items()) and got.user == want.user
+    assert template.row("train.tp") and template.row("rollout.max_num_seqs")
+    assert template.row("rollout.logprobs_mode") is None
+    assert template.row("train.param_offload") is None
+    assert 0 < n_patched < len(expand_items(sweep))
+
+
+@pytest.mark.parametrize(
+    "ovs",
+    [
+        [],
+        ["train=fsdp", "rollout.tp=2"],
+        ["recipe=qwen3_30b_a3b_grpo_a3_strict"],
+        ["recipe=qwen3_4b_grpo_a2_mitigated", "alignment=off"],
+    ],
+    ids=" ".join,
+)
+def test_unused_hydra_groups_change_nothing_in_the_job(ovs, monkeypatch):
+    """compose_job leaves out Hydra's own output/help/logging/launcher/sweeper configs: the job,
+    its sources and its choices are the ones of the whole compose."""
+    from topl.launcher import compose as C
+
+    trimmed = C.compose_job(ovs)
+    monkeypatch.setattr(C, "_unused_hydra", lambda _: [])
+    whole = C.compose_job(ovs)
+    assert C._unused_hydra(["a=1"]) == [] and trimmed.cfg == whole.cfg
+    assert (trimmed.sources, trimmed.choices) == (whole.sources, whole.choices)
+
+
+def test_an_override_of_the_hydra_section_is_composed_as_written():
+    from topl.launcher import compose as C
+
+    assert C._unused_hydra(["train.tp=2", "hydra.searchpath=[file:///x]"])
+    assert C._unused_hydra(["hydra.job_logging.root.level=DEBUG"]) == []
+    assert C._unused_hydra(["hydra/job_logging=disabled"]) == []
+    from topl.launcher.untrusted import UNSAFE_FLAG
+
+    # the section is there to override
+    C.compose_job([UNSAFE_FLAG, "hydra.job_logging.root.level=DEBUG", "hydra.job.name=x"])
+
+
+def test_a_render_reading_outside_the_view_patches_nothing(compose, monkeypatch):
+    """A key read once through the view but again behind it (`unwrap`) is not patchable."""
+    from topl.launcher import command_patch
+    from topl.launcher import render as R
+
+    spec = compose(["recipe=qwen3_30b_a3b_grpo_a3_strict"]).to_object()
+    assert command_patch.Template(spec).row("rollout.max_num_seqs")
+    real = R.overrides
+
+    def behind(s):
+        _plain(s).rollout.max_num_seqs  # noqa: B018 - the read the view does not see
+        return real(s)
+
+    monkeypatch.setattr(R, "overrides", behind)
+    assert command_patch.Template(spec).row("rollout.max_num_seqs") is None

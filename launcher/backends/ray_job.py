@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import queue
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from topl.launcher import redact, rundir
+from topl.launcher import redact
 from topl.launcher.errors import ToplError
 from topl.launcher.lifecycle import with_deadline
 
@@ -150,6 +147,9 @@ class LogStream:
     returns what it has not yet returned."""
 
     def __init__(self, client, job_id: str):
+        import queue  # here, not at the top: `topl check` imports this module for `remote`
+        import threading
+
         self.chunks: queue.Queue[str] = queue.Queue()
         self.done, self.error, self.given = threading.Event(), None, 0
         threading.Thread(target=self._run, args=(client, job_id), daemon=True).start()
@@ -158,6 +158,8 @@ class LogStream:
         async def tail():
             async for chunk in client.tail_job_logs(job_id):
                 self.chunks.put(chunk)
+
+        import asyncio
 
         try:
             asyncio.run(tail())
@@ -226,6 +228,8 @@ def run_ray_job(
     job_id = head.submit(
         entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
     )
+    from topl.launcher import rundir
+
     rundir.write_file(run_dir / JOB_ID_FILE, job_id + "\n")
     print(f"topl: submitted Ray job {job_id} to {address}")
     if not follow:
