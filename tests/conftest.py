@@ -29,7 +29,46 @@ SLOW_TESTS = {
         "test_strict_stops_on_the_first_nonzero_logdiff",
         "test_cli_launch_default_short",
     },
-    "test_front_door.py": {"test_local_job_metrics_identical_at_1_and_2_threads"},
+    "test_front_door.py": {
+        "test_local_job_metrics_identical_at_1_and_2_threads",
+        "test_the_main_job_ends_with_what_to_try_next",  # the main job, end to end
+    },
+    # a real Ray (ray.init) or a child that imports verl (torch, ray, transformers: ~5 s each):
+    # the guard, the alignment loader and the doctor's interpreter probes where they are the subject
+    "test_guard.py": {
+        "test_guard_in_ray_workers_records_each_process_and_refuses_a_missing_env_var",
+        "test_guard_in_a_driver_records_and_refuses",
+        "test_guard_without_manifest_never_breaks_a_job",
+    },
+    "test_align_load.py": {"test_import_verl_with_the_module_names_the_align_error"},
+    "test_secrets.py": {
+        "test_subprocess_ray_workers_inherit_the_secrets",
+        "test_subprocess_child_gets_secrets_by_environment_not_argv",
+    },
+    "test_doctor.py": {
+        "test_doctor_prints_a_summary_first_and_details_on_request",
+        "test_strict_ascend_spec_reports_each_missing_piece_here",
+        "test_guard_import_is_checked_with_the_python_that_runs_verl",
+        "test_verl_import_is_checked_with_the_python_the_subprocess_backend_runs",
+        "test_launch_refuses_on_doctor_error_unless_skipped",
+    },
+    # end-to-end launches on the subprocess / local backends, and a probe run through the CLI
+    "test_launch.py": {
+        "test_ctrl_c_stops_the_child_process_group",
+        "test_subprocess_backend_streams_logs_env_and_exit_code",
+    },
+    "test_watch.py": {
+        "test_launch_watch_shows_the_divergence_live_on_the_local_backend",
+        "test_watch_once_json_on_a_finished_local_run",
+        "test_watch_stops_a_job_on_the_first_nonzero_logdiff_from_verls_file_logger",
+    },
+    "test_diagnose.py": {"test_cli_probe_dump_then_diagnose"},
+    # verl's compose + validate_config over many recipes at once (tests/test_recipes.py does
+    # each shipped recipe on its declared verl in the fast tier)
+    "test_accepted_runs.py": {
+        "test_stock_stack_strict_recipes_are_accepted_and_run_on_verl_091",
+        "test_release_recipes_with_grad_offload_compose_on_verl_091",
+    },
 }
 
 

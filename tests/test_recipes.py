@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import hf_config_dir, run_topl, validate_on_declared, verl_config_dir
+from helpers import hf_config_dir, run_topl, validate_if_installed, verl_config_dir
 
 from topl.launcher import recipes
 from topl.launcher.contract import check, errors
@@ -43,12 +43,12 @@ def test_recipe_composes_passes_and_renders(compose, name, tmp_path, monkeypatch
         "recipe.dapo.main_dapo" if "_dapo_" in name else "verl.trainer.main_ppo"
     )
     if name.startswith("seed_"):
-        return  # tests/test_seed.py runs verl's validation on them
+        return  # tests/test_seed.py checks them; tests/test_accepted_runs.py validates them
     if verl_config_dir() is None:
         pytest.skip("verl 0.9.1 not installed")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)
-    validate_on_declared(spec, render(spec), tmp_path)
+    validate_if_installed(spec, render(spec), tmp_path)
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.stem)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import hf_config_dir, validate_on_declared, verl_config_dir
+from helpers import hf_config_dir, validate_if_installed, verl_config_dir
 
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check, errors
@@ -82,7 +82,7 @@ def test_seed_recipe_passes_the_contract_and_verl_validate_config(config, tmp_pa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = c.to_object()
     spec.model.hf_path = hf_config_dir(spec.model, tmp_path)
-    validate_on_declared(spec, render(spec), tmp_path)
+    validate_if_installed(spec, render(spec), tmp_path)
 
 
 def test_every_listed_difference_occurs():
