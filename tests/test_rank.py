@@ -166,6 +166,8 @@ def test_a_cluster_without_figures_is_named_not_ranked():
     assert "1 accepted points not estimated" in r.stdout and "chips.json" in r.stdout
     # named as the table numbers points, with their overrides (docs/rank.md; review #8)
     assert "not estimated: #0 (train.tp=1)" in " ".join(r.stdout.split()), r.stdout
+    assert "step s (est.)" not in r.stdout  # no header over an empty table
+    assert r.stdout.startswith("topl plan --rank: no accepted point has an estimate")
 
 
 def test_fsdp_gathers_the_weights_every_micro_batch(monkeypatch, tiny):

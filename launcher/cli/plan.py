@@ -12,7 +12,7 @@ import json
 import sys
 
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import print_table
+from topl.launcher.cli.output import make_console, print_table
 
 SHOWN = 200  # rows printed without --all
 
@@ -87,7 +87,11 @@ def _ranked_table(verdicts, keys, every: bool) -> int:
             heapq.heapreplace(best, item)
     rows = [r for _, _, r in sorted(best, reverse=True)]
     columns = ("#", *keys, "step s (est.)", "dominant", "rollout s", "logprob s", "train s")
-    console = print_table("topl plan --rank", (*columns, "devices"), rows)
+    if rows:
+        console = print_table("topl plan --rank", (*columns, "devices"), rows)
+    else:  # no header over an empty table: the lines below say why nothing is ranked
+        console = make_console()
+        console.print("topl plan --rank: no accepted point has an estimate", highlight=False)
     ranked = valid - unknown
     if not every and ranked > SHOWN:
         console.print(f"(the {SHOWN} cheapest of {ranked} accepted points; --all shows every one)")
