@@ -7,7 +7,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -26,6 +25,7 @@ from topl.launcher.compose_sources import (  # noqa: F401  (re-exported)
     _record_defaults,
     _sources,
 )
+from topl.launcher.composed import SCHEMA_SOURCE, Composed  # noqa: F401  (re-exported)
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec, register_configs
 from topl.launcher.tree import flatten
@@ -33,42 +33,9 @@ from topl.launcher.tree import flatten
 if TYPE_CHECKING:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-SCHEMA_SOURCE = "topl schema default"
-
 
 def conf_dir() -> Path:
     return Path(str(files("topl.conf")))
-
-
-@dataclass
-class Composed:
-    """A composed job: the typed config, each key's source, and the overrides that made it."""
-
-    cfg: DictConfig  # typed by JobSpec (structured config)
-    sources: dict[str, str]  # dotted key -> "conf/train/megatron.yaml" | "command line `k=v`" | ...
-    overrides: list[str]  # as given by the user
-    choices: dict[str, str] = field(default_factory=dict)  # group -> chosen option
-    recipe: str | None = None  # recipe file, when one was used
-
-    def source(self, key: str) -> str:
-        """Where a key's value came from (walks up to the nearest recorded parent)."""
-        parts = key.split(".")
-        while parts:
-            k = ".".join(parts)
-            if k in self.sources:
-                return self.sources[k]
-            parts.pop()
-        below = sorted({v for k, v in self.sources.items() if k.startswith(key + ".")})
-        return (
-            ", ".join(below) if below else SCHEMA_SOURCE
-        )  # a container: where its entries came from
-
-    def value(self, key: str) -> Any:
-        return OmegaConf.select(self.cfg, key, throw_on_missing=False)
-
-    def to_object(self) -> JobSpec:
-        """The JobSpec dataclass instance (interpolations resolved)."""
-        return cast(JobSpec, OmegaConf.to_object(self.cfg))
 
 
 def _value_keys(data: Any, package: str) -> list[str]:

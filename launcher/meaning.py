@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from topl.launcher.compose import Composed
+    from topl.launcher.composed import Composed
 
 # topl's own fields that name what the launching machine executes.
 FIELDS = {
@@ -167,7 +167,7 @@ def settings(composed: Composed) -> list[dict[str, Any]]:
     `topl check`: a person sees who chose the interpreter, the modules, the loader variables)."""
     from omegaconf import OmegaConf
 
-    from topl.launcher.compose import SCHEMA_SOURCE
+    from topl.launcher.composed import SCHEMA_SOURCE
     from topl.launcher.tree import flatten
 
     out = []

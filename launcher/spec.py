@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from topl.kernels.alignment import Alignment
@@ -318,6 +317,8 @@ class JobSpec:
 def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore; every group file is validated against it.
     (The sweeper plugin registers its own config when Hydra's plugin discovery imports it.)"""
+    from hydra.core.config_store import ConfigStore  # here: a cached `check` never imports Hydra
+
     ConfigStore.instance().store(name="topl_schema", node=JobSpec)
 
 

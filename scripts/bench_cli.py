@@ -6,7 +6,9 @@ next to a per-point Hydra compose + check baseline measured in the same run.
 `--before GITREF` runs every command from that commit too (exported to a temporary directory and
 imported ahead of the installed topl), alternating with this tree's, so that both columns see the
 same load. Bytecode is written and used, as by an installed topl (pip compiles it), whatever
-PYTHONDONTWRITEBYTECODE says here; each command runs once first, unmeasured, for that.
+PYTHONDONTWRITEBYTECODE says here; each command runs once first, unmeasured, for that (and so
+`check` / `render` find their compose in the cache, as on a rerun: launcher/compose_cache.py). The
+`cold` column runs them with TOPL_COMPOSE_CACHE=0: Hydra composes, as after an edit.
 
 CPU = user + system seconds of the child (os.wait4), so a busy machine inflates it far less than
 wall time; peak RSS = the child's ru_maxrss. Targets (docs/performance.md): `check` <= 0.3 s on
@@ -37,10 +39,13 @@ SWEEP_10K = [
 SWEEP_100K = SWEEP_10K + ["train.ppo_micro_batch_size_per_gpu=range(1,11)"]
 
 
-def run(args: list[str], root: str | None = None, python: bool = False) -> tuple[float, float, int]:
+def run(
+    args: list[str], root: str | None = None, python: bool = False, extra: dict | None = None
+) -> tuple[float, float, int]:
     """(CPU s, peak RSS MB, exit code) of `topl ARGS` (`python ARGS` with `python`), output
-    discarded; `root`: a directory imported ahead of the installed topl (--before)."""
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    discarded; `root`: a directory imported ahead of the installed topl (--before); `extra`: more
+    environment (the `cold` column turns the compose cache off)."""
+    env = {**os.environ, "PYTHONSAFEPATH": "1", **(extra or {})}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if root:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -102,18 +107,24 @@ def main() -> int:
     from topl.launcher.plan import iter_expand
     from topl.launcher.recipes import available
 
-    trees = {"after": None}
+    # `after`: this tree as a user reruns a command (the compose cache holds its inputs: `check`
+    # and `render` skip Hydra); `cold`: the same with TOPL_COMPOSE_CACHE=0, as after an edit.
+    os.environ["TOPL_CACHE_DIR"] = tempfile.mkdtemp(prefix="topl-bench-cache-")
+    trees: dict[str, tuple[str | None, dict]] = {"after": (None, {})}
     if args.before:
-        trees = {"before": before_root(args.before), "after": None}
+        trees = {"before": (before_root(args.before), {}), **trees}
+    cold = {**trees, "cold": (None, {"TOPL_COMPOSE_CACHE": "0"})}
     rows: list[tuple[str, dict[str, tuple[float, float]], str]] = []
 
-    def measure(label: str, argv: list[str], repeat: int = 1) -> dict[str, tuple[float, float]]:
+    def measure(
+        label: str, argv: list[str], repeat: int = 1, variants: dict | None = None
+    ) -> dict[str, tuple[float, float]]:
         got: dict[str, tuple[float, float]] = {}
-        for root in trees.values():
-            run(argv, root)  # bytecode written, caches warm: the figure is a user's rerun
+        for root, extra in (variants or trees).values():
+            run(argv, root, extra=extra)  # bytecode written, caches warm: a user's rerun
         for _ in range(repeat):
-            for name, root in trees.items():
-                cpu, rss, rc = run(argv, root)
+            for name, (root, extra) in (variants or trees).items():
+                cpu, rss, rc = run(argv, root, extra=extra)
                 if name not in got or cpu < got[name][0]:
                     got[name] = (cpu, rss)
         note = "  ".join(f"{n} {c:6.2f} s {r:4.0f} MB" for n, (c, r) in got.items())
@@ -126,11 +137,11 @@ def main() -> int:
         recipes = recipes[:: max(1, len(recipes) // 3)][:3]
     start = min(run(["-c", "pass"], python=True)[0] for _ in range(5))
     rows.append(("python -c pass (start-up, for scale)", {"after": (start, 0.0)}, ""))
-    measure("check (default config)", ["check"], args.repeat)
+    measure("check (default config)", ["check"], args.repeat, cold)
     worst: dict[str, tuple[float, str]] = {}
     each: dict[str, list[float]] = {}
     for r in recipes:  # every shipped recipe: the slowest one is the figure
-        got = measure(f"  check recipe={r}", ["check", f"recipe={r}"], args.repeat)
+        got = measure(f"  check recipe={r}", ["check", f"recipe={r}"], args.repeat, cold)
         rows.pop()
         for name, (cpu, _) in got.items():
             each.setdefault(name, []).append(cpu)
@@ -145,7 +156,7 @@ def main() -> int:
             ", ".join(f"{n}: {r}" for n, (_, r) in worst.items()),
         )
     )
-    measure("render --json (default config)", ["render", "--json"], args.repeat)
+    measure("render --json (default config)", ["render", "--json"], args.repeat, cold)
     measure("rules --json", ["rules", "--json"], args.repeat)
 
     points = list(iter_expand(SWEEP_10K))
@@ -162,7 +173,7 @@ def main() -> int:
     if not args.no_probe:
         measure("probe (default)", ["probe"])
 
-    names = list(trees)
+    names = list(cold)
     head = " | ".join(f"{n} CPU s | {n} peak RSS MB" for n in names)
     print(f"\n| command | {head} | note |\n|---|" + "---:|---:|" * len(names) + "---|")
     for label, got, note in rows:

@@ -29,6 +29,8 @@ SLOW_TESTS = {
         "test_strict_stops_on_the_first_nonzero_logdiff",
         "test_cli_launch_default_short",
     },
+    # every shipped recipe composed through the cache twice (~25 s)
+    "test_compose_cache.py": {"test_every_shipped_recipe_hits_with_the_same_verdicts_and_command"},
     "test_front_door.py": {
         "test_local_job_metrics_identical_at_1_and_2_threads",
         "test_the_main_job_ends_with_what_to_try_next",  # the main job, end to end
@@ -117,6 +119,11 @@ def _hypothesis_profiles():
 
 
 _hypothesis_profiles()
+
+
+# `check` / `render` keep composed jobs (launcher/compose_cache.py): this run's, children
+# included, go to a folder of its own, never the user's ~/.cache/topl.
+os.environ.setdefault("TOPL_CACHE_DIR", tempfile.mkdtemp(prefix="topl-test-cache-"))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from topl.launcher.cli.output import print_json, print_violations
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose_cache import compose_cached
     from topl.launcher.contract import check, errors
     from topl.launcher.meaning import settings
 
@@ -22,13 +22,14 @@ def main(args: list[str]) -> int:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
     flags, overrides = parse(args, flags=("--json", "--fix"))
     fix_mode = fix_mode or ("errors" if flags.fix else None)
-    composed = compose_job(overrides)
+    composed = compose_cached(overrides)  # Hydra only when an input changed
     vs = check(composed) + installed_verl(composed.to_object())
     ok = not errors(vs)
     chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
     out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
+        from topl.launcher.compose import compose_job
         from topl.launcher.fix import find_fix
 
         fix = find_fix(overrides, warnings=fix_mode == "warnings")

@@ -10,12 +10,12 @@ from topl.launcher.cli.output import print_json, print_violations
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose_cache import compose_cached
     from topl.launcher.contract import check, errors
     from topl.launcher.render import render
 
     flags, overrides = parse(args, flags=("--json",))
-    composed = compose_job(overrides)
+    composed = compose_cached(overrides)  # Hydra only when an input changed
     vs = check(composed)
     if errors(vs):
         from topl.launcher.cli.check import installed_verl

@@ -30,7 +30,7 @@ from topl.launcher.contract.fields import FIELD_RULE, field_problems
 from topl.launcher.contract.view import Reads, View
 
 if TYPE_CHECKING:
-    from topl.launcher.compose import Composed
+    from topl.launcher.composed import Composed
     from topl.launcher.spec import JobSpec
 
 

@@ -1,0 +1,184 @@
+"""The compose cache (launcher/compose_cache.py): a hit answers what a fresh Hydra compose answers,
+every input that decides a compose invalidates it, and a hit imports no Hydra.
+
+What the compared paths share: the hit path rebuilds the typed config from the entry's JSON
+(OmegaConf.merge into the JobSpec schema) and re-runs the environment/code checks; the miss path is
+Hydra's compose. Both then go through the same contract and renderer."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from topl.launcher import compose_cache, recipes
+from topl.launcher.compose import compose_job
+from topl.launcher.contract import check
+from topl.launcher.errors import ToplError
+from topl.launcher.render import render
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TOPL_CACHE_DIR", str(d))
+    monkeypatch.delenv("TOPL_COMPOSE_CACHE", raising=False)
+    return d / "compose"
+
+
+def entries(cache):
+    return sorted(cache.glob("*.json")) if cache.exists() else []
+
+
+def hit(overrides):
+    """Compose twice through the cache; the second must be a hit (no new entry, the same file)."""
+    first = compose_cache.compose_cached(overrides)
+    key = compose_cache.cache_dir() / f"{compose_cache._key(overrides)}.json"
+    written = key.stat().st_mtime_ns
+    second = compose_cache.compose_cached(overrides)
+    assert key.stat().st_mtime_ns == written  # read, not written again
+    return first, second
+
+
+def same(a, b):
+    assert OmegaConf.to_yaml(a.cfg) == OmegaConf.to_yaml(b.cfg)
+    assert a.to_object() == b.to_object()
+    assert (a.sources, a.choices, a.recipe, a.overrides) == (
+        b.sources,
+        b.choices,
+        b.recipe,
+        b.overrides,
+    )
+    assert [v.to_dict() for v in check(a)] == [v.to_dict() for v in check(b)]
+    sa, sb = a.to_object(), b.to_object()
+    if not [v for v in check(a) if v.severity == "error"]:
+        assert render(sa).to_dict(sa.cluster.python) == render(sb).to_dict(sb.cluster.python)
+
+
+def _cases(every: bool):
+    names = sorted(recipes.available())
+    names = names if every else [n for n in names if "30b" in n][:1] + names[:1]
+    return [[], ["train.tp=2", "rollout.max_num_seqs=64"]] + [[f"recipe={n}"] for n in names]
+
+
+@pytest.mark.parametrize("overrides", _cases(False), ids=str)
+def test_a_hit_answers_what_hydra_answers(cache, overrides):
+    fresh = compose_job(overrides)
+    compose_cache.compose_cached(overrides)
+    assert len(entries(cache)) == 1
+    kept = compose_cache.compose_cached(overrides)
+    assert len(entries(cache)) == 1
+    same(fresh, kept)
+
+
+def test_every_shipped_recipe_hits_with_the_same_verdicts_and_command(cache):
+    for overrides in _cases(True):
+        same(*hit(overrides))  # the first is Hydra's compose (a miss), the second the entry
+    assert len(entries(cache)) == min(len(_cases(True)), compose_cache.MAX_ENTRIES)
+
+
+def test_an_edited_or_shadowed_recipe_or_an_edited_include_misses(cache, tmp_path, monkeypatch):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    d1.mkdir()
+    d2.mkdir()
+    head = "# @package _global_\n"
+    (d2 / "mine.yaml").write_text(head + "defaults:\n  - base_mine\ntrain:\n  tp: 2\n")
+    (d2 / "base_mine.yaml").write_text(head + "rollout:\n  max_num_seqs: 64\n")
+    monkeypatch.setenv("TOPL_RECIPE_PATH", f"{d1}{os.pathsep}{d2}")
+    a, b = hit(["recipe=mine"])
+    assert (b.cfg.train.tp, b.cfg.rollout.max_num_seqs) == (2, 64)
+    (d2 / "base_mine.yaml").write_text(head + "rollout:\n  max_num_seqs: 32\n")  # an include
+    assert compose_cache.compose_cached(["recipe=mine"]).cfg.rollout.max_num_seqs == 32
+    (d2 / "mine.yaml").write_text(head + "defaults:\n  - base_mine\ntrain:\n  tp: 4\n")
+    assert compose_cache.compose_cached(["recipe=mine"]).cfg.train.tp == 4
+    (d1 / "mine.yaml").write_text(head + "train:\n  tp: 8\n")  # d1 comes first: shadows d2's
+    got = compose_cache.compose_cached(["recipe=mine"])
+    assert got.cfg.train.tp == 8 and got.recipe == str(d1 / "mine.yaml")
+    same(compose_job(["recipe=mine"]), got)
+
+
+def test_a_changed_conf_file_changes_the_key(cache):
+    conf = Path(compose_cache.__file__).resolve().parent.parent / "conf" / "config.yaml"
+    before = compose_cache._key([])
+    st = conf.stat()
+    try:
+        os.utime(conf, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+        assert compose_cache._key([]) != before
+    finally:
+        os.utime(conf, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert compose_cache._key([]) == before
+    assert compose_cache._key(["train.tp=2"]) != before
+
+
+def test_a_hit_reads_the_environment_again(cache, monkeypatch):
+    ov = ["+cluster.env.TOPL_CACHE_T=${oc.env:TOPL_CACHE_T}"]
+    monkeypatch.setenv("TOPL_CACHE_T", "one")
+    assert hit(ov)[1].to_object().cluster.env["TOPL_CACHE_T"] == "one"
+    monkeypatch.setenv("TOPL_CACHE_T", "two")
+    assert compose_cache.compose_cached(ov).to_object().cluster.env["TOPL_CACHE_T"] == "two"
+    monkeypatch.delenv("TOPL_CACHE_T")
+    with pytest.raises(ToplError) as fresh:
+        compose_job(ov)
+    with pytest.raises(ToplError) as kept:
+        compose_cache.compose_cached(ov)
+    assert str(kept.value) == str(fresh.value) and "TOPL_CACHE_T is not set" in str(kept.value)
+    assert len(entries(cache)) == 1
+
+
+def test_failures_unsafe_runs_and_hydra_resolvers_are_not_kept(cache, monkeypatch):
+    for bad in (["train.tpp=2"], ["train.tp=two"]):
+        for _ in range(2):
+            with pytest.raises(ToplError):
+                compose_cache.compose_cached(bad)
+    assert entries(cache) == []
+    assert (
+        compose_cache.compose_cached(["experiment=x-${now:%Y}"]).to_object().experiment[:4]
+        == "x-20"
+    )
+    assert entries(cache) == []  # Hydra's `now` resolves only where Hydra is imported
+    monkeypatch.setenv("TOPL_COMPOSE_CACHE", "0")
+    compose_cache.compose_cached([])
+    assert entries(cache) == []
+
+
+def test_untrusted_or_broken_entries_are_not_read(cache):
+    compose_cache.compose_cached(["train.tp=2"])
+    (entry,) = entries(cache)
+    assert entry.stat().st_mode & 0o777 == 0o600 and cache.stat().st_mode & 0o777 == 0o700
+    data = json.loads(entry.read_text())
+    data["cfg"]["train"]["tp"] = 8  # what another user could plant
+    entry.write_text(json.dumps(data))
+    entry.chmod(0o666)
+    assert compose_cache.compose_cached(["train.tp=2"]).cfg.train.tp == 2  # not read: recomposed
+    entry.chmod(0o600)
+    data["cfg"]["train"]["_target_"] = "os.system"  # a planted code key is refused on a hit
+    entry.write_text(json.dumps(data))
+    with pytest.raises(ToplError, match="names code"):
+        compose_cache.compose_cached(["train.tp=2"])
+    entry.write_text("{not json")
+    assert compose_cache.compose_cached(["train.tp=2"]).cfg.train.tp == 2
+
+
+def test_only_the_newest_entries_stay(cache, monkeypatch):
+    monkeypatch.setattr(compose_cache, "MAX_ENTRIES", 2)
+    for tp in (1, 2, 4):
+        compose_cache.compose_cached([f"train.tp={tp}"])
+    assert len(entries(cache)) == 2
+
+
+def test_a_cached_check_imports_no_hydra(cache):
+    code = (
+        "import sys; from topl.launcher.cli import main; rc = main(['check']);"
+        "print('HYDRA' if any(m == 'hydra' or m.startswith('hydra.') for m in sys.modules)"
+        " else 'NOHYDRA', rc)"
+    )
+    env = {**os.environ, "TOPL_CACHE_DIR": str(cache.parent)}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert [r.stdout.split()[-2] for r in runs] == ["HYDRA", "NOHYDRA"], runs
+    assert runs[0].stdout == runs[1].stdout.replace("NOHYDRA", "HYDRA")
