@@ -8,8 +8,9 @@ of their names finds first on the search path: a hit needs both unchanged (an ed
 include, or a new file that shadows a name, misses). Entries are JSON data; a hit re-runs every
 check that reads the environment or guards against code (no code keys, no secret on argv,
 interpolations resolved, types), so it says what a compose says. Not kept: failed composes (each
-fails afresh, with its message), `--unsafe` runs, and values that call a Hydra resolver
-(`${now:...}` resolves only inside Hydra).
+fails afresh, with its message), `--unsafe` runs, values that call a Hydra resolver
+(`${now:...}` resolves only inside Hydra) and anything the redactor would hide (a secret typed
+into `cluster.env`: secrets never land in files).
 
 TOPL_COMPOSE_CACHE=0 turns it off; TOPL_CACHE_DIR (default $XDG_CACHE_HOME/topl, ~/.cache/topl)
 says where; the newest MAX_ENTRIES entries stay. Files of another user, or writable by others,
@@ -142,8 +143,10 @@ def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> N
             "recipe": composed.recipe,
         }
     )
-    if _HYDRA_RESOLVER.search(text):
-        return
+    from topl.launcher import redact
+
+    if _HYDRA_RESOLVER.search(text) or redact.current().text(text) != text:
+        return  # resolves only inside Hydra; or holds a secret (cluster.env): never in a file
     try:
         where.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=where, suffix=".tmp")  # mode 0600

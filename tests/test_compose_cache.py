@@ -139,6 +139,10 @@ def test_failures_unsafe_runs_and_hydra_resolvers_are_not_kept(cache, monkeypatc
         == "x-20"
     )
     assert entries(cache) == []  # Hydra's `now` resolves only where Hydra is imported
+    secret = "hf_" + "Q7x" * 12
+    got = compose_cache.compose_cached([f"+cluster.env.HF_TOKEN={secret}"])
+    assert got.to_object().cluster.env["HF_TOKEN"] == secret
+    assert entries(cache) == []  # a secret typed into cluster.env never lands in a file
     monkeypatch.setenv("TOPL_COMPOSE_CACHE", "0")
     compose_cache.compose_cached([])
     assert entries(cache) == []
