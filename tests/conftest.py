@@ -121,9 +121,15 @@ def _hypothesis_profiles():
 _hypothesis_profiles()
 
 
-# `check` / `render` keep composed jobs (launcher/compose_cache.py): this run's, children
-# included, go to a folder of its own, never the user's ~/.cache/topl.
+# `check` / `render` keep composed jobs (launcher/compose_cache.py): each test (children
+# included) gets a folder of its own, never the user's ~/.cache/topl, and no test answers from an
+# entry another test composed under its own monkeypatches.
 os.environ.setdefault("TOPL_CACHE_DIR", tempfile.mkdtemp(prefix="topl-test-cache-"))
+
+
+@pytest.fixture(autouse=True)
+def _own_compose_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("TOPL_CACHE_DIR", str(tmp_path_factory.mktemp("compose-cache")))
 
 
 @pytest.fixture
