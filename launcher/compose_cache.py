@@ -126,7 +126,20 @@ def _read(path: Path) -> dict[str, Any] | None:
             entry = json.load(f)
     except (OSError, ValueError):
         return None
-    return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
+    return entry if _well_formed(entry) else None
+
+
+def _well_formed(entry: Any) -> bool:
+    """The shape `_write` writes (anything else is read as a miss, not as an error)."""
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        return False
+    deps = entry.get("deps")
+    return (
+        isinstance(deps, dict)
+        and all(isinstance(deps.get(k), dict) for k in ("files", "names"))
+        and all(isinstance(entry.get(k), dict) for k in ("cfg", "sources", "choices"))
+        and isinstance(entry.get("recipe"), (str, type(None)))
+    )
 
 
 def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> None:

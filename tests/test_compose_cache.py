@@ -162,8 +162,10 @@ def test_untrusted_or_broken_entries_are_not_read(cache):
     entry.write_text(json.dumps(data))
     with pytest.raises(ToplError, match="names code"):
         compose_cache.compose_cached(["train.tp=2"])
-    entry.write_text("{not json")
-    assert compose_cache.compose_cached(["train.tp=2"]).cfg.train.tp == 2
+    for broken in ("{not json", '{"format": 1, "cfg": "x"}', json.dumps({**data, "deps": []})):
+        entry.write_text(broken)
+        assert compose_cache.compose_cached(["train.tp=2"]).cfg.train.tp == 2
+        assert json.loads(entry.read_text())["cfg"]["train"]["tp"] == 2  # written afresh
 
 
 def test_only_the_newest_entries_stay(cache, monkeypatch):
