@@ -10,11 +10,13 @@ import signal
 import subprocess
 import threading
 
-_live: set[subprocess.Popen] = set()
+_live: set[subprocess.Popen[str]] = set()
 _lock = threading.Lock()
 
 
-def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """subprocess.run(cmd, capture_output=True, text=True) in a new process group that `kill_all`
     (and a timeout) takes down whole; raises TimeoutExpired / OSError as subprocess.run does."""
     p = subprocess.Popen(
@@ -41,7 +43,7 @@ def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.C
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def _kill(p: subprocess.Popen) -> None:
+def _kill(p: subprocess.Popen[str]) -> None:
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

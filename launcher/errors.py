@@ -23,7 +23,7 @@ class ToplError(Exception):
             lines.append(f"  fix:   {self.fix}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | None]:
         """What `--json` prints under "error" (with "ok": false)."""
         return {"message": self.message, "where": self.where, "fix": self.fix}
 

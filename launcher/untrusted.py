@@ -14,7 +14,7 @@ import dataclasses
 import re
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from topl.launcher.errors import ToplError
 from topl.launcher.untrusted_yaml import (  # noqa: F401 - the limits, importable from here
@@ -60,7 +60,7 @@ _RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
 _PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
 
 
-def _walk(node: Any, path: str = ""):
+def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
     """(dotted path, key, value) for every mapping entry, dotted keys split into their parts."""
     if isinstance(node, dict):
         for k, v in node.items():
@@ -167,7 +167,7 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
     return _check_defaults(data.get("defaults", []), where)
 
 
-def _near(unknown: list, fields: set[str]) -> str:
+def _near(unknown: list[Any], fields: set[str]) -> str:
     """`did you mean train? ` for each unknown key with a near field (a typo, not a new key)."""
     from topl.launcher.did_you_mean import nearest
 
@@ -204,7 +204,7 @@ def _check_hydra(node: Any, where: str) -> None:
         )
 
 
-def _check_meaning(data: dict, where: str) -> None:
+def _check_meaning(data: dict[str, Any], where: str) -> None:
     """Settings that choose what runs (meaning.py) are the user's own, at any nesting level."""
     from topl.launcher import meaning
 

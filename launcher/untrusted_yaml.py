@@ -18,12 +18,12 @@ MAX_NODES = 20_000  # values after alias expansion
 MAX_DEPTH = 32  # nesting of mappings / lists (the spec is 3 deep; verl keys are dotted)
 
 
-class _LimitedLoader(get_yaml_loader()):
+class _LimitedLoader(get_yaml_loader()):  # type: ignore[misc]  # OmegaConf builds the class
     """OmegaConf's YAML loader (the one Hydra uses), with a cap on aliases."""
 
     aliases = 0
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
