@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Iterable, TextIO
 
 REDACTED = "<redacted>"
 MIN_VALUE_LEN = 6  # shorter values (true, 1, abc) would garble output when replaced everywhere
@@ -90,7 +90,7 @@ def secret_name(name: str) -> bool:
     return False
 
 
-def secret_entry(name: str, value) -> bool:
+def secret_entry(name: str, value: Any) -> bool:
     """An environment entry that must stay out of argv and files: a secret-looking name, or a
     value with a credential shape (a URL with a password, a hub token), whatever its name."""
     v = str(value)
@@ -126,12 +126,12 @@ def _shapes(s: str) -> str:
 class Redactor:
     """Replaces known secret values and credential shapes by `<redacted>`."""
 
-    def __init__(self, values=()):
+    def __init__(self, values: Iterable[Any] = ()) -> None:
         self.values: set[str] = set()
-        self.quoted: dict[str, re.Pattern] = {}  # values with quote characters, any quoting
+        self.quoted: dict[str, re.Pattern[str]] = {}  # values with quote characters, any quoting
         self.add(values)
 
-    def add(self, values) -> None:
+    def add(self, values: Iterable[Any]) -> None:
         for v in values:
             v = str(v)
             if len(v) >= MIN_VALUE_LEN:
@@ -140,7 +140,7 @@ class Redactor:
                 if _QUOTING.search(v) and len(_QUOTING.sub("", v)) >= MIN_VALUE_LEN:
                     self.quoted[v] = _any_quoting(v)
 
-    def remember(self, env: dict) -> None:
+    def remember(self, env: dict[str, Any]) -> None:
         """Add the values of the secret-named entries of an environment mapping."""
         self.add(
             str(v)
@@ -157,7 +157,7 @@ class Redactor:
             s = pattern.sub(REDACTED, s)
         return _ASSIGN.sub(_assign, _shapes(s))
 
-    def env(self, env: dict) -> dict:
+    def env(self, env: dict[str, Any]) -> dict[str, Any]:
         """An environment with every secret-named value (and secret value) redacted."""
         return {
             k: REDACTED if secret_name(str(k)) else self.text(str(v))
@@ -184,11 +184,11 @@ _QUOTING = re.compile(r"[\\'\"]")
 _QUOTE_RUN = r"[\\'\"]*"
 
 
-def _any_quoting(v: str) -> re.Pattern:
+def _any_quoting(v: str) -> re.Pattern[str]:
     return re.compile(_QUOTE_RUN.join(re.escape(c) for c in _QUOTING.sub("", v)))
 
 
-def _assign(m: re.Match) -> str:
+def _assign(m: re.Match[str]) -> str:
     value = m["value"]
     bare = value.strip("\"'")
     if not secret_name(m["name"]) or bare in ("", REDACTED) or _REFERENCE.match(bare):
@@ -209,7 +209,7 @@ def current() -> Redactor:
     return _current
 
 
-def remember(env: dict) -> None:
+def remember(env: dict[str, Any]) -> None:
     current().remember(env)
 
 
@@ -220,18 +220,18 @@ def text(s: str) -> str:
 class _Stream:
     """A text stream that redacts every write before passing it on."""
 
-    def __init__(self, inner):
+    def __init__(self, inner: TextIO) -> None:
         self._inner = inner
 
     def write(self, s: str) -> int:
         self._inner.write(current().text(s))
         return len(s)
 
-    def writelines(self, lines) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
