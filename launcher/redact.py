@@ -114,13 +114,13 @@ _NEEDLES = [
 ]
 
 
-def _shapes(s: str) -> str:
-    low = s.lower()
+def _shapes(text: str) -> str:
+    low = text.lower()
     for (pattern, repl), needles in zip(_SHAPES, _NEEDLES, strict=True):
         if any(n in low for n in needles):
-            s = pattern.sub(repl, s)
-            low = s.lower()
-    return s
+            text = pattern.sub(repl, text)
+            low = text.lower()
+    return text
 
 
 class Redactor:
@@ -149,13 +149,13 @@ class Redactor:
             if secret_name(str(k)) and v is not None and not _REFERENCE.match(str(v))
         )
 
-    def text(self, s: str) -> str:
+    def text(self, text: str) -> str:
         for v in sorted(self.values, key=len, reverse=True):
-            if v in s:
-                s = s.replace(v, REDACTED)
+            if v in text:
+                text = text.replace(v, REDACTED)
         for pattern in self.quoted.values():
-            s = pattern.sub(REDACTED, s)
-        return _ASSIGN.sub(_assign, _shapes(s))
+            text = pattern.sub(REDACTED, text)
+        return _ASSIGN.sub(_assign, _shapes(text))
 
     def env(self, env: dict[str, Any]) -> dict[str, Any]:
         """An environment with every secret-named value (and secret value) redacted."""
@@ -213,8 +213,8 @@ def remember(env: dict[str, Any]) -> None:
     current().remember(env)
 
 
-def text(s: str) -> str:
-    return current().text(s)
+def text(text: str) -> str:
+    return current().text(text)
 
 
 class _Stream:
@@ -223,9 +223,9 @@ class _Stream:
     def __init__(self, inner: TextIO) -> None:
         self._inner = inner
 
-    def write(self, s: str) -> int:
-        self._inner.write(current().text(s))
-        return len(s)
+    def write(self, text: str) -> int:
+        self._inner.write(current().text(text))
+        return len(text)
 
     def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
