@@ -6,13 +6,19 @@ re-exports them beside the CLI's own JSON and table printers."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any, Iterable, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from topl.launcher.contract.core import Violation
 
 # The longest line topl prints to a pipe or file (a terminal: its width). Log viewers, CI pages
 # and `less` read long lines badly; nothing is cut, longer text wraps.
 PIPE_WIDTH = 200
 
 
-def width_of(console=None, stream=None) -> int:
+def width_of(console: Console | None = None, stream: TextIO | None = None) -> int:
     if console is not None:
         return console.width if console.is_terminal else PIPE_WIDTH
     stream = stream or sys.stdout
@@ -23,7 +29,12 @@ def width_of(console=None, stream=None) -> int:
     return PIPE_WIDTH
 
 
-def fit(text: str, console=None, width: int | None = None, stream=None) -> str:
+def fit(
+    text: str,
+    console: Console | None = None,
+    width: int | None = None,
+    stream: TextIO | None = None,
+) -> str:
     """`text` with every line longer than the width wrapped, continuations indented one step
     deeper than the line they continue; words are never cut unless one alone is too long."""
     import textwrap
@@ -47,13 +58,13 @@ def fit(text: str, console=None, width: int | None = None, stream=None) -> str:
     return "\n".join(out)
 
 
-def print_violations(violations, stream=None) -> None:
+def print_violations(violations: Iterable[Violation], stream: TextIO | None = None) -> None:
     stream = stream or sys.stderr
     for v in violations:
         print(fit(v.render(), stream=stream), file=stream)
 
 
-def make_console(**kw):
+def make_console(**kw: Any) -> Console:
     """A terminal gets rich's tables at its width; a pipe or file gets plain text: no colour, no box,
     no width limit, so nothing is cut or wrapped mid-word (`--json` is for machines)."""
     from rich.console import Console

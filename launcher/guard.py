@@ -25,6 +25,7 @@ import socket
 import sys
 import time
 from importlib import metadata
+from typing import Any, Mapping
 
 MANIFEST_ENV = "TOPL_GUARD"
 DIR_ENV = "TOPL_GUARD_DIR"
@@ -75,7 +76,7 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def accelerator() -> dict:
+def accelerator() -> dict[str, Any]:
     """What this process sees; torch is only asked if verl already imported it (no new imports)."""
     out = {
         k: os.environ[k]
@@ -95,7 +96,7 @@ def accelerator() -> dict:
     return out
 
 
-def check(manifest: dict) -> list[dict]:
+def check(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """What the manifest requires and this process lacks: [{rule, what, needed, found}]."""
     missing = []
     for name, (value, rule) in manifest.get("env", {}).items():
@@ -124,7 +125,7 @@ def _importable(name: str) -> bool:
         return False
 
 
-def record(manifest: dict) -> dict:
+def record(manifest: dict[str, Any]) -> dict[str, Any]:
     """What this process really has."""
     mods = set(manifest.get("modules", {})) | {"batch_invariant_ops"}
     ext = [m for m in os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
@@ -141,7 +142,7 @@ def record(manifest: dict) -> dict:
     }
 
 
-def write(rec: dict, folder: str | None) -> str:
+def write(rec: dict[str, Any], folder: str | None) -> str:
     """A file per process under the shared run dir; else one prefixed line on stderr."""
     if folder:
         try:
@@ -157,7 +158,7 @@ def write(rec: dict, folder: str | None) -> str:
     return "stderr"
 
 
-def _check_shape(manifest) -> None:
+def _check_shape(manifest: Any) -> None:
     """The renderer's shape, or ValueError: {"strict": bool, "env": {NAME: [value, rule]},
     "modules": {name: [how, rule]}} (JSON that parses but is not this is tampering too)."""
     if not isinstance(manifest, dict) or not isinstance(manifest.get("strict", False), bool):
@@ -173,7 +174,7 @@ def _check_shape(manifest) -> None:
                 raise ValueError(name)
 
 
-def run(environ=os.environ) -> dict | None:
+def run(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
     """Record this process; raise GuardError in a strict run when a requirement is missing."""
     raw, folder = environ.get(MANIFEST_ENV), environ.get(DIR_ENV)
     if not raw and not folder:
@@ -188,7 +189,7 @@ def run(environ=os.environ) -> dict | None:
                 "rule": "TOP-GUARD-001",
                 "what": f"env {MANIFEST_ENV}",
                 "needed": "JSON",
-                "found": raw[:80],
+                "found": (raw or "")[:80],
             }
         ]
     else:

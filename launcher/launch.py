@@ -18,6 +18,9 @@ from topl.launcher import backends
 from topl.launcher.errors import ToplError
 
 if TYPE_CHECKING:
+    from topl.launcher.composed import Composed
+    from topl.launcher.contract.core import Violation
+    from topl.launcher.recipes import RecipeRoot
     from topl.launcher.render import Invocation
     from topl.launcher.spec import JobSpec
 
@@ -35,7 +38,7 @@ EVENTS = {
 }
 
 
-def _silent(event: str, **data) -> None:
+def _silent(event: str, **data: object) -> None:
     """The default reporter: nothing shown (the CLI gives its own)."""
 
 
@@ -46,9 +49,13 @@ class LaunchContext:
     dry_run: bool = False  # write the run directory, start nothing
     follow: bool = False  # ray_job: stream the job's logs until it ends
     skip_doctor: bool = False  # remote backends: do not check the target stack first
-    root: object = None  # the recipe's temporary Hydra search-path root (recipes.RecipeRoot)
+    root: RecipeRoot | None = (
+        None  # the recipe's temporary Hydra search-path root (recipes.RecipeRoot)
+    )
     user_overrides: list[str] = field(default_factory=list)  # as the user typed them
-    prepared: tuple | None = None  # single run: (Composed, violations), made once up front
+    prepared: tuple[Composed, list[Violation]] | None = (
+        None  # single run: (Composed, violations), made once up front
+    )
     rc: int = 0  # the worst exit code of the jobs run so far
     preflown: bool = False  # single run: preflight already passed before Hydra started
     watch: bool = False  # follow logdiff/reward live; strict: stop on the first logdiff != 0

@@ -9,12 +9,18 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from topl.launcher import __version__
 from topl.launcher import redact as _redact
 from topl.launcher.errors import ToplError
+
+if TYPE_CHECKING:
+    from topl.launcher.composed import Composed
+    from topl.launcher.contract.core import Violation
+    from topl.launcher.render import Invocation
 
 PACKAGES = (
     "topl",
@@ -76,7 +82,7 @@ def _unwritable(path: Path, why: str) -> ToplError:
     )
 
 
-def set_status(run_dir: Path, state: str, **details) -> None:
+def set_status(run_dir: Path, state: str, **details: Any) -> None:
     """status.json: one of STATES (failed: exit_code or signal or error), replaced atomically."""
     assert state in STATES, state
     body = json.dumps(
@@ -121,7 +127,7 @@ def git_sha() -> str | None:
 
 
 def versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for p in PACKAGES:
         try:
             out[p] = metadata.version(p)
@@ -130,7 +136,9 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def write(run_dir: Path, composed, invocation, violations) -> None:
+def write(
+    run_dir: Path, composed: Composed, invocation: Invocation, violations: list[Violation]
+) -> None:
     """Write spec, sources, command, env and versions (secrets redacted, mode 0600). Refuses to
     reuse a run directory; a folder that cannot take them (full, read-only) is one message."""
     try:
@@ -139,7 +147,9 @@ def write(run_dir: Path, composed, invocation, violations) -> None:
         raise _unwritable(run_dir, e.strerror or str(e)) from None
 
 
-def _write(run_dir: Path, composed, invocation, violations) -> None:
+def _write(
+    run_dir: Path, composed: Composed, invocation: Invocation, violations: list[Violation]
+) -> None:
     marker = run_dir / "topl.json"
     if marker.exists():
         raise ToplError(

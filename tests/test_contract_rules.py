@@ -126,6 +126,7 @@ CASES = {
         B + ["cluster.versions.verl=0.9.1"],
         B + ["cluster.versions.verl=0.9.1", "rollout.max_num_batched_tokens=40960"],
     ),
+    "TOP-ENG-009": (["train.steps=null"], B + ["train.steps=null"]),  # verl's own default there
     "TOP-ENG-007": (
         B + ["alignment=mitigated", "alignment.rollout_correction.rollout_rs_threshold=null"],
         B + ["alignment=mitigated"],

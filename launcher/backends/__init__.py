@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from topl.launcher.render import Invocation
@@ -30,7 +30,7 @@ class Backend(Protocol):
     def preflight(self, spec: JobSpec) -> None:
         """What the backend needs is here, or one ToplError before a run directory is written."""
 
-    def doctor(self, spec: JobSpec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
         """[{node, findings}] checked where the job will run."""
 
     def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
@@ -55,7 +55,8 @@ def get(name: str) -> Backend:
             where="cluster.backend",
             fix=f"set cluster.backend to one of {', '.join(NAMES)}",
         )
-    return importlib.import_module(f"{__name__}.{name}").BACKEND
+    backend: Backend = importlib.import_module(f"{__name__}.{name}").BACKEND
+    return backend
 
 
 def of(spec: JobSpec) -> Backend:

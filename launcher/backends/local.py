@@ -7,18 +7,21 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from topl.launcher.errors import ToplError
 from topl.launcher.render import overlong_buffer_len
 from topl.launcher.spec import is_strict
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from topl.kernels.rl_loop import LoopConfig
     from topl.launcher.render import Invocation
     from topl.launcher.spec import JobSpec
 
 
-def loop_config(spec: JobSpec):
+def loop_config(spec: JobSpec) -> LoopConfig:
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
     from topl.kernels.rl_loop import LoopConfig
     from topl.launcher.engines import engine_settings
@@ -28,7 +31,7 @@ def loop_config(spec: JobSpec):
     return LoopConfig(
         model=spec.model,
         alignment=spec.alignment,
-        steps=t.steps,
+        steps=t.steps or 0,  # TOP-ENG-009 refuses null for this backend
         batch_size=t.train_batch_size,
         n=r.n,
         max_response_length=t.max_response_length,
@@ -84,7 +87,7 @@ class LocalBackend:
             if importlib.util.find_spec(module) is None:
                 raise local_extra_error("the local backend (cluster.backend=local)", module)
 
-    def doctor(self, spec: JobSpec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
         from topl.launcher.doctor import nodes_here
 
         return nodes_here(spec)
@@ -120,7 +123,7 @@ def threads_for(spec: JobSpec) -> int:
 
 
 @contextmanager
-def torch_threads(n: int):
+def torch_threads(n: int) -> Iterator[int]:
     """torch's intra-op thread count set to n for the block, then restored."""
     import torch
 
@@ -215,7 +218,7 @@ def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     return rc
 
 
-def _guard(steps, spec: JobSpec):
+def _guard(steps: Iterable[dict[str, Any]], spec: JobSpec) -> Iterator[dict[str, Any]]:
     """The loop's steps; DAPO running out of generation batches becomes topl's one-message error."""
     from topl.kernels.rl_loop import FilterGroupsExhausted
 
@@ -230,7 +233,7 @@ def _guard(steps, spec: JobSpec):
         ) from None
 
 
-def plot(history: list[dict], path: Path, spec: JobSpec) -> None:
+def plot(history: list[dict[str, Any]], path: Path, spec: JobSpec) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -253,7 +256,7 @@ def plot(history: list[dict], path: Path, spec: JobSpec) -> None:
     plt.close(fig)
 
 
-def summary(console, history: list[dict], spec: JobSpec, run_dir: Path) -> None:
+def summary(console: Console, history: list[dict[str, Any]], spec: JobSpec, run_dir: Path) -> None:
     from rich.table import Table
 
     if not history:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher import redact
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from topl.launcher.spec import JobSpec
 
 
-def child_env(invocation, run_dir: Path) -> dict[str, str]:
+def child_env(invocation: Invocation, run_dir: Path) -> dict[str, str]:
     env = {**os.environ, **invocation.env}
     env.setdefault("VERL_FILE_LOGGER_PATH", str(run_dir / "metrics.jsonl"))
     env.setdefault(
@@ -30,7 +30,7 @@ def child_env(invocation, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def warn_unreachable_secrets(invocation, env: dict[str, str]) -> None:
+def warn_unreachable_secrets(invocation: Invocation, env: dict[str, str]) -> None:
     """With RAY_ADDRESS set, verl joins that cluster, whose workers never see this environment."""
     address = env.get("RAY_ADDRESS", "")
     if invocation.secrets and address not in ("", "local"):
@@ -43,7 +43,7 @@ def warn_unreachable_secrets(invocation, env: dict[str, str]) -> None:
         )
 
 
-def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
+def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3") -> int:
     """Run the verl entrypoint; stream output (redacted) to the console and run_dir/verl.log.
 
     Returns its return code (negative N: killed by signal N). The child gets its own process group:
@@ -75,6 +75,7 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
             signal.pthread_sigmask(
                 signal.SIG_UNBLOCK, stop
             )  # a pending interrupt lands in this `try`
+            assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 line = redact.text(line)
                 sys.stdout.write(line)
@@ -87,7 +88,7 @@ def run_subprocess(invocation, run_dir: Path, python: str = "python3") -> int:
             raise
 
 
-def _child_setup(stop: set) -> None:
+def _child_setup(stop: set[signal.Signals]) -> None:
     """In the child before exec: signals unblocked; on Linux, SIGTERM when topl dies (even SIGKILL)."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     if sys.platform.startswith("linux"):
@@ -96,7 +97,7 @@ def _child_setup(stop: set) -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h) = 1
 
 
-def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+def _stop_group(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=grace)
@@ -115,7 +116,7 @@ class SubprocessBackend:
     def preflight(self, spec: JobSpec) -> None:
         """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
 
-    def doctor(self, spec: JobSpec) -> list[dict]:
+    def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
         from topl.launcher.doctor import nodes_here
 
         return nodes_here(spec)

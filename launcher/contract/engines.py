@@ -190,3 +190,19 @@ def unchunked_budget(s: JobSpec) -> Outcome:
             f"rollout.max_num_batched_tokens={r.max_num_batched_tokens} with chunked_prefill=false: "
             f"verl {s.cluster.versions.verl} runs {limit} ({why})",
         )
+
+
+@rule(
+    "TOP-ENG-009",
+    ERROR,
+    "the embedded engines need a number of steps",
+    ("cluster.backend", "train.steps"),
+    "set train.steps=N (the default config runs 30); null leaves the count to verl's epochs, which "
+    "only the backends that run verl read",
+)
+def local_steps(s: JobSpec) -> Outcome:
+    """backend=local runs topl's reference RL loop for train.steps optimizer steps
+    (kernels/rl_loop.py:run, `range(1, steps + 1)`); null means verl's own default
+    (trainer.total_training_steps unset: total_epochs bounds the run), which that loop has not."""
+    if not backends.of(s).remote and s.train.steps is None:
+        return "cluster.backend=local with train.steps=null: the embedded loop runs a set number of steps"
