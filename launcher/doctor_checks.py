@@ -157,10 +157,16 @@ def torch_npu(c):
     lambda c: c.npu and bool(c.npu_v and c.torch_v),
 )
 def torch_pair(c):
-    pin = torch_pin() or ".".join(map(str, facts.version("torch_npu", c.npu_v).release))
-    t = facts.version("torch", c.torch_v)
+    npu = facts.version("torch_npu", c.npu_v)
+    pin = torch_pin() or (".".join(map(str, npu.release)) if npu else None)
+    if pin is None:  # no Requires-Dist pin and a version pip cannot read: say so, no traceback
+        from topl.launcher.versions import problem
+
+        c.add(False, f"torch_npu {c.npu_v}: {problem('torch_npu', c.npu_v)}", "a release version")
+        return
+    t, want = facts.version("torch", c.torch_v), facts.version("torch", pin)
     c.add(
-        t is not None and t.release == facts.version("torch", pin).release,
+        t is not None and want is not None and t.release == want.release,
         f"torch {c.torch_v}, torch_npu {c.npu_v}",
         f"torch=={pin} (torch_npu's Requires-Dist)",
         fix=f"pip install torch=={pin.split('+')[0]}",

@@ -134,7 +134,9 @@ def stack(tmp_path):
         for name, (version, files, requires) in layout(profile).items():
             if name in drop:
                 continue
-            version, files = (change or {}).get(name, (version, files))
+            changed = (change or {}).get(name)  # (version, files[, requires])
+            if changed:
+                version, files, requires = (*changed, requires)[:3]
             dist(site, name, version, files, requires)
         cann = tmp_path / "cann"
         cann.mkdir(exist_ok=True)
@@ -216,6 +218,13 @@ def test_missing_batch_invariant_ops(stack):
 def test_torch_other_than_torch_npu_pins(stack):
     _, out = stack("release", change={"torch": ("2.10.1", {})})
     assert "TOP-DOC-NPU-002" in ids(out)
+
+
+def test_an_unreadable_torch_npu_version_without_a_torch_pin_is_a_finding(stack):
+    """No Requires-Dist pin and a version PEP 440 cannot read: one finding, not a traceback."""
+    rc, out = stack("release", change={"torch_npu": ("2.7.1-custom-build", {}, ())})
+    (f,) = [f for n in out["nodes"] for f in n["findings"] if f["id"] == "TOP-DOC-NPU-002"]
+    assert rc == 2 and f["severity"] == "error" and "2.7.1-custom-build" in f["found"]
 
 
 def test_mindspeed_without_batch_invariant_switches(stack):
