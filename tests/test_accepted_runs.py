@@ -286,3 +286,36 @@ def test_the_validator_reports_verls_own_rejection_and_answers_on(tmp_path, monk
     errs = validate_many(installed_verl(), items, tmp_path)
     assert errs[0] is None and errs[2] is None, errs
     assert errs[1] and "must be divisible by minimal possible batch size" in errs[1], errs
+
+
+@needs_verl
+def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path):
+    """tests/helpers.compose_verl keeps each verl YAML file's parse for the process: the config
+    equals Hydra's own compose, a second compose parses nothing again, and a file rewritten in
+    place is read again."""
+    import shutil
+
+    import helpers
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from topl.launcher.render import Invocation
+
+    conf = tmp_path / "config"
+    shutil.copytree(verl_config_dir(), conf)
+    inv = Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.n=3"])
+    first = compose_verl(inv, conf)
+    parsed = {k for k in helpers._PARSED if k[0].startswith(str(conf.resolve()))}
+    assert len(parsed) > 10
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        own = compose(inv.config_name, overrides=inv.overrides)
+    GlobalHydra.instance().clear()
+    assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(own)
+    before = len(helpers._PARSED)
+    assert OmegaConf.to_yaml(compose_verl(inv, conf)) == OmegaConf.to_yaml(own)
+    assert len(helpers._PARSED) == before  # nothing parsed twice
+    with open(conf / "rollout" / "rollout.yaml", "a") as f:
+        f.write("\nparsed_again: 1\n")
+    assert compose_verl(inv, conf).actor_rollout_ref.rollout.parsed_again == 1
