@@ -46,6 +46,48 @@ def verl_config_dir() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
 
 
+# Built once per test process and shared by its tests (read only once built): verl's config
+# folders per (release, patches) and the HF config folders per architecture. A fresh copy per
+# test cost a copy and, worse, a fresh parse of every verl YAML file (compose_verl's cache is
+# keyed on the path).
+_SHARED: Path | None = None
+
+
+def _shared_dir(name: str) -> Path:
+    global _SHARED
+    if _SHARED is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SHARED = Path(tempfile.mkdtemp(prefix="topl-tests-"))
+        atexit.register(shutil.rmtree, _SHARED, True)
+    return _SHARED / name
+
+
+def _arch(m) -> tuple:
+    return (
+        m.vocab_size,
+        m.hidden_size,
+        m.intermediate_size,
+        m.num_layers,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.num_experts,
+        m.experts_per_token,
+        m.moe_intermediate_size,
+    )
+
+
+def shared_hf_config_dir(m) -> str:
+    """`hf_config_dir` for the spec's architecture, one folder per architecture per process."""
+    where = _shared_dir("hf-" + "-".join(map(str, _arch(m))))
+    if not (where / "config.json").is_file():
+        hf_config_dir(m, where)
+    return str(where)
+
+
 def hf_config_dir(m, where):
     """A local HF model folder (config.json only) with the spec's architecture facts."""
     from transformers import Qwen3Config, Qwen3MoeConfig
@@ -121,9 +163,12 @@ def declared_config_dir(spec, where: Path) -> Path | None:
     root = verl_release(sch.version)
     if root is None:
         return None
-    conf = where / f"verl-{sch.version}-{'-'.join(sch.patches) or 'stock'}"
+    # one folder per process (`where` is not used: see _shared_dir), renamed into place whole
+    conf = _shared_dir(f"verl-{sch.version}-{'-'.join(sch.patches) or 'stock'}")
     if conf.is_dir():
         return conf
+    final, conf = conf, conf.with_name(conf.name + ".part")
+    shutil.rmtree(conf, ignore_errors=True)
     shutil.copytree(root / "verl" / "trainer" / "config", conf)
     for key in sch.cites:  # the keys a declared patch adds, from the cited facts
         prefix = next(p for p in PATCH_FILES if key.startswith(p))
@@ -134,7 +179,8 @@ def declared_config_dir(spec, where: Path) -> Path | None:
             (conf / f"{name}.yaml").write_text(
                 yaml.safe_dump({"defaults": c["defaults"], **c["overlay"]}, sort_keys=False)
             )
-    return conf
+    conf.rename(final)
+    return final
 
 
 # Each verl YAML file parsed once per test process (keyed on its path, mtime and size), not once
