@@ -46,6 +46,48 @@ def verl_config_dir() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
 
 
+# Built once per test process and shared by its tests (read only once built): verl's config
+# folders per (release, patches) and the HF config folders per architecture. A fresh copy per
+# test cost a copy and, worse, a fresh parse of every verl YAML file (compose_verl's cache is
+# keyed on the path).
+_SHARED: Path | None = None
+
+
+def _shared_dir(name: str) -> Path:
+    global _SHARED
+    if _SHARED is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SHARED = Path(tempfile.mkdtemp(prefix="topl-tests-"))
+        atexit.register(shutil.rmtree, _SHARED, True)
+    return _SHARED / name
+
+
+def _arch(m) -> tuple:
+    return (
+        m.vocab_size,
+        m.hidden_size,
+        m.intermediate_size,
+        m.num_layers,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.num_experts,
+        m.experts_per_token,
+        m.moe_intermediate_size,
+    )
+
+
+def shared_hf_config_dir(m) -> str:
+    """`hf_config_dir` for the spec's architecture, one folder per architecture per process."""
+    where = _shared_dir("hf-" + "-".join(map(str, _arch(m))))
+    if not (where / "config.json").is_file():
+        hf_config_dir(m, where)
+    return str(where)
+
+
 def hf_config_dir(m, where):
     """A local HF model folder (config.json only) with the spec's architecture facts."""
     from transformers import Qwen3Config, Qwen3MoeConfig
@@ -121,9 +163,12 @@ def declared_config_dir(spec, where: Path) -> Path | None:
     root = verl_release(sch.version)
     if root is None:
         return None
-    conf = where / f"verl-{sch.version}-{'-'.join(sch.patches) or 'stock'}"
+    # one folder per process (`where` is not used: see _shared_dir), renamed into place whole
+    conf = _shared_dir(f"verl-{sch.version}-{'-'.join(sch.patches) or 'stock'}")
     if conf.is_dir():
         return conf
+    final, conf = conf, conf.with_name(conf.name + ".part")
+    shutil.rmtree(conf, ignore_errors=True)
     shutil.copytree(root / "verl" / "trainer" / "config", conf)
     for key in sch.cites:  # the keys a declared patch adds, from the cited facts
         prefix = next(p for p in PATCH_FILES if key.startswith(p))
@@ -134,27 +179,71 @@ def declared_config_dir(spec, where: Path) -> Path | None:
             (conf / f"{name}.yaml").write_text(
                 yaml.safe_dump({"defaults": c["defaults"], **c["overlay"]}, sort_keys=False)
             )
-    return conf
+    conf.rename(final)
+    return final
+
+
+# Each verl YAML file parsed once per test process (keyed on its path, mtime and size), not once
+# per compose: ~300 composes per CI run read the same ~40 files, and PyYAML's pure-Python parse
+# was ~40 % of each. The object is what OmegaConf.load builds the config from; each compose gets
+# its own config built from a copy, so Hydra's merges never reach the kept parse.
+_PARSED: dict[tuple, tuple] = {}
+
+
+def _load_config_parsed_once(self, config_path):
+    """hydra@1.3.8:hydra/_internal/core_plugins/file_config_source.py:FileConfigSource.load_config
+    (the header from the first 512 characters, then OmegaConf.load) with the parse kept."""
+    import copy
+
+    import yaml
+    from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+    from omegaconf import OmegaConf
+    from omegaconf._utils import get_yaml_loader
+
+    full = os.path.realpath(os.path.join(self.path, self._normalize_file_name(config_path)))
+    try:
+        st = os.stat(full)
+    except OSError:
+        raise ConfigLoadError(f"Config not found : {full}") from None
+    key = (full, st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        with open(full, encoding="utf-8") as f:
+            text = f.read()
+        obj = yaml.load(text, Loader=get_yaml_loader())
+        _PARSED[key] = (ConfigSource._get_header_dict(text[:512]), obj)
+    header, obj = _PARSED[key]
+    return ConfigResult(
+        config=OmegaConf.create() if obj is None else OmegaConf.create(copy.deepcopy(obj)),
+        path=f"{self.scheme()}://{self.path}",
+        provider=self.provider,
+        header=dict(header),
+    )
 
 
 def compose_verl(invocation, config_dir=None):
     from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
+    own = FileConfigSource.load_config
+    FileConfigSource.load_config = _load_config_parsed_once  # this compose only
     try:
         with initialize_config_dir(
             config_dir=str(config_dir or verl_config_dir()), version_base=None
         ):
             return compose(invocation.config_name, overrides=invocation.overrides)
     finally:
+        FileConfigSource.load_config = own
         GlobalHydra.instance().clear()
 
 
 # One child per verl release, kept for the test process (importing verl costs ~5 s of CPU, and
 # it ran once per validated recipe): it reads a JSON line per config and answers with verl's own
 # verdict. The release is first on its sys.path, as before; what it shares across configs is only
-# the imported verl (the former one-child-per-batch path shared the same).
+# the imported verl (the former one-child-per-batch path shared the same). The composed config
+# travels as JSON of its unresolved container (interpolations kept as written), which the child
+# turns back into the same OmegaConf config; a YAML file cost ~0.3 s of PyYAML per config there.
 VALIDATE = """
 import json, sys
 from omegaconf import OmegaConf
@@ -163,7 +252,7 @@ reply, sys.stdout = sys.stdout, sys.stderr  # verl prints progress: keep the ans
 for line in sys.stdin:
     item = json.loads(line)
     try:
-        validate_config(OmegaConf.load(item["path"]), use_reference_policy=item["ref"],
+        validate_config(OmegaConf.create(item["cfg"]), use_reference_policy=item["ref"],
                         use_critic=item["critic"])
         out = None
     except Exception as e:  # reported per config, with verl's own message
@@ -201,17 +290,17 @@ def _validator(version: str) -> subprocess.Popen:
 
 def validate_many(version: str, items, where: Path) -> list:
     """verl `version`'s validate_config over [(composed cfg, use_ref, use_critic)], in a child
-    process with that release first on sys.path; one error string (or None) per item."""
+    process with that release first on sys.path; one error string (or None) per item (`where`:
+    unused since the configs travel on the pipe, kept for the callers)."""
     import json
 
     from omegaconf import OmegaConf
 
     proc = _validator(version)
     out = []
-    for i, (cfg, ref, critic) in enumerate(items):
-        path = where / f"cfg-{version}-{i}.yaml"
-        path.write_text(OmegaConf.to_yaml(cfg))
-        proc.stdin.write(json.dumps({"path": str(path), "ref": bool(ref), "critic": bool(critic)}))
+    for cfg, ref, critic in items:
+        tree = OmegaConf.to_container(cfg, resolve=False)
+        proc.stdin.write(json.dumps({"cfg": tree, "ref": bool(ref), "critic": bool(critic)}))
         proc.stdin.write("\n")
         proc.stdin.flush()
         line = proc.stdout.readline()

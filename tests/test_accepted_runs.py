@@ -17,6 +17,7 @@ from helpers import (
     declared_config_dir,
     hf_config_dir,
     run_topl,
+    shared_hf_config_dir,
     validate_many,
     verl_config_dir,
 )
@@ -38,35 +39,54 @@ def rules(c) -> set[str]:
     return {v.rule for v in errors(check(c))}
 
 
+# What this process already composed and validated, with verl's verdict None (passed): a point
+# whose rendered command, declared verl config and validate_config flags equal one of these is
+# not composed and validated again (the stock strict recipes are also points of the per-stack
+# test; both share an xdist group below, so one process holds both).
+PASSED: set[tuple] = set()
+
+
 def accepted_runs(points, tmp_path) -> int:
     """Every accepted point composes against its declared verl and passes its validate_config;
     returns how many were accepted."""
     by_version: dict[str, list] = {}
-    hf = {}
+    seen = 0
     for args in points:
         c = compose_job(args)
         if errors(check(c)):
             continue
         spec = c.to_object()
-        key = spec.model.name
-        hf.setdefault(key, hf_config_dir(spec.model, tmp_path / f"hf{len(hf)}"))
-        spec.model.hf_path = hf[key]  # verl reads config.json; no hub here
+        spec.model.hf_path = shared_hf_config_dir(spec.model)  # verl reads config.json; no hub
         conf = declared_config_dir(spec, tmp_path)
         assert conf is not None, f"verl {spec.cluster.versions.verl} not at hand"
-        cfg = compose_verl(render(spec), conf)  # raises on a key the declared verl cannot take
+        inv = render(spec)
+        ref, critic = spec.algorithm.use_kl_loss, spec.algorithm.use_critic
+        key = (str(conf), inv.config_name, tuple(inv.overrides), bool(ref), bool(critic))
+        if key in PASSED:
+            seen += 1
+            continue
+        cfg = compose_verl(inv, conf)  # raises on a key the declared verl cannot take
         by_version.setdefault(str(spec.cluster.versions.verl), []).append(
-            (args, (cfg, spec.algorithm.use_kl_loss, spec.algorithm.use_critic))
+            (args, (cfg, ref, critic), key)
         )
     for version, rows in by_version.items():
         errs = validate_many(version, [r[1] for r in rows], tmp_path)
-        bad = [(args, e) for (args, _), e in zip(rows, errs) if e]
+        bad = [(args, e) for (args, _, _), e in zip(rows, errs) if e]
         assert not bad, bad
-    return sum(len(r) for r in by_version.values())
+        PASSED.update(r[2] for r in rows)
+    return seen + sum(len(r) for r in by_version.values())
+
+
+# the release / prerelease points, then the stock strict recipes and the grad_offload points
+# among them, on one worker (PASSED above); the seed's 72 points on either
+STOCK_GROUP = pytest.mark.xdist_group("accepted_runs_stock")
 
 
 @pytest.mark.verl_versions
 @versions
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize(
+    "stack", ["seed", *(pytest.param(s, marks=STOCK_GROUP) for s in ("release", "prerelease"))]
+)
 def test_every_shipped_recipe_accepted_on_a_stack_runs_there(stack, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     n = accepted_runs([[f"recipe={r}", f"stack={stack}"] for r in recipes.available()], tmp_path)
@@ -122,6 +142,7 @@ STOCK = sorted(
 )
 
 
+@STOCK_GROUP
 @needs_verl
 def test_stock_stack_strict_recipes_are_accepted_and_run_on_verl_091(tmp_path, monkeypatch):
     """The strict matrix of the stock stacks (scripts/gen_recipes.py, issue 35): each recipe is
@@ -137,6 +158,7 @@ def test_stock_stack_strict_recipes_are_accepted_and_run_on_verl_091(tmp_path, m
 # ---- the failure classes of issue 27 (this half), each with a test that failed before
 
 
+@STOCK_GROUP
 @needs_verl
 def test_release_recipes_with_grad_offload_compose_on_verl_091(tmp_path, monkeypatch):
     """All 48 recipes set train.grad_offload; verl 0.9.1 has no such key (its param_offload
@@ -286,3 +308,36 @@ def test_the_validator_reports_verls_own_rejection_and_answers_on(tmp_path, monk
     errs = validate_many(installed_verl(), items, tmp_path)
     assert errs[0] is None and errs[2] is None, errs
     assert errs[1] and "must be divisible by minimal possible batch size" in errs[1], errs
+
+
+@needs_verl
+def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path):
+    """tests/helpers.compose_verl keeps each verl YAML file's parse for the process: the config
+    equals Hydra's own compose, a second compose parses nothing again, and a file rewritten in
+    place is read again."""
+    import shutil
+
+    import helpers
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from topl.launcher.render import Invocation
+
+    conf = tmp_path / "config"
+    shutil.copytree(verl_config_dir(), conf)
+    inv = Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.n=3"])
+    first = compose_verl(inv, conf)
+    parsed = {k for k in helpers._PARSED if k[0].startswith(str(conf.resolve()))}
+    assert len(parsed) > 10
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        own = compose(inv.config_name, overrides=inv.overrides)
+    GlobalHydra.instance().clear()
+    assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(own)
+    before = len(helpers._PARSED)
+    assert OmegaConf.to_yaml(compose_verl(inv, conf)) == OmegaConf.to_yaml(own)
+    assert len(helpers._PARSED) == before  # nothing parsed twice
+    with open(conf / "rollout" / "rollout.yaml", "a") as f:
+        f.write("\nparsed_again: 1\n")
+    assert compose_verl(inv, conf).actor_rollout_ref.rollout.parsed_again == 1

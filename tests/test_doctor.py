@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import STRICT_A3, no_site_python, run_topl
+from helpers import STRICT_A3, no_site_python, run_topl, run_topl_inproc
 
 from topl.launcher import facts
 
@@ -26,7 +26,7 @@ def test_local_spec_passes_here():
 
 
 def test_strict_ascend_spec_reports_each_missing_piece_here():
-    r = run_topl("doctor", *STRICT_A3, "--json")
+    r = run_topl_inproc("doctor", *STRICT_A3, "--json")
     assert r.returncode == 2
     got = ids(json.loads(r.stdout))
     assert {
@@ -38,7 +38,7 @@ def test_strict_ascend_spec_reports_each_missing_piece_here():
         "TOP-DOC-FA3-001",
         "TOP-DOC-VERL-003",
     } <= got
-    human = run_topl("doctor", *STRICT_A3, env={"COLUMNS": "250"})
+    human = run_topl_inproc("doctor", *STRICT_A3, env={"COLUMNS": "250"})
     assert "batch_invariant_ops" in human.stdout and "FAILED" in human.stdout
 
 
@@ -332,11 +332,11 @@ def test_every_finding_comes_from_a_registered_check(compose):
 
 
 def test_doctor_prints_a_summary_first_and_details_on_request(tmp_path):
-    r = run_topl("doctor", *STRICT_A3, cwd=tmp_path)  # piped: not a terminal
+    r = run_topl_inproc("doctor", *STRICT_A3, cwd=tmp_path)  # piped: not a terminal
     lines = r.stdout.splitlines()
     assert r.returncode == 2 and lines[0].startswith("topl doctor: FAILED: ")
     assert "error(s)" in lines[0] and "stack=seed" in lines[0]
     assert len(lines) < 50 and max(map(len, lines)) <= 200  # it was 170 lines, up to 1,324 chars
     assert "TOP-DOC-BIO-001" in r.stdout and "TOP-DOC-PY-001" not in r.stdout  # passed: hidden
-    verbose = run_topl("doctor", *STRICT_A3, "--verbose", cwd=tmp_path).stdout
+    verbose = run_topl_inproc("doctor", *STRICT_A3, "--verbose", cwd=tmp_path).stdout
     assert "TOP-DOC-PY-001" in verbose and max(map(len, verbose.splitlines())) <= 200

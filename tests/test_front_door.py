@@ -243,16 +243,20 @@ ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
 def test_tables_wrap_and_never_cut_ids(width):
     from topl.launcher.contract import RULES
 
+    # in this process: the widths and the tables are the subject (rich reads both variables per call)
     as_terminal = {"FORCE_COLOR": "1", "COLUMNS": width}
-    out = ANSI.sub("", run_topl("rules", env=as_terminal).stdout)
+    out = ANSI.sub("", run_topl_inproc("rules", env=as_terminal).stdout)
     assert "…" not in out and all(r.id in out for r in RULES)
     assert max(map(len, out.splitlines())) <= int(width)
     out = ANSI.sub(
-        "", run_topl("plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal).stdout
+        "",
+        run_topl_inproc(
+            "plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", env=as_terminal
+        ).stdout,
     )
     assert "…" not in out and out.count("TOP-MEM-001") == 2 and out.count("TOP-TP-001") == 3
     assert max(map(len, out.splitlines())) <= int(width)
-    r = run_topl("doctor", *STRICT_A3, env=as_terminal)
+    r = run_topl_inproc("doctor", *STRICT_A3, env=as_terminal)
     out = ANSI.sub("", r.stdout)
     assert (
         "…" not in out
@@ -348,14 +352,14 @@ def test_piped_lines_stay_within_200_characters(tmp_path):
         ["doctor", *STRICT_A3],
         ["check", "recipe=qwen3_30b_a3b_grpo_a3_strict"],
     ):
-        r = run_topl(*args, cwd=tmp_path, env={"COLUMNS": "80"})  # a pipe: not the terminal
+        r = run_topl_inproc(*args, cwd=tmp_path, env={"COLUMNS": "80"})  # a pipe: not the terminal
         lines = (r.stdout + r.stderr).splitlines()
         assert lines and max(map(len, lines)) <= 200, (args, max(map(len, lines)))
 
 
 def test_plan_blocks_at_80_columns_name_every_swept_key():
     as_terminal = {"FORCE_COLOR": "1", "COLUMNS": "80"}
-    r = run_topl(
+    r = run_topl_inproc(
         "plan", *STRICT_A3, "train.pp=2,4,8", "train.tp=1,2", "rollout.tp=1,2", env=as_terminal
     )
     out = ANSI.sub("", r.stdout)

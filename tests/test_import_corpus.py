@@ -2,6 +2,8 @@
 README): the right program, the script's model, every setting bash passes is in the rendered
 recipe with its value or named in the report, nothing added that changes the run, nothing runs."""
 
+import copy
+import functools
 import hashlib
 import os
 import shutil
@@ -302,8 +304,13 @@ FORWARD = "ray_kwargs.ray_init.runtime_env.env_vars."
 
 
 def verl_config(megatron: bool):
-    import verl
+    """verl 0.9.1's generated trainer config, a fresh copy per call (the test updates it)."""
+    return OmegaConf.create(copy.deepcopy(_verl_tree(megatron)))
 
-    root = Path(verl.__file__).parent / "trainer" / "config"
+
+@functools.lru_cache(maxsize=None)
+def _verl_tree(megatron: bool):
+    # found, not imported (`import verl` costs ~5 s: torch, ray, transformers), and parsed once
+    # per process, not once per script: the file is ~1,000 lines of YAML
     f = "_generated_ppo_megatron_trainer.yaml" if megatron else "_generated_ppo_trainer.yaml"
-    return OmegaConf.load(root / f)
+    return OmegaConf.to_container(OmegaConf.load(verl_config_dir() / f), resolve=False)

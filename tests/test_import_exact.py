@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_topl
+from helpers import run_topl_inproc
 
 from topl.launcher.errors import ToplError
 from topl.launcher.script_import import build_recipe, read_script
@@ -47,7 +47,9 @@ def _import(path: Path):
 
 def test_cli_says_not_exact_and_exits_2_when_overrides_are_dropped(tmp_path):
     out = tmp_path / "b.yaml"
-    r = run_topl("recipes", "import", str(QWEN3_4B), "-o", str(out))
+    r = run_topl_inproc(
+        "recipes", "import", str(QWEN3_4B), "-o", str(out)
+    )  # verdict, not exit path
     assert r.returncode == 2, r.stdout + r.stderr
     last = r.stdout.strip().splitlines()[-1]
     assert "round trip: NOT exact" in last and "round trip: exact" not in last, last
@@ -57,7 +59,7 @@ def test_cli_says_not_exact_and_exits_2_when_overrides_are_dropped(tmp_path):
     assert report.strip().splitlines()[-1] == last
     assert "NOT REPRODUCED (dropped): trainer.experiment_name" in report
 
-    j = run_topl("recipes", "import", str(QWEN3_4B), "-o", str(out), "--force", "--json")
+    j = run_topl_inproc("recipes", "import", str(QWEN3_4B), "-o", str(out), "--force", "--json")
     assert j.returncode == 2
     d = json.loads(j.stdout)
     assert d["ok"] is False and d["contract"]["ok"] is True

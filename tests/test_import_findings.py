@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_topl, verl_config_dir
+from helpers import run_topl, run_topl_inproc, verl_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,13 +189,15 @@ def test_secrets_become_references_files_are_private_and_kept(tmp_path):
 
 
 def test_one_verdict_round_trip_and_contract(tmp_path):
-    r = _import(tmp_path, CORPUS / "grpo_trainer__run_qwen3-8b_npu.sh", "-o", "q.yaml")
+    script = str(CORPUS / "grpo_trainer__run_qwen3-8b_npu.sh")
+    # in this process (the verdict and the files are the subject, not the exit path)
+    r = run_topl_inproc("recipes", "import", script, "-o", "q.yaml", cwd=tmp_path)
     last = r.stdout.strip().splitlines()[-1]
     assert "round trip: exact" in last and "contract: rejected (" in last
     assert r.returncode == 2  # the contract rejects what it would launch: not a success
-    check = run_topl("check", f"recipe={tmp_path / 'q.yaml'}")
+    check = run_topl_inproc("check", f"recipe={tmp_path / 'q.yaml'}")
     assert check.returncode == 2
-    j = _import(tmp_path, CORPUS / "grpo_trainer__run_qwen3-8b_npu.sh", "-o", "j.yaml", "--json")
+    j = run_topl_inproc("recipes", "import", script, "-o", "j.yaml", "--json", cwd=tmp_path)
     d = json.loads(j.stdout)
     assert d["contract"]["ok"] is False and d["ok"] is False and d["round_trip"] == []
 
@@ -203,21 +205,21 @@ def test_one_verdict_round_trip_and_contract(tmp_path):
 def test_diff_shows_null_against_absent_and_takes_env(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(f"{LAUNCH} trainer.nnodes=${{NODES:-1}}\n")
-    r = run_topl("recipes", "diff", str(script), str(script), "--env", "NODES=3", "--json")
+    r = run_topl_inproc("recipes", "diff", str(script), str(script), "--env", "NODES=3", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["differences"] == []
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     a.write_text("# @package _global_\nverl_overrides:\n  trainer.x: null\n")
     b.write_text("# @package _global_\nverl_overrides: {}\n")
-    d = run_topl("recipes", "diff", str(a), str(b))
+    d = run_topl_inproc("recipes", "diff", str(a), str(b))
     assert "verl_overrides.trainer.x  None  ->  (absent)" in d.stdout, d.stdout
-    j = run_topl("recipes", "diff", str(a), str(b), "--json")
+    j = run_topl_inproc("recipes", "diff", str(a), str(b), "--json")
     row = {r["key"]: r for r in json.loads(j.stdout)["differences"]}["verl_overrides.trainer.x"]
     assert row == {"key": "verl_overrides.trainer.x", "a": None, "b": None, "absent": "b"}
 
 
 def test_help_lists_import():
-    r = run_topl("recipes", "--help")
+    r = run_topl_inproc("recipes", "--help")
     assert "topl recipes import SCRIPT.sh" in r.stdout and "--launch N" in r.stdout
 
 
