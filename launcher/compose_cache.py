@@ -54,11 +54,12 @@ def compose_cached(overrides: list[str]) -> Composed:
     where = cache_dir()
     if where is None or UNSAFE_FLAG in overrides:
         return _compose(overrides)[0]
-    key = _key(overrides)
-    entry = _read(where / f"{key}.json")
-    if entry is not None and entry.get("deps") == _deps(
-        list(entry.get("deps", {}).get("files", {}))
-    ):
+    try:
+        key = _key(overrides)
+    except OSError:  # e.g. the working directory is gone: compose (and fail) as without a cache
+        return _compose(overrides)[0]
+    entry = _read(where / f"{key}.json")  # None, or the shape _write writes (_well_formed)
+    if entry is not None and entry["deps"] == _deps(list(entry["deps"]["files"])):
         return _rebuild(entry, overrides)
     composed, files = _compose(overrides)
     _write(where, key, composed, _deps(files))
