@@ -24,6 +24,7 @@ from topl.launcher.doctor import (
     torch_pin,
 )
 from topl.launcher.versions import parse as _v
+from topl.launcher.versions import problem
 
 ALWAYS = "always"
 REMOTE = "backend is subprocess or ray_job (verl runs)"
@@ -160,10 +161,8 @@ def torch_pair(c):
     npu = facts.version("torch_npu", c.npu_v)
     pin = torch_pin() or (".".join(map(str, npu.release)) if npu else None)
     if pin is None:  # no Requires-Dist pin and a version pip cannot read: say so, no traceback
-        from topl.launcher.versions import problem
-
-        c.add(False, f"torch_npu {c.npu_v}: {problem('torch_npu', c.npu_v)}", "a release version")
-        return
+        why = problem("torch_npu", c.npu_v)
+        return c.add(False, f"torch_npu {c.npu_v}: {why}", "a release version")
     t, want = facts.version("torch", c.torch_v), facts.version("torch", pin)
     c.add(
         t is not None and want is not None and t.release == want.release,

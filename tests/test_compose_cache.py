@@ -52,9 +52,10 @@ def same(a, b):
         b.recipe,
         b.overrides,
     )
-    assert [v.to_dict() for v in check(a)] == [v.to_dict() for v in check(b)]
+    va, vb = check(a), check(b)
+    assert [v.to_dict() for v in va] == [v.to_dict() for v in vb]
     sa, sb = a.to_object(), b.to_object()
-    if not [v for v in check(a) if v.severity == "error"]:
+    if not [v for v in va if v.severity == "error"]:
         assert render(sa).to_dict(sa.cluster.python) == render(sb).to_dict(sb.cluster.python)
 
 
