@@ -32,9 +32,13 @@ from typing import Any
 
 from topl.launcher.composed import Composed
 
-FORMAT = 1
+FORMAT = 2
 MAX_ENTRIES = 256  # ~25 KB each
 _HYDRA_RESOLVER = re.compile(r"\$\{(?!oc\.)[A-Za-z_][\w.]*:")  # OmegaConf's own oc.* need no Hydra
+# What only OmegaConf resolves or checks on every hit: a resolver (`${oc.env:..}` reads this
+# shell's environment), or a MISSING value. An entry with neither also keeps its config resolved
+# (`${rollout.block_size}` as its value), and a hit uses that as it is.
+_LIVE = re.compile(r"\$\{[^}]*:|\?\?\?")
 
 
 def cache_dir() -> Path | None:
@@ -60,7 +64,8 @@ def compose_cached(overrides: list[str]) -> Composed:
         return _compose(overrides)[0]
     entry = _read(where / f"{key}.json")  # None, or the shape _write writes (_well_formed)
     if entry is not None and entry["deps"] == _deps(list(entry["deps"]["files"])):
-        return _rebuild(entry, overrides)
+        if (kept := _rebuild(entry, overrides)) is not None:
+            return kept
     composed, files = _compose(overrides)
     _write(where, key, composed, _deps(files))
     return composed
@@ -140,6 +145,7 @@ def _well_formed(entry: Any) -> bool:
         and all(isinstance(deps.get(k), dict) for k in ("files", "names"))
         and all(isinstance(entry.get(k), dict) for k in ("cfg", "sources", "choices"))
         and isinstance(entry.get("recipe"), (str, type(None)))
+        and isinstance(entry.get("resolved"), (dict, type(None)))
     )
 
 
@@ -147,11 +153,13 @@ def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> N
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.to_container(composed.cfg, resolve=False, enum_to_str=True)
+    live = _LIVE.search(json.dumps(cfg))
     text = json.dumps(
         {
             "format": FORMAT,
             "deps": deps,
             "cfg": cfg,
+            "resolved": None if live else OmegaConf.to_container(composed.cfg, resolve=True),
             "sources": composed.sources,
             "choices": composed.choices,
             "recipe": composed.recipe,
@@ -174,18 +182,30 @@ def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> N
         pass  # a cache: a read-only or full disk only costs the next compose
 
 
-def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed:
+def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
     """The Composed of a kept entry, after the checks `compose._compose` runs on a fresh one
-    that read the environment or guard against code (the same order, the same messages)."""
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
+    that read the environment or guard against code (the same order, the same messages); None
+    when the entry's config is not of a JobSpec's shape."""
     from topl.launcher import redact, untrusted
     from topl.launcher.spec import JobSpec
 
     user = [o for o in overrides if o != untrusted.UNSAFE_FLAG]
     where = f"overrides: {' '.join(user) or '(none)'}"
     untrusted.check_values(entry["cfg"], where, resolvers=True)
+    if entry["resolved"] is not None:  # nothing that reads the environment: no OmegaConf needed
+        untrusted.check_values(entry["resolved"], where, resolvers=True)  # what is used, checked
+        info = (entry["sources"], user, entry["choices"], entry["recipe"])
+        kept = Composed(None, *info, data=entry["cfg"], resolved=entry["resolved"])
+        try:
+            env = kept.to_object().cluster.env  # every field there, of a JobSpec's shape
+        except (KeyError, TypeError, AttributeError):
+            return None  # not what a compose writes: a miss
+        redact.remember(env)
+        untrusted.check_no_secret_on_argv(entry["resolved"], where)
+        return kept
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), entry["cfg"])
         assert isinstance(cfg, DictConfig)

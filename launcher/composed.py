@@ -1,28 +1,61 @@
 """A composed job (typed config, each key's source, the overrides): what `compose` returns and the
-compose cache keeps. No Hydra here, so that a cached `check` never imports it."""
+compose cache keeps. Neither Hydra nor OmegaConf is imported here: a `check` answered from the
+compose cache builds the JobSpec straight from the kept data and never imports either."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import typing
+from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
-from omegaconf import DictConfig, OmegaConf
-
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from topl.launcher.spec import JobSpec
 
 SCHEMA_SOURCE = "topl schema default"
 
 
-@dataclass
 class Composed:
-    """A composed job: the typed config, each key's source, and the overrides that made it."""
+    """A composed job: the typed config, each key's source, and the overrides that made it.
 
-    cfg: DictConfig  # typed by JobSpec (structured config)
-    sources: dict[str, str]  # dotted key -> "conf/train/megatron.yaml" | "command line `k=v`" | ...
-    overrides: list[str]  # as given by the user
-    choices: dict[str, str] = field(default_factory=dict)  # group -> chosen option
-    recipe: str | None = None  # recipe file, when one was used
+    Made from a DictConfig (Hydra's compose), or from such a config's plain container, as written
+    (`data`) and resolved (`resolved`): a compose cache hit whose config reads no environment. Its
+    DictConfig is built only if something asks for `.cfg`."""
+
+    def __init__(
+        self,
+        cfg: DictConfig | None,
+        sources: dict[str, str],  # dotted key -> "conf/train/megatron.yaml" | "command line `k=v`"
+        overrides: list[str],  # as given by the user
+        choices: dict[str, str] | None = None,  # group -> chosen option
+        recipe: str | None = None,  # recipe file, when one was used
+        *,
+        data: dict[str, Any] | None = None,
+        resolved: dict[str, Any] | None = None,
+    ) -> None:
+        assert (cfg is None) != (data is None or resolved is None), "a DictConfig or its data"
+        self._cfg, self._data, self._resolved = cfg, data, resolved
+        self.sources, self.overrides = sources, overrides
+        self.choices, self.recipe = choices or {}, recipe
+
+    def __repr__(self) -> str:
+        return f"Composed(overrides={self.overrides!r}, recipe={self.recipe!r})"
+
+    @property
+    def cfg(self) -> DictConfig:
+        """The typed config (structured by JobSpec, struct mode)."""
+        if self._cfg is None:
+            from omegaconf import DictConfig, OmegaConf
+
+            from topl.launcher.spec import JobSpec
+
+            cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), self._data)
+            assert isinstance(cfg, DictConfig)
+            OmegaConf.set_struct(cfg, True)
+            self._cfg = cfg
+        return self._cfg
 
     def source(self, key: str) -> str:
         """Where a key's value came from (walks up to the nearest recorded parent)."""
@@ -38,8 +71,59 @@ class Composed:
         )  # a container: where its entries came from
 
     def value(self, key: str) -> Any:
-        return OmegaConf.select(self.cfg, key, throw_on_missing=False)
+        """The value at a dotted key (None when absent), resolved; a container as written (its
+        interpolations kept): a plain dict / list when made from data, else a DictConfig."""
+        if self._data is None or self._resolved is None:
+            from omegaconf import OmegaConf
+
+            return OmegaConf.select(self.cfg, key, throw_on_missing=False)
+        written = _select(self._data, key)
+        return written if isinstance(written, (dict, list)) else _select(self._resolved, key)
 
     def to_object(self) -> JobSpec:
         """The JobSpec dataclass instance (interpolations resolved)."""
-        return cast("JobSpec", OmegaConf.to_object(self.cfg))
+        if self._resolved is None:
+            from omegaconf import OmegaConf
+
+            return cast("JobSpec", OmegaConf.to_object(self.cfg))
+        from topl.launcher.spec import JobSpec
+
+        return cast("JobSpec", _build(JobSpec, self._resolved))
+
+
+def _select(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """`cls(**data)` with each dataclass-typed field built the same way: the object OmegaConf's
+    `to_object` makes of a structured config whose container is `data` (every field present,
+    values already of their field's type: the compose that kept them validated them)."""
+    kw = {}
+    for name, sub in _dataclass_fields(cls):
+        value = data[name]
+        kw[name] = _build(sub, value) if sub is not None else _copy(value)
+    return cls(**kw)
+
+
+def _copy(value: Any) -> Any:
+    """A fresh list / dict tree per object built, as OmegaConf gives (callers may edit theirs)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+@cache
+def _dataclass_fields(cls: type) -> tuple[tuple[str, type | None], ...]:
+    """Each field of a dataclass, with its type when that is a dataclass too (else None)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(
+        (f.name, hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None)
+        for f in dataclasses.fields(cls)
+    )

@@ -165,8 +165,6 @@ def recipe_hits(data: dict[str, Any]) -> list[tuple[str, str]]:
 def settings(composed: Composed) -> list[dict[str, Any]]:
     """The command-line-only settings a composed job makes, each with its value and source (for
     `topl check`: a person sees who chose the interpreter, the modules, the loader variables)."""
-    from omegaconf import OmegaConf
-
     from topl.launcher.composed import SCHEMA_SOURCE
     from topl.launcher.tree import flatten
 
@@ -176,7 +174,8 @@ def settings(composed: Composed) -> list[dict[str, Any]]:
             out.append({"key": key, "value": composed.value(key), "source": src})
     for prefix in ("cluster.env", "verl_overrides", "algorithm.extra_overrides"):
         node = composed.value(prefix)
-        tree: Any = OmegaConf.to_container(node, resolve=False) if node is not None else {}
+        tree: Any = node if isinstance(node, dict) or node is None else _plain(node)
+        tree = tree or {}
         names = tree if prefix == "cluster.env" else flatten(tree)
         for name in names:
             key = f"{prefix}.{name}"
@@ -184,3 +183,10 @@ def settings(composed: Composed) -> list[dict[str, Any]]:
                 value = tree[name] if prefix == "cluster.env" else names[name]
                 out.append({"key": key, "value": value, "source": composed.source(key)})
     return out
+
+
+def _plain(node: Any) -> Any:
+    """A DictConfig as plain data, interpolations as written (`${oc.env:X}`, never its value)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=False)

@@ -4,11 +4,9 @@ launcher/untrusted.py checks what the YAML says."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-import yaml
-from omegaconf._utils import get_yaml_loader
 
 from topl.launcher.errors import ToplError
 
@@ -18,17 +16,24 @@ MAX_NODES = 20_000  # values after alias expansion
 MAX_DEPTH = 32  # nesting of mappings / lists (the spec is 3 deep; verl keys are dotted)
 
 
-class _LimitedLoader(get_yaml_loader()):  # type: ignore[misc]  # OmegaConf builds the class
-    """OmegaConf's YAML loader (the one Hydra uses), with a cap on aliases."""
+@cache
+def _limited_loader() -> Any:
+    """OmegaConf's YAML loader (the one Hydra uses), with a cap on aliases. Made on first use:
+    importing PyYAML and OmegaConf is most of what a `check` answered from its cache would cost."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
 
-    aliases = 0
+    class LimitedLoader(get_yaml_loader()):  # type: ignore[misc]  # OmegaConf builds the class
+        aliases = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} YAML aliases")
-        return super().compose_node(parent, index)
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_ALIASES:
+                    raise yaml.YAMLError(f"more than {MAX_ALIASES} YAML aliases")
+            return super().compose_node(parent, index)
+
+    return LimitedLoader
 
 
 def _count(node: Any, budget: list[int]) -> None:
@@ -59,6 +64,12 @@ def _depth(node: Any) -> int:
     return deepest
 
 
+def _yaml_error() -> type[Exception]:
+    import yaml
+
+    return yaml.YAMLError
+
+
 def load_yaml(text: bytes, where: str) -> Any:
     """Parse YAML as OmegaConf/Hydra would, refusing oversize, alias-heavy or exploding files."""
     fix = "recipes are small plain YAML: write values out instead of using anchors and aliases"
@@ -67,7 +78,7 @@ def load_yaml(text: bytes, where: str) -> Any:
             f"the file is {len(text)} bytes; the limit is {MAX_BYTES}", where=where, fix=fix
         )
     try:
-        loader = _LimitedLoader(text.decode("utf-8"))
+        loader = _limited_loader()(text.decode("utf-8"))
         try:
             data = loader.get_single_data()
         finally:
@@ -78,7 +89,7 @@ def load_yaml(text: bytes, where: str) -> Any:
         raise ToplError(
             f"the YAML nests deeper than {MAX_DEPTH} levels", where=where, fix=fix
         ) from None
-    except yaml.YAMLError as e:
+    except _yaml_error() as e:
         mark = getattr(e, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
         problem = getattr(e, "problem", None) or str(e)

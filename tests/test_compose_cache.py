@@ -1,9 +1,10 @@
 """The compose cache (launcher/compose_cache.py): a hit answers what a fresh Hydra compose answers,
 every input that decides a compose invalidates it, and a hit imports no Hydra.
 
-What the compared paths share: the hit path rebuilds the typed config from the entry's JSON
-(OmegaConf.merge into the JobSpec schema) and re-runs the environment/code checks; the miss path is
-Hydra's compose. Both then go through the same contract and renderer."""
+What the compared paths share: the hit path builds the JobSpec from the entry's resolved JSON
+(composed.py `_build`; OmegaConf.merge into the JobSpec schema where the config reads the
+environment) and re-runs the environment/code checks; the miss path is Hydra's compose. Both then
+go through the same contract and renderer."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from topl.launcher import compose_cache, recipes
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check
 from topl.launcher.errors import ToplError
+from topl.launcher.meaning import settings
 from topl.launcher.render import render
 
 
@@ -44,8 +46,9 @@ def hit(overrides):
 
 
 def same(a, b):
-    assert OmegaConf.to_yaml(a.cfg) == OmegaConf.to_yaml(b.cfg)
-    assert a.to_object() == b.to_object()
+    # repr, not ==: an int where OmegaConf gives a float (1 == 1.0) would pass an equality
+    assert repr(a.to_object()) == repr(b.to_object()) and a.to_object() == b.to_object()
+    assert settings(a) == settings(b)  # check's notes: containers as written, leaves resolved
     assert (a.sources, a.choices, a.recipe, a.overrides) == (
         b.sources,
         b.choices,
@@ -57,6 +60,7 @@ def same(a, b):
     sa, sb = a.to_object(), b.to_object()
     if not [v for v in va if v.severity == "error"]:
         assert render(sa).to_dict(sa.cluster.python) == render(sb).to_dict(sb.cluster.python)
+    assert OmegaConf.to_yaml(a.cfg) == OmegaConf.to_yaml(b.cfg)  # a hit's, built when asked for
 
 
 def _cases(every: bool):
@@ -163,6 +167,16 @@ def test_untrusted_or_broken_entries_are_not_read(cache):
     entry.write_text(json.dumps(data))
     with pytest.raises(ToplError, match="names code"):
         compose_cache.compose_cached(["train.tp=2"])
+    del data["cfg"]["train"]["_target_"]
+    data["resolved"]["verl_overrides"] = {"x": {"_target_": "os.system"}}  # where a hit reads
+    entry.write_text(json.dumps(data))
+    with pytest.raises(ToplError, match="names code"):
+        compose_cache.compose_cached(["train.tp=2"])
+    data["resolved"]["verl_overrides"] = {}
+    del data["resolved"]["cluster"]  # not of a JobSpec's shape: a miss, composed afresh
+    entry.write_text(json.dumps(data))
+    assert compose_cache.compose_cached(["train.tp=2"]).to_object().train.tp == 2
+    assert json.loads(entry.read_text())["resolved"]["cluster"]
     for broken in ("{not json", '{"format": 1, "cfg": "x"}', json.dumps({**data, "deps": []})):
         entry.write_text(broken)
         assert compose_cache.compose_cached(["train.tp=2"]).cfg.train.tp == 2
@@ -176,10 +190,10 @@ def test_only_the_newest_entries_stay(cache, monkeypatch):
     assert len(entries(cache)) == 2
 
 
-def test_a_cached_check_imports_no_hydra(cache):
+def test_a_cached_check_imports_no_hydra_omegaconf_or_yaml(cache):
     code = (
         "import sys; from topl.launcher.cli import main; rc = main(['check']);"
-        "print('HYDRA' if any(m == 'hydra' or m.startswith('hydra.') for m in sys.modules)"
+        "print('HYDRA' if any(m.split('.')[0] in ('hydra', 'omegaconf', 'yaml') for m in sys.modules)"
         " else 'NOHYDRA', rc)"
     )
     env = {**os.environ, "TOPL_CACHE_DIR": str(cache.parent)}
@@ -189,3 +203,19 @@ def test_a_cached_check_imports_no_hydra(cache):
     ]
     assert [r.stdout.split()[-2] for r in runs] == ["HYDRA", "NOHYDRA"], runs
     assert runs[0].stdout == runs[1].stdout.replace("NOHYDRA", "HYDRA")
+
+
+def test_the_spec_spells_omegaconfs_missing_marker():
+    import omegaconf
+
+    from topl.launcher import spec
+
+    assert spec.MISSING == omegaconf.MISSING  # spec.py names it without importing OmegaConf
+
+
+def test_a_hit_builds_no_dictconfig_unless_asked(cache):
+    kept = hit(["recipe=qwen3_4b_grpo_a3_release_strict"])[1]
+    s = kept.to_object()
+    check(kept), render(s), settings(kept)
+    assert kept._cfg is None  # the whole `check` / `render` ran on the kept data
+    assert kept.cfg.alignment.kv_tile == s.alignment.kv_tile == s.rollout.block_size

@@ -6,8 +6,6 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from topl.launcher.align import targets
 from topl.launcher.facts import supports
 
@@ -34,6 +32,8 @@ FEATURES = (  # (row, fact id)
 
 
 def profiles() -> dict[str, dict[str, Any]]:
+    import yaml  # here: `check` reads no profile file
+
     root = resources.files("topl.conf") / "stack"
     found = {
         p.name[:-5]: yaml.safe_load(p.read_text())
