@@ -67,7 +67,8 @@ def _depth(node: Any) -> int:
 def _yaml_error() -> type[Exception]:
     import yaml
 
-    return yaml.YAMLError
+    error: type[Exception] = yaml.YAMLError
+    return error
 
 
 def load_yaml(text: bytes, where: str) -> Any:
