@@ -114,3 +114,19 @@ def test_a_mistyped_top_level_key_in_a_recipe_names_the_nearest_field(tmp_path):
     f.write_text("# @package _global_\ntrian:\n  tp: 2\n")
     err = _err(run("check", f"recipe={f}"))
     assert "unknown top-level key(s) trian" in err and "trian: did you mean train?" in err
+
+
+def test_a_deleted_working_directory_is_said_not_a_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "$0" -m topl.launcher.cli "$@"'
+    for tail in ([], ["--json"]):
+        gone.mkdir()
+        r = subprocess.run(
+            ["sh", "-c", script, sys.executable, "check", *tail], capture_output=True, text=True
+        )
+        assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout, r.stderr
+        out = json.loads(r.stdout)["error"]["message"] if tail else r.stderr
+        assert "the working directory no longer exists" in out

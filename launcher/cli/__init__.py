@@ -114,6 +114,19 @@ def _unknown_command(cmd: str, rest: list[str]) -> int:
     return 2
 
 
+def _working_directory() -> None:
+    """Hydra reads the working directory into every compose (hydra.runtime.cwd) and relative
+    paths resolve against it: a deleted one is bad input, said once, not a traceback."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ToplError(
+            "the working directory no longer exists (deleted or moved after this shell entered it)",
+            where=f"$PWD={os.environ.get('PWD', '?')}",
+            fix='cd to an existing directory (e.g. `cd "$PWD"` if it was re-created) and run again',
+        ) from None
+
+
 def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     redact.install()  # everything printed from here on has secrets removed
@@ -136,6 +149,7 @@ def _main(argv: list[str] | None) -> int:
             return 0
         print("Hydra's help for this app follows (config groups, the composed config):\n")
     try:
+        _working_directory()
         if cmd not in ("rules", "diagnose"):
             check_sweeper_discoverable()
         return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
