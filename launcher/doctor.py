@@ -7,7 +7,7 @@ version file, environment as the job's processes see it: launcher/installed.py r
 
 Checks are a registry like the contract's rules: `@check(id, what, when, fix, applies)` registers
 one; `topl rules --doctor` and docs/reference.md list them (id, what, when, fix). The checks
-themselves are in launcher/doctor_checks.py.
+themselves are in launcher/doctor_checks.py and doctor_checks_job.py.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> l
     """Every check that applies to this spec, in registry order; `env` is the environment the
     job's processes get (default: a Ray worker's, see `worker_env`); `node`: running inside a Ray
     task on a node of the cluster."""
-    from topl.launcher import doctor_checks  # noqa: F401  (registers the checks)
+    from topl.launcher import doctor_checks, doctor_checks_job  # noqa: F401  (registers the checks, in order)
 
     ctx = Ctx(spec, worker_env(spec) if env is None else dict(env), node)
     for c in CHECKS:
@@ -137,7 +137,7 @@ def report_nodes(spec: JobSpec, ray_address: str | None = None) -> list[dict]:
 
 
 def catalog() -> list[Check]:
-    from topl.launcher import doctor_checks  # noqa: F401  (registers the checks)
+    from topl.launcher import doctor_checks, doctor_checks_job  # noqa: F401  (registers the checks, in order)
 
     return sorted(CHECKS, key=lambda c: c.id)
 
