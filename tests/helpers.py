@@ -283,6 +283,7 @@ def _validator(version: str) -> subprocess.Popen:
         cwd=tempfile.gettempdir(),
     )
     proc.log = log.name  # type: ignore[attr-defined]
+    atexit.register(Path(log.name).unlink, missing_ok=True)  # runs after the kill (LIFO)
     atexit.register(proc.kill)
     _VALIDATORS[version] = proc
     return proc
