@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from topl.launcher import backends
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_violations
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Violation
+    from topl.launcher.fix import Fix
+    from topl.launcher.spec import JobSpec
 
 
 def main(args: list[str]) -> int:
@@ -54,11 +60,11 @@ def main(args: list[str]) -> int:
     return 0 if ok else 2
 
 
-def _command(overrides: list[str], fix) -> str:
+def _command(overrides: list[str], fix: Fix) -> str:
     return shlex.join(["topl", "check", *overrides, *(c.override for c in fix.changes)])
 
 
-def _print_fix(fix, after, overrides: list[str]) -> None:
+def _print_fix(fix: Fix, after: list[Violation] | None, overrides: list[str]) -> None:
     if not fix.found:
         print(f"\nno fix ({fix.evaluated} candidate sets judged); what blocks it:")
         for rule, msg in fix.blocking.items():
@@ -76,7 +82,7 @@ def _print_fix(fix, after, overrides: list[str]) -> None:
     print(f"  {_command(overrides, fix)}")
 
 
-def installed_verl(spec) -> list:
+def installed_verl(spec: JobSpec) -> list[Violation]:
     """A warning when this Python's verl (package metadata; never imported) is not the version the
     spec's stack declares: the job would run the wrong verl if it runs here (`topl doctor` checks
     where it really runs). The reference engines (backend=local) use no verl."""

@@ -5,27 +5,38 @@ from __future__ import annotations
 import json
 
 # Plain-text helpers shared with the run layer and the backends live in launcher/console.py.
-from topl.launcher.console import (  # noqa: F401  (re-exported to the commands)
-    PIPE_WIDTH,
-    fit,
-    make_console,
-    print_violations,
-    width_of,
-)
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from topl.launcher.console import PIPE_WIDTH, fit, make_console, print_violations, width_of
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+__all__ = [  # the console's plain-text helpers, re-exported to the commands, and this module's
+    "PIPE_WIDTH",
+    "fit",
+    "make_console",
+    "print_violations",
+    "width_of",
+    "print_json",
+    "print_table",
+    "plain_lines",
+]
 
 
-def print_json(data) -> None:
+def print_json(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))
 
 
 def print_table(
     title: str,
-    columns,
-    rows,
-    justify: dict | None = None,
-    console=None,
-    whole=("id", "rule", "rules"),
-):
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    justify: dict[str, JustifyMethod] | None = None,
+    console: Any = None,
+    whole: Sequence[str] = ("id", "rule", "rules"),
+) -> Any:
     """A table whose cells wrap rather than end in "…"; the `whole` columns (ids) are never split.
     Returns the console so a command can print its verdict lines after it."""
     from rich import box
