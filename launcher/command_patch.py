@@ -90,6 +90,7 @@ class Template:
         self._plain = _plain(base)
         self._reads: _Counting | None = None
         self._rows: dict[str, str | None] = {}
+        self._was: dict[str, Any] = {}  # key -> the base's value (patched reads it per point)
 
     def row(self, key: str) -> str | None:
         """The verl key whose value is the spec's `key` and nothing else, or None."""
@@ -162,15 +163,23 @@ def _holds(v: Any, sentinel: _Refuses) -> bool:
     return False
 
 
-def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Command | None:
+def patched(
+    template: Template,
+    spec: JobSpec,
+    changed: tuple[str, ...],
+    values: dict[str, Any] | None = None,
+) -> Command | None:
     """`spec`'s command from the template's (the base's), or None where a changed key is not
-    patchable (the caller builds it whole). `spec` equals the base outside `changed`."""
+    patchable (the caller builds it whole). `spec` equals the base outside `changed`; `values`:
+    spec's value of each changed key, where the caller has them (else read from `spec`)."""
     base, cmd = template.base, template.cmd
     if cmd is None:
         return None
     swaps: list[tuple[str, Any]] = []
+    was_of = template._was
     for key in changed:
-        value, was = get_path(spec, key), get_path(base, key)
+        value = values[key] if values is not None else get_path(spec, key)
+        was = was_of[key] if key in was_of else was_of.setdefault(key, get_path(base, key))
         if value is was or (
             type(value) is type(was) and type(value) in (int, str) and value == was
         ):
@@ -186,12 +195,17 @@ def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Comm
         own[verl] = new = Entry(old.key, value, old.prefix, old.by, old.origin)
         if entries.get(verl) is old:  # not replaced by a verbatim override
             entries[verl] = new
-    return Command(entries, own, spec)
+    return Command(entries, own, spec, cmd.user)  # no verbatim entry was replaced
 
 
-def prime(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> bool:
+def prime(
+    template: Template,
+    spec: JobSpec,
+    changed: tuple[str, ...],
+    values: dict[str, Any] | None = None,
+) -> bool:
     """Cache `spec`'s patched command for the rules that read it; False when it must be built."""
-    cmd = patched(template, spec, changed)
+    cmd = patched(template, spec, changed, values)
     if cmd is None:
         return False
     remember(spec, cmd)

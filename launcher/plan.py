@@ -20,6 +20,7 @@ from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
 from topl.launcher.overrides import (
+    _REF,
     interpolated_keys,
     raw_value,
     replayable,
@@ -29,7 +30,6 @@ from topl.launcher.overrides import (
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
-from topl.launcher.tree import get_path
 
 
 @dataclass
@@ -127,6 +127,7 @@ class Planner:
         self._memos: dict[tuple[Any, ...], BaseMemo] = {}
         self._templates: dict[tuple[Any, ...], Template] = {}  # memo key -> a point's command
         self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
+        self._again: dict[tuple[Any, ...], list[tuple[str, str]]] = {}  # (groups, swept) -> stale
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
     def _base(self, group_overrides: list[str]) -> Base:
@@ -178,16 +179,27 @@ class Planner:
 
     def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
+        base, spec, again, _ = self._point_spec(groups, values)
+        return base, spec, again
+
+    def _point_spec(
+        self, groups: list[str], values: list[Item]
+    ) -> tuple[Base, JobSpec, list[str], dict[str, Any]]:
+        """`_fast_spec`, and the point's value of each key it changed (swept, re-resolved)."""
         base = self._base(groups)
         _, obj, interp = base
-        spec = copy_on_write(obj, [(k, v) for _, k, v in values])
-        swept = {k for _, k, _ in values}
-        again = [(k, raw) for k, raw in interp if k not in swept]
+        sets = [(k, v) for _, k, v in values]
+        key = (tuple(groups), tuple(k for k, _ in sets))
+        again = self._again.get(key)
+        if again is None:
+            again = self._again[key] = stale(interp, [k for k, _ in sets])
+        spec = copy_on_write(obj, sets)
+        vals = dict(sets)
         if again:  # re-resolve ${a.b} references after the point's values are set
-            spec = copy_on_write(
-                spec, [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
-            )
-        return base, spec, [k for k, _ in again]
+            more = [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
+            spec = copy_on_write(spec, more)
+            vals.update(more)
+        return base, spec, [k for k, _ in again], vals
 
     def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
@@ -216,7 +228,7 @@ class Planner:
         if composed or not self.memo:
             spec, _ = self.spec(point)
             return _full_verdict(overrides, spec), spec
-        _, spec, interp = self._fast_spec(groups, values)
+        _, spec, interp, vals = self._point_spec(groups, values)
         varying = (*(k for _, k, _ in values), *interp)
         memo_key = (tuple(groups), varying)
         memo = self._memos.get(memo_key)
@@ -225,11 +237,28 @@ class Planner:
         template = self._templates.get(memo_key)
         if template is None or template.cmd is None:  # the first point whose command renders
             template = self._templates[memo_key] = Template(spec)
-        patched = prime(template, spec, varying)  # its command from the base's, where exact
-        vals = {k: get_path(spec, k) for k in varying}
+        patched = prime(template, spec, varying, vals)  # its command from the base's, where exact
         errs, warns = memo.verdict(spec, vals, template if patched else None)
         tg, rg = memo.estimate(spec, vals)
         return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
+
+
+def stale(interp: list[tuple[str, str]], swept: list[str]) -> list[tuple[str, str]]:
+    """The interpolated (key, raw) a point setting `swept` must resolve again: those that refer
+    to a swept key or to another stale one, or in a form other than plain `${a.b}` references.
+    The others keep the value Hydra resolved in the base (they read nothing the point changed)."""
+    changed, out = set(swept), {k: False for k, _ in interp if k not in swept}
+    grew = True
+    while grew:
+        grew = False
+        for k, raw in interp:
+            if out.get(k) is False:
+                refs = _REF.findall(raw)
+                plain = "${" not in _REF.sub("", raw)  # nothing but ${a.b}: no resolver, nesting
+                if not plain or any(_overlap(r, c) for r in refs for c in changed):
+                    out[k] = grew = True
+                    changed.add(k)
+    return [(k, raw) for k, raw in interp if out.get(k)]
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -83,6 +83,24 @@ class _RecDict(dict[str, Any]):
     def __len__(self) -> int:
         return int(self._all(super().__len__)())
 
+    # dict's C paths that read the values without keys() / __getitem__
+    def copy(self) -> dict[str, Any]:
+        return dict(self._all(super().copy)())
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self._all(super().__eq__)(other))
+
+    def __ne__(self, other: object) -> bool:
+        return bool(self._all(super().__ne__)(other))
+
+    def __or__(self, other: Any) -> Any:
+        return self._all(super().__or__)(other)
+
+    def __ror__(self, other: Any) -> Any:
+        return self._all(super().__ror__)(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 def _recording(cmd: C.Command, log: _Log) -> C.Command:
     entries, own = _RecDict(cmd.entries), _RecDict(cmd.own)
@@ -98,6 +116,18 @@ class _RecCommand(C.Command):
     def env(self) -> dict[str, C.Entry]:  # rendered from the whole spec
         self.log.add(ALL)  # type: ignore[attr-defined]
         return super().env
+
+    # A patched point's command has the traced one's keys, in its order, each set by the same
+    # writer; only the values of its swept keys' entries differ, each of the traced value's
+    # type (command_patch.patched). So listing keys by writer reads nothing that varies, and a
+    # selection by value type reads only the entries it returns.
+    def keys_by(self, by: tuple[str, ...]) -> list[str]:
+        return [e.key for e in dict.values(self.entries) if e.by in by]
+
+    def typed(self, by: tuple[str, ...], types: tuple[type, ...]) -> list[C.Entry]:
+        got = [e for e in dict.values(self.entries) if e.by in by and isinstance(e.value, types)]
+        self.log.update(f"cmd:{e.key}" for e in got)  # type: ignore[attr-defined]
+        return got
 
 
 def traced_run(rule: Rule, spec: JobSpec, cmd: C.Command) -> tuple[Any, _Log]:
