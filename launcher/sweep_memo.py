@@ -128,6 +128,9 @@ class BaseMemo:
         self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
             (k, rules, {} if k != varying else None) for k, rules in groups.items()
         ]
+        # the traced rules' answers together, by the swept values any of their traces read
+        self.joint: dict[tuple[Any, ...], list[tuple[int, str, str]]] = {}
+        self.joint_keys: tuple[str, ...] | None = None  # those keys; None: not computed
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
 
@@ -148,11 +151,7 @@ class BaseMemo:
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
-        cmd = command(spec) if template is not None else None  # patched: prime() cached it
-        point: dict[Any, Any] = {None: hv}
-        for i, r, t in self.traced:
-            if res := t.answer(spec, cmd, template, point):
-                broken.append((i, r.id, res[0]))
+        broken += self._traced(spec, hv, template)
         errs: list[str] = []
         warns: list[str] = []
         for _, rid, severity in sorted(broken):
@@ -160,6 +159,50 @@ class BaseMemo:
             if rid not in bucket:
                 bucket.append(rid)
         return errs, warns
+
+    def _traced(
+        self, spec: JobSpec, hv: dict[str, Any], template: Template | None
+    ) -> list[tuple[int, str, str]]:
+        """What the traced rules break. Each traced answer is a function of the swept values its
+        trace read (sweep_trace), so all of them together are a function of the union of those:
+        one lookup a point, kept while no trace is added and no rule turns to `every` (both
+        change that union; the kept answers are dropped then)."""
+        if template is None:  # built whole: every traced rule runs (Traced.answer)
+            return self._run_traced(spec, hv, None)
+        keys = self.joint_keys
+        at = tuple(hv[k] for k in keys) if keys is not None else None
+        got = self.joint.get(at) if at is not None else None
+        if got is None:
+            got = self._run_traced(spec, hv, template)
+            now = self._joint_keys()
+            if now != keys:
+                self.joint.clear()
+                self.joint_keys = now
+            elif len(self.joint) < CACHE_MAX:
+                self.joint[at] = got  # type: ignore[index]
+        return got
+
+    def _joint_keys(self) -> tuple[str, ...] | None:
+        """The swept keys any trace read; None while a rule runs untraced (for every point, or
+        past its cap) or has no trace yet."""
+        read: set[str] = set()
+        for _, _, t in self.traced:
+            if t.every or t.full or not t.traces:
+                return None
+            for keys in t.traces:
+                read.update(keys)
+        return tuple(k for k in self.varying if k in read)
+
+    def _run_traced(
+        self, spec: JobSpec, hv: dict[str, Any], template: Template | None
+    ) -> list[tuple[int, str, str]]:
+        cmd = command(spec) if template is not None else None  # patched: prime() cached it
+        point: dict[Any, Any] = {None: hv}
+        out = []
+        for i, r, t in self.traced:
+            if res := t.answer(spec, cmd, template, point):
+                out.append((i, r.id, res[0]))
+        return out
 
     def estimate(self, spec: JobSpec, values: dict[str, Any]) -> tuple[float | None, float | None]:
         from topl.launcher.memory_estimate import estimate

@@ -170,6 +170,7 @@ class Traced:
         self.rule, self.varying, self.cap = rule, varying, cap  # cap: answers kept per trace
         self.traces: dict[tuple[str, ...], dict[tuple[Any, ...], Any]] = {}
         self.every = False  # a run read everything that varies: run it for every point
+        self.full = False  # a run past `cap` was not traced
 
     def answer(
         self, spec: JobSpec, cmd: C.Command | None, template: Template | None, point: dict[Any, Any]
@@ -188,6 +189,7 @@ class Traced:
             if got is not _MISS:
                 return got
         if sum(map(len, self.traces.values())) >= self.cap:
+            self.full = True  # its answers now follow keys no trace names (sweep_memo.joint)
             return self.rule.run(spec)  # full: what is kept still answers, the rest just runs
         got, log = traced_run(self.rule, spec, cmd)
         keys = self._read(log, template)
