@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 
-from topl.launcher.command_patch import Template, prime
+from topl.launcher.command import remember
+from topl.launcher.command_patch import Template, apply, swaps
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
@@ -179,13 +180,14 @@ class Planner:
 
     def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
-        base, spec, again, _ = self._point_spec(groups, values)
-        return base, spec, again
+        base, make, again, _ = self._point_spec(groups, values)
+        return base, make(), again
 
     def _point_spec(
         self, groups: list[str], values: list[Item]
-    ) -> tuple[Base, JobSpec, list[str], dict[str, Any]]:
-        """`_fast_spec`, and the point's value of each key it changed (swept, re-resolved)."""
+    ) -> tuple[Base, Callable[[], JobSpec], list[str], dict[str, Any]]:
+        """`_fast_spec` with the spec still to make, and the point's value of each key it
+        changed (swept, re-resolved)."""
         base = self._base(groups)
         _, obj, interp = base
         sets = [(k, v) for _, k, v in values]
@@ -193,13 +195,15 @@ class Planner:
         again = self._again.get(key)
         if again is None:
             again = self._again[key] = stale(interp, [k for k, _ in sets])
-        spec = copy_on_write(obj, sets)
         vals = dict(sets)
-        if again:  # re-resolve ${a.b} references after the point's values are set
-            more = [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
-            spec = copy_on_write(spec, more)
-            vals.update(more)
-        return base, spec, [k for k, _ in again], vals
+        if not again:
+            return base, lambda: copy_on_write(obj, sets), [], vals
+        # re-resolve ${a.b} references after the point's values are set
+        spec = copy_on_write(obj, sets)
+        more = [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
+        spec = copy_on_write(spec, more)
+        vals.update(more)
+        return base, lambda: spec, [k for k, _ in again], vals
 
     def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
@@ -219,28 +223,56 @@ class Planner:
         if rank:
             from topl.launcher.cost import step_cost
 
-            v.ranked, v.cost = True, step_cost(spec) if v.valid else None
+            v.ranked, v.cost = True, step_cost(spec()) if v.valid else None
         return v
 
-    def _verdict(self, point: list[Item]) -> tuple[Verdict, JobSpec]:
+    def _verdict(self, point: list[Item]) -> tuple[Verdict, Callable[[], JobSpec]]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
         if composed or not self.memo:
             spec, _ = self.spec(point)
-            return _full_verdict(overrides, spec), spec
-        _, spec, interp, vals = self._point_spec(groups, values)
+            return _full_verdict(overrides, spec), lambda: spec
+        _, make, interp, vals = self._point_spec(groups, values)
         varying = (*(k for _, k, _ in values), *interp)
         memo_key = (tuple(groups), varying)
         memo = self._memos.get(memo_key)
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
+        spec = _Point(make)
         template = self._templates.get(memo_key)
         if template is None or template.cmd is None:  # the first point whose command renders
-            template = self._templates[memo_key] = Template(spec)
-        patched = prime(template, spec, varying, vals)  # its command from the base's, where exact
-        errs, warns = memo.verdict(spec, vals, template if patched else None)
+            template = self._templates[memo_key] = Template(spec())
+        patch = swaps(template, varying, vals)  # its command from the base's, where exact
+        spec.patch(template, patch)
+        errs, warns = memo.verdict(spec, vals, template if patch is not None else None)
         tg, rg = memo.estimate(spec, vals)
-        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
+        return Verdict(overrides, not errs, errs, warns, tg, rg, memo.devices(spec)), spec
+
+
+class _Point:
+    """A point's spec, made on first use, with its patched command remembered for the rules
+    (command.command): where every rule group, the traced rules and the estimate answer from
+    their memos, the point needs no spec at all."""
+
+    __slots__ = ("_make", "_spec", "_template", "_swaps")
+
+    def __init__(self, make: Callable[[], JobSpec]):
+        self._make, self._spec = make, None
+        self._template: Template | None = None
+        self._swaps: list[tuple[str, Any]] | None = None
+
+    def patch(self, template: Template, swaps: list[tuple[str, Any]] | None) -> None:
+        """Its command is the template's with `swaps` made (None: built whole where needed)."""
+        self._template, self._swaps = template, swaps
+        if self._spec is not None and swaps is not None:
+            remember(self._spec, apply(template, self._spec, swaps))
+
+    def __call__(self) -> JobSpec:
+        if self._spec is None:
+            self._spec = self._make()
+            if self._template is not None and self._swaps is not None:
+                remember(self._spec, apply(self._template, self._spec, self._swaps))
+        return self._spec
 
 
 def stale(interp: list[tuple[str, str]], swept: list[str]) -> list[tuple[str, str]]:

@@ -114,4 +114,34 @@ def test_stale_follows_chains_and_forms_it_cannot_read():
     ]
     assert [k for k, _ in stale(interp, ["b.y"])] == ["a.x", "a.z", "c.k"]
     assert [k for k, _ in stale(interp, ["b"])] == ["a.x", "a.z", "c.k"]  # a section above
-    assert [k for k, _ in stale(interp, ["a.x"])] == ["a.z", "c.k"]  # swept itself: set, not resolved
+    assert [k for k, _ in stale(interp, ["a.x"])] == [
+        "a.z",
+        "c.k",
+    ]  # swept itself: set, not resolved
+
+
+def test_a_point_answered_from_memos_makes_no_spec(monkeypatch):
+    """The spec (and its patched command) is made only where a rule, a trace or the estimate
+    runs; the world size is the base's unless a swept key is one it reads."""
+    from topl.launcher import plan as P
+
+    made = []
+    real = P.copy_on_write
+    monkeypatch.setattr(P, "copy_on_write", lambda *a: made.append(1) or real(*a))
+    recipe = "recipe=qwen3_30b_a3b_grpo_a3_strict"
+    points = expand_items([recipe, "train.tp=1,2", "rollout.max_num_seqs=16,32", "rollout.tp=1,2"])
+    want = _verdicts(Planner(memo=False), points)
+    fast = Planner()
+    assert _verdicts(fast, points) == want
+    made.clear()
+    assert _verdicts(fast, points) == want  # again: every answer is in a memo now
+    assert made == []
+    (memo,) = fast._memos.values()
+    assert memo.world == 16
+    nodes = expand_items([recipe, "cluster.nodes=1,2", "rollout.tp=1,2"])
+    fast = Planner()
+    got = _verdicts(fast, nodes)
+    assert got == _verdicts(Planner(memo=False), nodes)
+    assert {v["devices"] for v in got} == {16, 32}
+    (memo,) = fast._memos.values()
+    assert memo.world is None
