@@ -145,3 +145,53 @@ def test_a_point_answered_from_memos_makes_no_spec(monkeypatch):
     assert {v["devices"] for v in got} == {16, 32}
     (memo,) = fast._memos.values()
     assert memo.world is None
+
+
+def test_plan_json_lines_are_json_dumps_of_each_verdict():
+    """`plan --json` writes a verdict's line itself: the bytes json.dumps gives, for every type a
+    field can hold (a non-float estimate, a NaN, a rank or an odd text go to json.dumps)."""
+    import json
+
+    from topl.launcher.cli.plan import _json_line
+    from topl.launcher.plan import Verdict
+
+    verdicts = [
+        Verdict(["train.tp=2", 'experiment="ü\\x"\n'], False, ["TOP-TP-001"], ["W"], 1.5, None, 16),
+        Verdict([], True, [], [], None, None, 0),
+        Verdict(["a=1"], True, [], [], 12, 1e-07, 8),  # an int estimate
+        Verdict(["a=1"], True, [], [], float("nan"), float("inf"), 8),
+        Verdict(["a=1"], True, [], [], 0.1, 2.0, 8, {"step_s": 1.0}, True),
+        Verdict([b"x"], True, [], [], 0.1, 2.0, 8),  # type: ignore[list-item]
+    ]
+    for v in verdicts:
+        assert _json_line(v) == json.dumps(v.to_dict(), default=str)
+    for v in expand_items(["train.tp=1,2", "rollout.tp=1,2"]):
+        got = Planner().verdict(v)
+        assert _json_line(got) == json.dumps(got.to_dict(), default=str)
+
+
+def test_the_assignment_pattern_matches_where_its_plain_form_does():
+    """redact._ASSIGN tests "not after [A-Za-z0-9_]" after the name's first letter (a faster
+    search over plan's megabytes); on any text it finds what the plain leading lookbehind finds."""
+    import random
+    import re
+
+    from topl.launcher import redact
+
+    plain = re.compile(
+        r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
+        r"(?P<value>\$\{[^}\"]*\}|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
+    )
+    assert redact._ASSIGN.pattern != plain.pattern
+    alphabet = "AKPTEYS_0a1z é\n\t\"':={}$,]\\-"
+    rng = random.Random(33)
+    texts = [
+        "HF_TOKEN=abcdefgh",
+        "x_API_KEY=1 aAPI_KEY=2 1PASSWORD=3 \nPASSWORD=4",
+        'A"PASSWORD": "x\\"y" B: ${C} é_TOKEN=z',
+    ] + ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 60))) for _ in range(20000)]
+    for t in texts:
+        assert [m.span() for m in redact._ASSIGN.finditer(t)] == [
+            m.span() for m in plain.finditer(t)
+        ], t
+        assert redact._ASSIGN.sub(redact._assign, t) == plain.sub(redact._assign, t)
