@@ -238,15 +238,15 @@ class Planner:
         memo = self._memos.get(memo_key)
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
-        spec = _Point(make)
+        pt = _Point(make)
         template = self._templates.get(memo_key)
         if template is None or template.cmd is None:  # the first point whose command renders
-            template = self._templates[memo_key] = Template(spec())
+            template = self._templates[memo_key] = Template(pt())
         patch = swaps(template, varying, vals)  # its command from the base's, where exact
-        spec.patch(template, patch)
-        errs, warns = memo.verdict(spec, vals, template if patch is not None else None)
-        tg, rg = memo.estimate(spec, vals)
-        return Verdict(overrides, not errs, errs, warns, tg, rg, memo.devices(spec)), spec
+        pt.patch(template, patch)
+        errs, warns = memo.verdict(pt, vals, template if patch is not None else None)
+        tg, rg = memo.estimate(pt, vals)
+        return Verdict(overrides, not errs, errs, warns, tg, rg, memo.devices(pt)), pt
 
 
 class _Point:
@@ -257,7 +257,8 @@ class _Point:
     __slots__ = ("_make", "_spec", "_template", "_swaps")
 
     def __init__(self, make: Callable[[], JobSpec]):
-        self._make, self._spec = make, None
+        self._make = make
+        self._spec: JobSpec | None = None
         self._template: Template | None = None
         self._swaps: list[tuple[str, Any]] | None = None
 
@@ -268,11 +269,12 @@ class _Point:
             remember(self._spec, apply(template, self._spec, swaps))
 
     def __call__(self) -> JobSpec:
-        if self._spec is None:
-            self._spec = self._make()
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._make()
             if self._template is not None and self._swaps is not None:
-                remember(self._spec, apply(self._template, self._spec, self._swaps))
-        return self._spec
+                remember(spec, apply(self._template, spec, self._swaps))
+        return spec
 
 
 def stale(interp: list[tuple[str, str]], swept: list[str]) -> list[tuple[str, str]]:

@@ -99,7 +99,7 @@ class _RecDict(dict[str, Any]):
     def __ror__(self, other: Any) -> Any:
         return self._all(super().__ror__)(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 def _recording(cmd: C.Command, log: _Log) -> C.Command:
