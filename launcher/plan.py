@@ -2,7 +2,8 @@
 
 Hydra composes each point from scratch (tens of ms). Here each distinct combination of group
 choices is composed once through Hydra; a point then only sets its values on a copy of that
-spec (typed like Hydra would) and runs the contract: thousands of points per second.
+spec (typed like Hydra would) and runs the contract, each rule once per distinct input
+(launcher/sweep_memo.py): tens of thousands of points per second.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ can differ between points. A rule whose declared keys (the catalog's, which
 tests/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
 whole base; one that reads some of them has one answer per distinct value of those. A rule that
 reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
-is keyed on every varying key. tests/test_speed.py compares every verdict with a full `evaluate`.
+is traced instead (launcher/sweep_trace.py): one answer per distinct value of the swept keys its
+runs read. Only the swept keys and the interpolations that refer to them vary (plan.stale), and
+a point whose every answer is kept makes no spec at all (plan._Point). tests/test_speed.py and
+tests/test_plan_trace.py compare every verdict with a full `evaluate`.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Their declared keys do not cover what they read (the command is rendered from th
 so `sweep_memo` used to run them for every point. Within one base, a point whose command was
 patched (command_patch) differs from the base only in its swept keys and in the command entries
 those keys alone decide. Each run of such a rule here is traced: the spec keys it read through
-the recording view, the command entries it read (a recording command), and every read outside
-the view, which must come from a site whose reads are listed below (else the rule runs for every
+the recording view, the command entries it read (a recording command: listing every entry
+reads them all, listing the keys by writer or the entries of some value types reads only what it
+returns), and every read outside the view, which must come from a site whose reads are listed below (else the rule runs for every
 point). A later point reuses a traced answer only when every swept key that trace read has the
 same value: the rule would read the same inputs and answer the same (rules are pure).
 """
