@@ -88,11 +88,11 @@ class _RecDict(dict[str, Any]):
     def copy(self) -> dict[str, Any]:
         return dict(self._all(super().copy)())
 
-    def __eq__(self, other: object) -> bool:
-        return bool(self._all(super().__eq__)(other))
+    def __eq__(self, other: object) -> Any:  # NotImplemented passes through
+        return self._all(super().__eq__)(other)
 
-    def __ne__(self, other: object) -> bool:
-        return bool(self._all(super().__ne__)(other))
+    def __ne__(self, other: object) -> Any:
+        return self._all(super().__ne__)(other)
 
     def __or__(self, other: Any) -> Any:
         return self._all(super().__or__)(other)
