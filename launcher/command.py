@@ -78,10 +78,18 @@ class Command:
     topl itself rendered for each key before a recipe or override replaced it. The environment
     entries (`ray_kwargs...env_vars.*`) are made on first use: most rules never read them."""
 
-    def __init__(self, entries: dict[str, Entry], own: dict[str, Entry], spec: JobSpec):
+    def __init__(
+        self,
+        entries: dict[str, Entry],
+        own: dict[str, Entry],
+        spec: JobSpec,
+        user: list[Entry] | None = None,  # `entries`' verbatim ones, where known (plan)
+    ):
         self.entries, self.own, self._spec = entries, own, spec
         self._env: dict[str, Entry] | None = None
-        self.user = [e for e in entries.values() if e.by in USER]  # verbatim, in command order
+        if user is None:  # verbatim, in command order
+            user = [e for e in entries.values() if e.by in USER]
+        self.user = user
 
     @property
     def env(self) -> dict[str, Entry]:
@@ -104,6 +112,15 @@ class Command:
     def get(self, key: str, default: Any = None) -> Any:
         e = self.entry(key)
         return default if e is None else e.value
+
+    def keys_by(self, by: tuple[str, ...]) -> list[str]:
+        """The keys of the entries (not env) set by one of `by`, in command order."""
+        return [e.key for e in self.entries.values() if e.by in by]
+
+    def typed(self, by: tuple[str, ...], types: tuple[type, ...]) -> list[Entry]:
+        """The entries (not env) set by one of `by` whose value is one of `types`. (plan traces
+        both reads finer than a listing: sweep_trace._RecCommand.)"""
+        return [e for e in self.entries.values() if e.by in by and isinstance(e.value, types)]
 
 
 def bare(key: str) -> tuple[str, str]:

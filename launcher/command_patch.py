@@ -27,7 +27,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher import render as R
-from topl.launcher.command import Command, Entry, build, remember
+from topl.launcher.command import Command, Entry, build
 from topl.launcher.contract import view
 from topl.launcher.contract.view import Reads
 from topl.launcher.sweep_memo import copy_on_write
@@ -90,6 +90,7 @@ class Template:
         self._plain = _plain(base)
         self._reads: _Counting | None = None
         self._rows: dict[str, str | None] = {}
+        self._was: dict[str, Any] = {}  # key -> the base's value (patched reads it per point)
 
     def row(self, key: str) -> str | None:
         """The verl key whose value is the spec's `key` and nothing else, or None."""
@@ -162,15 +163,35 @@ def _holds(v: Any, sentinel: _Refuses) -> bool:
     return False
 
 
-def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Command | None:
+def patched(
+    template: Template,
+    spec: JobSpec,
+    changed: tuple[str, ...],
+    values: dict[str, Any] | None = None,
+) -> Command | None:
     """`spec`'s command from the template's (the base's), or None where a changed key is not
-    patchable (the caller builds it whole). `spec` equals the base outside `changed`."""
+    patchable (the caller builds it whole). `spec` equals the base outside `changed`; `values`:
+    spec's value of each changed key, where the caller has them (else read from `spec`)."""
+    if values is None:
+        values = {k: get_path(spec, k) for k in changed}
+    got = swaps(template, changed, values)
+    return None if got is None else apply(template, spec, got)
+
+
+def swaps(
+    template: Template, changed: tuple[str, ...], values: dict[str, Any]
+) -> list[tuple[str, Any]] | None:
+    """(verl key, new value) for each entry a point with these `values` of the `changed` keys
+    replaces in the template's command, or None where one is not patchable. (Decided without
+    the point's spec: plan builds that only where a rule or an estimate runs.)"""
     base, cmd = template.base, template.cmd
     if cmd is None:
         return None
-    swaps: list[tuple[str, Any]] = []
+    out: list[tuple[str, Any]] = []
+    was_of = template._was
     for key in changed:
-        value, was = get_path(spec, key), get_path(base, key)
+        value = values[key]
+        was = was_of[key] if key in was_of else was_of.setdefault(key, get_path(base, key))
         if value is was or (
             type(value) is type(was) and type(value) in (int, str) and value == was
         ):
@@ -178,7 +199,14 @@ def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Comm
         verl = template.row(key)
         if verl is None or type(value) is not type(was):
             return None
-        swaps.append((verl, value))
+        out.append((verl, value))
+    return out
+
+
+def apply(template: Template, spec: JobSpec, swaps: list[tuple[str, Any]]) -> Command:
+    """The template's command with `swaps` (from `swaps`) made: `spec`'s."""
+    cmd = template.cmd
+    assert cmd is not None  # swaps() gave None otherwise
     own = dict(cmd.own)
     entries = dict(cmd.entries)
     for verl, value in swaps:
@@ -186,13 +214,4 @@ def patched(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> Comm
         own[verl] = new = Entry(old.key, value, old.prefix, old.by, old.origin)
         if entries.get(verl) is old:  # not replaced by a verbatim override
             entries[verl] = new
-    return Command(entries, own, spec)
-
-
-def prime(template: Template, spec: JobSpec, changed: tuple[str, ...]) -> bool:
-    """Cache `spec`'s patched command for the rules that read it; False when it must be built."""
-    cmd = patched(template, spec, changed)
-    if cmd is None:
-        return False
-    remember(spec, cmd)
-    return True
+    return Command(entries, own, spec, cmd.user)  # no verbatim entry was replaced

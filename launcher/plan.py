@@ -2,24 +2,27 @@
 
 Hydra composes each point from scratch (tens of ms). Here each distinct combination of group
 choices is composed once through Hydra; a point then only sets its values on a copy of that
-spec (typed like Hydra would) and runs the contract: thousands of points per second.
+spec (typed like Hydra would) and runs the contract, each rule once per distinct input
+(launcher/sweep_memo.py): tens of thousands of points per second.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 
-from topl.launcher.command_patch import Template, prime
+from topl.launcher.command import remember
+from topl.launcher.command_patch import Template, apply, swaps
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
 from topl.launcher.overrides import (
+    _REF,
     interpolated_keys,
     raw_value,
     replayable,
@@ -29,7 +32,6 @@ from topl.launcher.overrides import (
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
-from topl.launcher.tree import get_path
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Planner:
         self._memos: dict[tuple[Any, ...], BaseMemo] = {}
         self._templates: dict[tuple[Any, ...], Template] = {}  # memo key -> a point's command
         self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
+        self._again: dict[tuple[Any, ...], list[tuple[str, str]]] = {}  # (groups, swept) -> stale
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
     def _base(self, group_overrides: list[str]) -> Base:
@@ -178,16 +181,30 @@ class Planner:
 
     def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
         """(base entry, the point's spec sharing unchanged sections with the base, interp keys)."""
+        base, make, again, _ = self._point_spec(groups, values)
+        return base, make(), again
+
+    def _point_spec(
+        self, groups: list[str], values: list[Item]
+    ) -> tuple[Base, Callable[[], JobSpec], list[str], dict[str, Any]]:
+        """`_fast_spec` with the spec still to make, and the point's value of each key it
+        changed (swept, re-resolved)."""
         base = self._base(groups)
         _, obj, interp = base
-        spec = copy_on_write(obj, [(k, v) for _, k, v in values])
-        swept = {k for _, k, _ in values}
-        again = [(k, raw) for k, raw in interp if k not in swept]
-        if again:  # re-resolve ${a.b} references after the point's values are set
-            spec = copy_on_write(
-                spec, [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
-            )
-        return base, spec, [k for k, _ in again]
+        sets = [(k, v) for _, k, v in values]
+        key = (tuple(groups), tuple(k for k, _ in sets))
+        again = self._again.get(key)
+        if again is None:
+            again = self._again[key] = stale(interp, [k for k, _ in sets])
+        vals = dict(sets)
+        if not again:
+            return base, lambda: copy_on_write(obj, sets), [], vals
+        # re-resolve ${a.b} references after the point's values are set
+        spec = copy_on_write(obj, sets)
+        more = [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
+        spec = copy_on_write(spec, more)
+        vals.update(more)
+        return base, lambda: spec, [k for k, _ in again], vals
 
     def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
@@ -207,29 +224,76 @@ class Planner:
         if rank:
             from topl.launcher.cost import step_cost
 
-            v.ranked, v.cost = True, step_cost(spec) if v.valid else None
+            v.ranked, v.cost = True, step_cost(spec()) if v.valid else None
         return v
 
-    def _verdict(self, point: list[Item]) -> tuple[Verdict, JobSpec]:
+    def _verdict(self, point: list[Item]) -> tuple[Verdict, Callable[[], JobSpec]]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
         if composed or not self.memo:
             spec, _ = self.spec(point)
-            return _full_verdict(overrides, spec), spec
-        _, spec, interp = self._fast_spec(groups, values)
+            return _full_verdict(overrides, spec), lambda: spec
+        _, make, interp, vals = self._point_spec(groups, values)
         varying = (*(k for _, k, _ in values), *interp)
         memo_key = (tuple(groups), varying)
         memo = self._memos.get(memo_key)
         if memo is None:
             memo = self._memos[memo_key] = BaseMemo(self._base(groups)[1], varying)
+        pt = _Point(make)
         template = self._templates.get(memo_key)
         if template is None or template.cmd is None:  # the first point whose command renders
-            template = self._templates[memo_key] = Template(spec)
-        patched = prime(template, spec, varying)  # its command from the base's, where exact
-        vals = {k: get_path(spec, k) for k in varying}
-        errs, warns = memo.verdict(spec, vals, template if patched else None)
-        tg, rg = memo.estimate(spec, vals)
-        return Verdict(overrides, not errs, errs, warns, tg, rg, world_size(spec)), spec
+            template = self._templates[memo_key] = Template(pt())
+        patch = swaps(template, varying, vals)  # its command from the base's, where exact
+        pt.patch(template, patch)
+        errs, warns = memo.verdict(pt, vals, template if patch is not None else None)
+        tg, rg = memo.estimate(pt, vals)
+        return Verdict(overrides, not errs, errs, warns, tg, rg, memo.devices(pt)), pt
+
+
+class _Point:
+    """A point's spec, made on first use, with its patched command remembered for the rules
+    (command.command): where every rule group, the traced rules and the estimate answer from
+    their memos, the point needs no spec at all."""
+
+    __slots__ = ("_make", "_spec", "_template", "_swaps")
+
+    def __init__(self, make: Callable[[], JobSpec]):
+        self._make = make
+        self._spec: JobSpec | None = None
+        self._template: Template | None = None
+        self._swaps: list[tuple[str, Any]] | None = None
+
+    def patch(self, template: Template, swaps: list[tuple[str, Any]] | None) -> None:
+        """Its command is the template's with `swaps` made (None: built whole where needed)."""
+        self._template, self._swaps = template, swaps
+        if self._spec is not None and swaps is not None:
+            remember(self._spec, apply(template, self._spec, swaps))
+
+    def __call__(self) -> JobSpec:
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._make()
+            if self._template is not None and self._swaps is not None:
+                remember(spec, apply(self._template, spec, self._swaps))
+        return spec
+
+
+def stale(interp: list[tuple[str, str]], swept: list[str]) -> list[tuple[str, str]]:
+    """The interpolated (key, raw) a point setting `swept` must resolve again: those that refer
+    to a swept key or to another stale one, or in a form other than plain `${a.b}` references.
+    The others keep the value Hydra resolved in the base (they read nothing the point changed)."""
+    changed, out = set(swept), {k: False for k, _ in interp if k not in swept}
+    grew = True
+    while grew:
+        grew = False
+        for k, raw in interp:
+            if out.get(k) is False:
+                refs = _REF.findall(raw)
+                plain = "${" not in _REF.sub("", raw)  # nothing but ${a.b}: no resolver, nesting
+                if not plain or any(_overlap(r, c) for r in refs for c in changed):
+                    out[k] = grew = True
+                    changed.add(k)
+    return [(k, raw) for k, raw in interp if out.get(k)]
 
 
 def _overlap(a: str, b: str) -> bool:

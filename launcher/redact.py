@@ -67,9 +67,12 @@ _SHAPES = [
     ),  # JWT
     (re.compile(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/-]{16,}=*"), r"\g<keep>" + REDACTED),
 ]
-# NAME=value / "NAME": "value" / NAME: value for an upper-case (environment-style) NAME.
+# NAME=value / "NAME": "value" / NAME: value for an upper-case (environment-style) NAME, not
+# preceded by [A-Za-z0-9_]. (That test sits after the name's first letter, as a lookbehind over
+# it and the character before: a pattern that starts with a letter class is searched for by the
+# regex engine's fast scan, one that starts with a lookbehind at every position of the text.)
 _ASSIGN = re.compile(
-    r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
+    r"(?P<name>[A-Z](?<![A-Za-z0-9_].)[A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
     r"(?P<value>\$\{[^}\"]*\}|\"(?:[^\"\\]|\\.)*\"|'[^']*'|[^\s\"',}\]]+)"
 )
 

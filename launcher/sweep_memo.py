@@ -6,14 +6,17 @@ can differ between points. A rule whose declared keys (the catalog's, which
 tests/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
 whole base; one that reads some of them has one answer per distinct value of those. A rule that
 reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
-is keyed on every varying key. tests/test_speed.py compares every verdict with a full `evaluate`.
+is traced instead (launcher/sweep_trace.py): one answer per distinct value of the swept keys its
+runs read. Only the swept keys and the interpolations that refer to them vary (plan.stale), and
+a point whose every answer is kept makes no spec at all (plan._Point). tests/test_speed.py and
+tests/test_plan_trace.py compare every verdict with a full `evaluate`.
 """
 
 from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from topl.launcher.command import command
@@ -22,7 +25,7 @@ from topl.launcher.constraints import problems, violated
 from topl.launcher.contract import ERROR, RULES, view
 from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_trace import Traced
 
 if TYPE_CHECKING:
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from topl.launcher.contract.core import Rule
 
 T = TypeVar("T")
+Spec = Callable[[], JobSpec]  # a point's spec, made on first use (plan._Point)
 
 CACHE_MAX = 8192  # distinct inputs kept per rule group: past it, rules run (memory stays bounded)
 # what memory_estimate.estimate reads: TOP-MEM-001's inputs (train_bytes) and rollout_fit's
@@ -115,6 +119,7 @@ class BaseMemo:
         fixed_bad = [p for p in problems(base) if p.key not in vset]
         self.fields_bad = bool(fixed_bad)
         self.constrained = [(k, _CONSTRAINTS[k]) for k in varying if k in _CONSTRAINTS]
+        self.violations: dict[tuple[str, Any], bool] = {}
         # rules grouped by the varying keys they read: one lookup per group and point
         groups: dict[tuple[str, ...], list[tuple[int, Any]]] = {}
         self.traced: list[tuple[int, Rule, Traced]] = []  # read the command: traced per run
@@ -128,31 +133,38 @@ class BaseMemo:
         self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
             (k, rules, {} if k != varying else None) for k, rules in groups.items()
         ]
+        # the traced rules' answers together, by the swept values any of their traces read
+        self.joint: dict[tuple[Any, ...], list[tuple[int, str, str]]] = {}
+        self.joint_keys: tuple[str, ...] | None = None  # those keys; None: not computed
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
+        reads = view.Reads()  # what world_size reads, through the recording view
+        self.world: int | None = world_size(cast(JobSpec, view.View(base, reads)))
+        if _relevant(reads, varying):
+            self.world = None
 
     def verdict(
-        self, spec: JobSpec, values: dict[str, Any], template: Template | None = None
+        self, spec: Spec, values: dict[str, Any], template: Template | None = None
     ) -> tuple[list[str], list[str]]:
-        """(error rule ids, warning rule ids) in `evaluate`'s order; `template`: the base's
-        command, of which `spec`'s is a patch (command_patch.prime), else None."""
-        if self.fields_bad or any(violated(values[k], meta) for k, meta in self.constrained):
-            return [FIELD_RULE.id], []
+        """(error rule ids, warning rule ids) in `evaluate`'s order. `spec()`: the point's spec,
+        made where a rule runs; `values`: its value of each varying key; `template`: the base's
+        command, of which the point's is a patch (plan._Point remembers it), else None."""
         hv = {k: _hashable(v) for k, v in values.items()}
+        if self.fields_bad or any(
+            self._violated(k, meta, values, hv) for k, meta in self.constrained
+        ):
+            return [FIELD_RULE.id], []
         broken: list[tuple[int, str, str]] = []
         for keys, rules, cache in self.groups:
-            memo = tuple(hv[k] for k in keys) if cache is not None else None
+            memo = tuple([hv[k] for k in keys]) if cache is not None else None
             got = cache.get(memo) if cache is not None else None
             if got is None:  # (rule index, rule id, severity) of the rules this input breaks
-                got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(spec))]
+                s = spec()
+                got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(s))]
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
-        cmd = command(spec) if template is not None else None  # patched: prime() cached it
-        point: dict[Any, Any] = {None: hv}
-        for i, r, t in self.traced:
-            if res := t.answer(spec, cmd, template, point):
-                broken.append((i, r.id, res[0]))
+        broken += self._traced(spec, hv, template)
         errs: list[str] = []
         warns: list[str] = []
         for _, rid, severity in sorted(broken):
@@ -161,17 +173,75 @@ class BaseMemo:
                 bucket.append(rid)
         return errs, warns
 
-    def estimate(self, spec: JobSpec, values: dict[str, Any]) -> tuple[float | None, float | None]:
+    def _violated(self, k: str, meta: Any, values: dict[str, Any], hv: dict[str, Any]) -> bool:
+        """constraints.violated, once per key and distinct value."""
+        got = self.violations.get((k, hv[k]))
+        if got is None:
+            got = violated(values[k], meta)
+            if len(self.violations) < CACHE_MAX:
+                self.violations[(k, hv[k])] = got
+        return got
+
+    def _traced(
+        self, spec: Spec, hv: dict[str, Any], template: Template | None
+    ) -> list[tuple[int, str, str]]:
+        """What the traced rules break. Each traced answer is a function of the swept values its
+        trace read (sweep_trace), so all of them together are a function of the union of those:
+        one lookup a point, kept while no trace is added and no rule turns to `every` (both
+        change that union; the kept answers are dropped then)."""
+        if template is None:  # built whole: every traced rule runs (Traced.answer)
+            return self._run_traced(spec, hv, None)
+        keys = self.joint_keys
+        at = tuple(hv[k] for k in keys) if keys is not None else None
+        got = self.joint.get(at) if at is not None else None
+        if got is None:
+            got = self._run_traced(spec, hv, template)
+            now = self._joint_keys()
+            if now != keys:
+                self.joint.clear()
+                self.joint_keys = now
+            elif len(self.joint) < CACHE_MAX:
+                self.joint[at] = got  # type: ignore[index]
+        return got
+
+    def _joint_keys(self) -> tuple[str, ...] | None:
+        """The swept keys any trace read; None while a rule runs untraced (for every point, or
+        past its cap) or has no trace yet."""
+        read: set[str] = set()
+        for _, _, t in self.traced:
+            if t.every or t.full or not t.traces:
+                return None
+            for keys in t.traces:
+                read.update(keys)
+        return tuple(k for k in self.varying if k in read)
+
+    def _run_traced(
+        self, spec: Spec, hv: dict[str, Any], template: Template | None
+    ) -> list[tuple[int, str, str]]:
+        s = spec()
+        cmd = command(s) if template is not None else None  # patched: remembered by spec()
+        point: dict[Any, Any] = {None: hv}
+        out = []
+        for i, r, t in self.traced:
+            if res := t.answer(s, cmd, template, point):
+                out.append((i, r.id, res[0]))
+        return out
+
+    def estimate(self, spec: Spec, values: dict[str, Any]) -> tuple[float | None, float | None]:
         from topl.launcher.memory_estimate import estimate
 
         memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
         if memo not in self.estimates:
             try:
-                e = estimate(spec)
+                e = estimate(spec())
                 self.estimates[memo] = (round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2))
             except (ValueError, ZeroDivisionError):
                 self.estimates[memo] = (None, None)
         return self.estimates[memo]
+
+    def devices(self, spec: Spec) -> int:
+        """spec.world_size of the point: the base's where no varying key is one it reads."""
+        return self.world if self.world is not None else world_size(spec())
 
 
 def copy_on_write(root: T, sets: list[tuple[str, Any]]) -> T:

@@ -4,8 +4,9 @@ Their declared keys do not cover what they read (the command is rendered from th
 so `sweep_memo` used to run them for every point. Within one base, a point whose command was
 patched (command_patch) differs from the base only in its swept keys and in the command entries
 those keys alone decide. Each run of such a rule here is traced: the spec keys it read through
-the recording view, the command entries it read (a recording command), and every read outside
-the view, which must come from a site whose reads are listed below (else the rule runs for every
+the recording view, the command entries it read (a recording command: listing every entry
+reads them all, listing the keys by writer or the entries of some value types reads only what it
+returns), and every read outside the view, which must come from a site whose reads are listed below (else the rule runs for every
 point). A later point reuses a traced answer only when every swept key that trace read has the
 same value: the rule would read the same inputs and answer the same (rules are pure).
 """
@@ -83,6 +84,24 @@ class _RecDict(dict[str, Any]):
     def __len__(self) -> int:
         return int(self._all(super().__len__)())
 
+    # dict's C paths that read the values without keys() / __getitem__
+    def copy(self) -> dict[str, Any]:
+        return dict(self._all(super().copy)())
+
+    def __eq__(self, other: object) -> Any:  # NotImplemented passes through
+        return self._all(super().__eq__)(other)
+
+    def __ne__(self, other: object) -> Any:
+        return self._all(super().__ne__)(other)
+
+    def __or__(self, other: Any) -> Any:
+        return self._all(super().__or__)(other)
+
+    def __ror__(self, other: Any) -> Any:
+        return self._all(super().__ror__)(other)
+
+    __hash__ = None
+
 
 def _recording(cmd: C.Command, log: _Log) -> C.Command:
     entries, own = _RecDict(cmd.entries), _RecDict(cmd.own)
@@ -98,6 +117,18 @@ class _RecCommand(C.Command):
     def env(self) -> dict[str, C.Entry]:  # rendered from the whole spec
         self.log.add(ALL)  # type: ignore[attr-defined]
         return super().env
+
+    # A patched point's command has the traced one's keys, in its order, each set by the same
+    # writer; only the values of its swept keys' entries differ, each of the traced value's
+    # type (command_patch.patched). So listing keys by writer reads nothing that varies, and a
+    # selection by value type reads only the entries it returns.
+    def keys_by(self, by: tuple[str, ...]) -> list[str]:
+        return [e.key for e in dict.values(self.entries) if e.by in by]
+
+    def typed(self, by: tuple[str, ...], types: tuple[type, ...]) -> list[C.Entry]:
+        got = [e for e in dict.values(self.entries) if e.by in by and isinstance(e.value, types)]
+        self.log.update(f"cmd:{e.key}" for e in got)  # type: ignore[attr-defined]
+        return got
 
 
 def traced_run(rule: Rule, spec: JobSpec, cmd: C.Command) -> tuple[Any, _Log]:
@@ -140,6 +171,7 @@ class Traced:
         self.rule, self.varying, self.cap = rule, varying, cap  # cap: answers kept per trace
         self.traces: dict[tuple[str, ...], dict[tuple[Any, ...], Any]] = {}
         self.every = False  # a run read everything that varies: run it for every point
+        self.full = False  # a run past `cap` was not traced
 
     def answer(
         self, spec: JobSpec, cmd: C.Command | None, template: Template | None, point: dict[Any, Any]
@@ -158,6 +190,7 @@ class Traced:
             if got is not _MISS:
                 return got
         if sum(map(len, self.traces.values())) >= self.cap:
+            self.full = True  # its answers now follow keys no trace names (sweep_memo.joint)
             return self.rule.run(spec)  # full: what is kept still answers, the rest just runs
         got, log = traced_run(self.rule, spec, cmd)
         keys = self._read(log, template)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import sys
+from json.encoder import encode_basestring_ascii as _str  # what json.dumps writes a str as
 
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import make_console, print_table
@@ -127,7 +129,7 @@ def _stream_json(verdicts, rank: bool = False) -> int:
     try:
         v = first
         while v is not None:
-            lines.append(("\n  " if not points else ",\n  ") + json.dumps(v.to_dict(), default=str))
+            lines.append(("\n  " if not points else ",\n  ") + _json_line(v))
             if v.cost is not None:
                 order.append((v.cost["step_s"], points))
             points, valid = points + 1, valid + v.valid
@@ -143,3 +145,30 @@ def _stream_json(verdicts, rank: bool = False) -> int:
     tail = f',\n "ranking": {json.dumps([i for _, i in sorted(order)])}' if rank else ""
     out.write("".join(lines) + f'\n ],\n "points": {points},\n "valid": {valid}{tail}\n}}\n')
     return 0
+
+
+_TEXT: dict[str, str] = {}  # a string as JSON: a sweep repeats its few override texts and rules
+
+
+def _json_line(v) -> str:
+    """json.dumps(v.to_dict(), default=str), written directly where each field is of the type a
+    verdict has (tests/test_plan_trace.py holds them equal); anything else goes to json.dumps."""
+    gb = (v.train_gb, v.rollout_gb)
+    if v.ranked or not all(x is None or type(x) is float and math.isfinite(x) for x in gb):
+        return json.dumps(v.to_dict(), default=str)
+    if type(v.valid) is not bool or type(v.devices) is not int:
+        return json.dumps(v.to_dict(), default=str)
+    if len(_TEXT) > 65536:
+        _TEXT.clear()
+    try:  # a text that is no str (unhashable, or refused by the encoder): json.dumps
+        o, r, w = (
+            ", ".join([_TEXT.get(x) or _TEXT.setdefault(x, _str(x)) for x in xs])
+            for xs in (v.overrides, v.rules, v.warnings)
+        )
+    except TypeError:
+        return json.dumps(v.to_dict(), default=str)
+    t, g = ("null" if x is None else repr(x) for x in gb)
+    return (
+        f'{{"overrides": [{o}], "valid": {"true" if v.valid else "false"}, "rules": [{r}], '
+        f'"warnings": [{w}], "train_gb": {t}, "rollout_gb": {g}, "devices": {v.devices}}}'
+    )

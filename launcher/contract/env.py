@@ -19,10 +19,16 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _overrides(s: JobSpec) -> list[tuple[str, str, str | None]]:
     """(name, value from cluster.env, value the spec's fields give) where the two differ."""
-    derived = derived_env(unwrap(s))  # computed, not read: only the owners below count as reads
+    # computed at the first owned name only: without one the rule reads no more than the view
+    # records (plan's trace then reuses its answer: launcher/sweep_trace.py)
+    derived: dict[str, str] | None = None
     out = []
     for name, value in s.cluster.env.items():
-        if name in ENV_OWNERS and env_value(value) != derived.get(name):
+        if name not in ENV_OWNERS:
+            continue
+        if derived is None:  # computed, not read: only the owners below count as reads
+            derived = derived_env(unwrap(s))
+        if env_value(value) != derived.get(name):
             for field in ENV_OWNERS[name]:  # read the owning fields: their sources get reported
                 part = s
                 for p in field.split("."):

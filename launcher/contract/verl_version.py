@@ -7,13 +7,14 @@ would have expanded, a stock verl that cannot run strict Megatron.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from topl.launcher import backends, facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
 from topl.launcher.contract.view import unwrap
 
 if TYPE_CHECKING:
+    from topl.launcher.command import Command
     from topl.launcher.contract.core import Outcome
     from topl.launcher.spec import JobSpec
     from topl.launcher.verl_schema import Schema
@@ -21,25 +22,17 @@ if TYPE_CHECKING:
 MEGATRON_NODE = ".megatron."
 
 
-def _rendered(s: JobSpec, own_only: bool = False) -> tuple[list[tuple[str, Any]], Schema] | None:
-    """(pairs, schema) of the spec's own keys and its verl_overrides (extra_overrides are
-    TOP-VERL-001's), or None where the spec renders no verl command (the local backend). Read
-    from the command map (topl.launcher.command), built once per spec for every rule; with
-    `own_only`, topl's own keys still in the command (verbatim ones are TOP-VERL-001's, which
-    names their source)."""
+def _rendered(s: JobSpec) -> tuple[Command, Schema] | None:
+    """(command, schema) of the spec, or None where it renders no verl command (the local
+    backend). The command map (topl.launcher.command) is built once per spec for every rule;
+    rules read it through `keys_by` / `typed`, which plan's trace follows entry by entry."""
     from topl.launcher.command import command
     from topl.launcher.verl_schema import schema_for
 
     plain = unwrap(s)
     if not backends.of(plain).remote:  # the reference engines run no verl command
         return None
-    cmd = command(plain)
-    pairs = [
-        (e.key, e.value)
-        for e in cmd.entries.values()
-        if e.by == "topl" or (e.by == "verl_overrides" and not own_only)
-    ]
-    return pairs, schema_for(plain)
+    return command(plain), schema_for(plain)
 
 
 @rule(
@@ -54,14 +47,16 @@ def key_in_version(s: JobSpec) -> Outcome:
     """Hydra refuses an unknown key, verl's dataclasses one they do not declare, after the job is
     submitted. The keys are the declared release's own config, composed
     (launcher/contract/verl_schema/verl-<version>.json), plus what a declared verl patch adds."""
-    from topl.launcher.render_version import unspellable
+    from topl.launcher.render_version import spell
 
-    got = _rendered(s, own_only=True)
+    got = _rendered(s)
     if got is None:
         return None
-    pairs, sch = got
+    cmd, sch = got
     _ = (s.cluster.versions.verl, s.cluster.versions.verl_patches)  # recorded as read
-    bad = unspellable(pairs, sch)
+    # topl's own keys still in the command (verbatim ones are TOP-VERL-001's, which names their
+    # source); only the keys: their values do not decide a key's spelling
+    bad = [k for k in cmd.keys_by(("topl",)) if spell(k, sch) is None]
     if bad:
         patched = f" + {', '.join(sch.patches)}" if sch.patches else ""
         return f"verl {sch.version}{patched} ({sch.config}) has no {', '.join(bad)} ({sch.source})"
@@ -133,7 +128,10 @@ def shell_variables(s: JobSpec) -> Outcome:
     if got is None:
         return None
     _ = (s.verl_overrides, s.data_dir)  # recorded: where such values come from
-    unset = unset_vars(got[0])
+    # topl's keys and verl_overrides (extra_overrides are TOP-VERL-001's); only a string or a
+    # list can name a variable (unset_vars skips every other value)
+    texts = got[0].typed(("topl", "verl_overrides"), (str, list, tuple))
+    unset = unset_vars([(e.key, e.value) for e in texts])
     if unset:
         return "; ".join(f"{k} refers to ${', $'.join(v)} (unset)" for k, v in unset.items())
 
