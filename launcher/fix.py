@@ -25,16 +25,9 @@ from topl.launcher.constraints import violated
 from topl.launcher.contract import ERROR, RULES, evaluate
 from topl.launcher.contract.view import Reads, View
 from topl.launcher.errors import ToplError
-from topl.launcher.overrides import (
-    field_hints,
-    interpolated_keys,
-    raw_value,
-    replayable,
-    resolve,
-)
-from topl.launcher.overrides import (
-    typed_value as _field_typed,
-)
+from topl.launcher.interp import collect, resolve, stale
+from topl.launcher.overrides import field_hints, replayable
+from topl.launcher.overrides import typed_value as _field_typed
 from topl.launcher.plan import Item, Planner, expand_items
 from topl.launcher.spec import JobSpec
 from topl.launcher.sweep_memo import copy_on_write
@@ -147,7 +140,7 @@ class Search:
         self.planner = Planner()
         base = compose_job([t for t, _, _ in self.base])  # once: the base may not be replayable
         self.spec0 = base.to_object()
-        self.interp = [(k, raw_value(base.cfg, k)) for k in interpolated_keys(base.cfg)]
+        self.interp = collect(base.cfg)
         self.evaluated = 0
         self._memo: dict[tuple[Any, ...], tuple[frozenset[str], frozenset[str], Any]] = {}
 
@@ -172,19 +165,18 @@ class Search:
         choices and values the fast path cannot type exactly (as `plan` does)."""
         vo = {c.key[len(VO) :]: c.value for c in changes if c.key.startswith(VO)}
         items = [(c.override, c.key, c.value) for c in changes if not c.key.startswith(VO)]
-        if any(k in GROUPS or not replayable(t, k, v) for t, k, v in items):
+        again = stale(self.interp, [c.key for c in changes])
+        if any(k in GROUPS or not replayable(t, k, v) for t, k, v in items) or not all(
+            i.replay for i in again
+        ):  # through Hydra where setting the values on the spec is not exact (as `plan` does)
             spec = self.planner.spec(self.base + items)[0]
             return copy_on_write(spec, [("verl_overrides", {**spec.verl_overrides, **vo})])
         sets = [(k, _field_typed(k, v)) for _, k, v in items]
         if vo:
             sets.append(("verl_overrides", {**self.spec0.verl_overrides, **vo}))
         spec = copy_on_write(self.spec0, sets)
-        changed = {c.key for c in changes}
-        again = [(k, raw) for k, raw in self.interp if k not in changed]
-        if again:  # ${a.b} references follow the values just set
-            spec = copy_on_write(
-                spec, [(k, _field_typed(k, resolve(raw, spec))) for k, raw in again]
-            )
+        for i in again:  # ${a.b} references follow the values just set, each after what it reads
+            spec = copy_on_write(spec, [(i.key, _field_typed(i.key, resolve(i, spec)))])
         return spec
 
     def targets(self, errs: frozenset[str], warns: frozenset[str]) -> frozenset[str]:
@@ -214,15 +206,17 @@ class Search:
                 out.setdefault(((k, repr(typed_value(v))),), (Change(k, typed_value(v)),))
         return [m for m in out.values() if all(self._usable(c, spec, taken, allow_user) for c in m)]
 
-    def _stuck(self, spec: JobSpec, bad: frozenset[str]) -> list[str]:
-        """The rules in `bad` whose every read key is protected: a rule's verdict depends only on
-        what it reads, so none of them can change."""
+    def _stuck(
+        self, spec: JobSpec, bad: frozenset[str], frozen: frozenset[str] | set[str] = frozenset()
+    ) -> list[str]:
+        """The rules in `bad` whose every read key is protected (or in `frozen`): a rule's
+        verdict depends only on what it reads, so none of them can change."""
         out = []
         for r in RULES:
             if r.id in bad:
                 reads = Reads()
                 r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
-                if reads and all(_protected(k) for k in reads):
+                if reads and all(_protected(k) or k in frozen for k in reads):
                     out.append(r.id)
         return out
 
@@ -248,6 +242,8 @@ class Search:
         if stuck:  # a rule reads only what a fix never changes: no search can clear it
             return Fix([], False, self.evaluated, {r: _message(r, spec) for r in stuck})
         for allow_user in (False, True):
+            if not allow_user and self._stuck(spec, self.targets(errs, warns), self.user):
+                continue  # an error only a key you typed can clear: search with those at once
             fix = self._beam(errs, warns, spec, allow_user)
             if fix.found or self.evaluated >= self.budget:
                 return fix

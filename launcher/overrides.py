@@ -2,24 +2,18 @@
 
 Shared by `plan` (each sweep point sets its values on a copy of a composed spec) and `check --fix`
 (each candidate fix does the same): both must type a value, know when that shortcut equals a
-full Hydra compose, and re-resolve `${a.b}` interpolations after values change.
+full Hydra compose (launcher/interp.py re-resolves interpolations after values change).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import typing
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from topl.launcher.errors import ToplError
 from topl.launcher.spec import JobSpec
-from topl.launcher.tree import get_path
-
-_REF = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
 
 
 @functools.cache
@@ -100,31 +94,3 @@ def replayable(text: str, key: str, value: Any) -> bool:
             bool,
         )
     return False
-
-
-def interpolated_keys(cfg: Any, prefix: str = "") -> list[str]:
-    out: list[str] = []
-    for k in cfg.keys():
-        node = cfg._get_node(k)
-        key = f"{prefix}{k}"
-        if OmegaConf.is_interpolation(cfg, k):
-            out.append(key)
-        elif OmegaConf.is_dict(node):
-            out += interpolated_keys(node, key + ".")
-    return out
-
-
-def raw_value(cfg: Any, key: str) -> str:  # a DictConfig or a node of one
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent) if parent else cfg
-    raw: str = node._get_node(leaf)._value()
-    return raw
-
-
-def resolve(raw: str, spec: JobSpec) -> Any:
-    whole = _REF.fullmatch(raw.strip())
-    if whole:
-        return get_path(spec, whole.group(1))
-    if ":" in raw.replace("${", "").split("}")[0]:
-        raise ToplError(f"interpolation {raw!r} uses a resolver the planner cannot replay")
-    return _REF.sub(lambda m: str(get_path(spec, m.group(1))), raw)

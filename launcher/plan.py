@@ -21,14 +21,8 @@ from topl.launcher.command_patch import Template, apply, swaps
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
-from topl.launcher.overrides import (
-    _REF,
-    interpolated_keys,
-    raw_value,
-    replayable,
-    resolve,
-    typed_value,
-)
+from topl.launcher.interp import Interp, collect, overlap, resolve, stale
+from topl.launcher.overrides import replayable, typed_value
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
@@ -64,8 +58,8 @@ class Verdict:
 
 
 Item = tuple[str, str, Any]  # (override text, key, typed value)
-# one composed set of group choices: (composed, its spec, its interpolated keys with raw values)
-Base = tuple[Composed, JobSpec, list[tuple[str, str]]]
+# one composed set of group choices: (composed, its spec, its interpolations)
+Base = tuple[Composed, JobSpec, list[Interp]]
 
 
 def _parse(overrides: list[str]) -> list[Any]:  # Hydra's Overrides (value(): a wide union)
@@ -129,7 +123,8 @@ class Planner:
         self._memos: dict[tuple[Any, ...], BaseMemo] = {}
         self._templates: dict[tuple[Any, ...], Template] = {}  # memo key -> a point's command
         self._items: dict[str, tuple[str, Any, str]] = {}  # override text -> (kind, typed value)
-        self._again: dict[tuple[Any, ...], list[tuple[str, str]]] = {}  # (groups, swept) -> stale
+        # (groups, swept keys) -> the stale interpolations; None: one that only Hydra resolves
+        self._again: dict[tuple[Any, ...], list[Interp] | None] = {}
         self.memo = memo  # False: every point runs the whole contract (tests compare the two)
 
     def _base(self, group_overrides: list[str]) -> Base:
@@ -140,8 +135,7 @@ class Planner:
                 self._memos.clear()
                 self._templates.clear()
             c = compose_job(list(group_overrides))
-            interp = [(k, raw_value(c.cfg, k)) for k in interpolated_keys(c.cfg)]
-            self._bases[key] = (c, c.to_object(), interp)
+            self._bases[key] = (c, c.to_object(), collect(c.cfg))
         return self._bases[key]
 
     def _kind(self, item: Item) -> tuple[str, Any]:
@@ -176,7 +170,7 @@ class Planner:
                     composes.append(item[1].lstrip("+~"))
             elif kind == "value":
                 values.append((item[0], item[1], typed))
-        composed = any(_overlap(k, c) for _, k, _ in values for c in composes)
+        composed = any(overlap(k, c) for _, k, _ in values for c in composes)
         return groups, values, composed
 
     def _fast_spec(self, groups: list[str], values: list[Item]) -> tuple[Base, JobSpec, list[str]]:
@@ -190,26 +184,35 @@ class Planner:
         """`_fast_spec` with the spec still to make, and the point's value of each key it
         changed (swept, re-resolved)."""
         base = self._base(groups)
-        _, obj, interp = base
+        _, obj, _ = base
         sets = [(k, v) for _, k, v in values]
-        key = (tuple(groups), tuple(k for k, _ in sets))
-        again = self._again.get(key)
-        if again is None:
-            again = self._again[key] = stale(interp, [k for k, _ in sets])
+        again = self._stale(groups, values)
+        assert again is not None  # callers compose such points through Hydra (_replays)
         vals = dict(sets)
         if not again:
             return base, lambda: copy_on_write(obj, sets), [], vals
-        # re-resolve ${a.b} references after the point's values are set
+        # resolve the stale interpolations again once the point's values are set, each after the
+        # ones it reads (a chain: kv_tile <- rollout.block_size <- a swept key)
         spec = copy_on_write(obj, sets)
-        more = [(k, typed_value(k, resolve(raw, spec))) for k, raw in again]
-        spec = copy_on_write(spec, more)
-        vals.update(more)
-        return base, lambda: spec, [k for k, _ in again], vals
+        for i in again:
+            value = typed_value(i.key, resolve(i, spec))
+            spec = copy_on_write(spec, [(i.key, value)])
+            vals[i.key] = value
+        return base, lambda: spec, [i.key for i in again], vals
+
+    def _stale(self, groups: list[str], values: list[Item]) -> list[Interp] | None:
+        """The base's interpolations a point setting `values` makes stale, once per sweep; None
+        when one of them is a form only Hydra resolves (the point is then composed whole)."""
+        key = (tuple(groups), tuple(k for _, k, _ in values))
+        if key not in self._again:
+            again = stale(self._base(groups)[2], [k for _, k, _ in values])
+            self._again[key] = again if all(i.replay for i in again) else None
+        return self._again[key]
 
     def spec(self, point: list[Item]) -> tuple[JobSpec, dict[str, str]]:
         """(spec object, sources) for one point."""
         groups, values, composed = self._split(point)
-        if composed:
+        if composed or self._stale(groups, values) is None:
             c = compose_job([t for t, k, _ in point if not k.startswith("hydra.")])
             return c.to_object(), c.sources
         (base, _, _), spec, _ = self._fast_spec(groups, values)
@@ -230,7 +233,7 @@ class Planner:
     def _verdict(self, point: list[Item]) -> tuple[Verdict, Callable[[], JobSpec]]:
         overrides = [t for t, _, _ in point]
         groups, values, composed = self._split(point)
-        if composed or not self.memo:
+        if composed or not self.memo or self._stale(groups, values) is None:
             spec, _ = self.spec(point)
             return _full_verdict(overrides, spec), lambda: spec
         _, make, interp, vals = self._point_spec(groups, values)
@@ -276,28 +279,6 @@ class _Point:
             if self._template is not None and self._swaps is not None:
                 remember(spec, apply(self._template, spec, self._swaps))
         return spec
-
-
-def stale(interp: list[tuple[str, str]], swept: list[str]) -> list[tuple[str, str]]:
-    """The interpolated (key, raw) a point setting `swept` must resolve again: those that refer
-    to a swept key or to another stale one, or in a form other than plain `${a.b}` references.
-    The others keep the value Hydra resolved in the base (they read nothing the point changed)."""
-    changed, out = set(swept), {k: False for k, _ in interp if k not in swept}
-    grew = True
-    while grew:
-        grew = False
-        for k, raw in interp:
-            if out.get(k) is False:
-                refs = _REF.findall(raw)
-                plain = "${" not in _REF.sub("", raw)  # nothing but ${a.b}: no resolver, nesting
-                if not plain or any(_overlap(r, c) for r in refs for c in changed):
-                    out[k] = grew = True
-                    changed.add(k)
-    return [(k, raw) for k, raw in interp if out.get(k)]
-
-
-def _overlap(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
 def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:

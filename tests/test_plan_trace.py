@@ -104,20 +104,21 @@ def test_an_interpolation_reading_no_swept_key_keeps_the_bases_value(compose, mo
 
 
 def test_stale_follows_chains_and_forms_it_cannot_read():
-    from topl.launcher.plan import stale
+    from topl.launcher.interp import parse, stale
 
     interp = [
-        ("a.x", "${b.y}"),
-        ("a.z", "${a.x}_run"),  # through another stale one
-        ("c.k", "${oc.env:HOME}"),  # a resolver: resolved again (the planner refuses it there)
-        ("d.k", "${model.name}"),  # reads nothing swept
+        parse("a.w", "${a.z}/w"),  # reads a later stale one: comes after it
+        parse("a.x", "${b.y}"),
+        parse("a.z", "${.x}_run"),  # relative: a.x, another stale one
+        parse("c.k", "${oc.env:HOME}"),  # a resolver reading no key: the base's value stays
+        parse("c.n", "${oc.env:${b.y}}"),  # nested: not read here, always stale, never replayed
+        parse("d.k", "${model.name}"),  # reads nothing swept
     ]
-    assert [k for k, _ in stale(interp, ["b.y"])] == ["a.x", "a.z", "c.k"]
-    assert [k for k, _ in stale(interp, ["b"])] == ["a.x", "a.z", "c.k"]  # a section above
-    assert [k for k, _ in stale(interp, ["a.x"])] == [
-        "a.z",
-        "c.k",
-    ]  # swept itself: set, not resolved
+    assert [i.key for i in stale(interp, ["b.y"])] == ["a.x", "a.z", "c.n", "a.w"]
+    assert [i.key for i in stale(interp, ["b"])] == ["a.x", "a.z", "c.n", "a.w"]  # a section above
+    assert [i.key for i in stale(interp, ["a.x"])] == ["a.z", "c.n", "a.w"]  # set, not resolved
+    assert [i.replay for i in interp] == [True, True, True, False, False, True]
+    assert parse("t.a", "${..top}").refs == {"top"} and parse("t", "${..top}").refs is None
 
 
 def test_a_point_answered_from_memos_makes_no_spec(monkeypatch):
@@ -195,3 +196,47 @@ def test_the_assignment_pattern_matches_where_its_plain_form_does():
             m.span() for m in plain.finditer(t)
         ], t
         assert redact._ASSIGN.sub(redact._assign, t) == plain.sub(redact._assign, t)
+
+
+def test_plan_and_fix_answer_as_check_where_interpolations_chain_or_need_hydra(
+    tmp_path, monkeypatch
+):
+    """Relative references, chains through a stale key, resolvers and interpolations inside a
+    list: every plan point's verdict is `check`'s (Hydra's compose) on that point, and `--fix`
+    searches on a config holding `${oc.env:..}` (it judged nothing there before)."""
+    from topl.launcher.compose import compose_job
+    from topl.launcher.fix import find_fix
+    from topl.launcher.plan import plan
+
+    monkeypatch.setenv("TOPL_TEST_INTERP", "x")
+    monkeypatch.delenv("TOPL_TEST_INTERP_UNSET", raising=False)
+    rel = tmp_path / "rel.yaml"
+    rel.write_text("# @package _global_\ntrain:\n  ppo_mini_batch_size: ${.train_batch_size}\n")
+    sweeps = [
+        [f"recipe={rel}", "train.train_batch_size=8,12,24"],
+        ["rollout.block_size=${train.max_prompt_length}", "train.max_prompt_length=16,1024"],
+        [
+            "train.ppo_mini_batch_size=${train.train_batch_size}",
+            "train.ppo_micro_batch_size_per_gpu=${train.ppo_mini_batch_size}",
+            "train.train_batch_size=8,12,16",
+        ],
+        ["+cluster.env.A=${oc.env:TOPL_TEST_INTERP}", "train.tp=1,2"],
+        [
+            "train_files=[${data_dir}/a.parquet]",
+            "val_files=[/v.parquet]",
+            "data_dir=$TOPL_TEST_INTERP_UNSET/x,/ok",
+            "cluster.backend=subprocess",
+        ],
+    ]
+    for sweep in sweeps:
+        got = plan(sweep)
+        want = [sorted(x.rule for x in errors(check(compose_job(v.overrides)))) for v in got]
+        assert [sorted(v.rules) for v in got] == want, sweep
+    fixed = find_fix(
+        [
+            "recipe=qwen3_4b_grpo_a3_strict",
+            "+cluster.env.A=${oc.env:TOPL_TEST_INTERP}",
+            "rollout.block_size=64",  # TOP-ATTN-004 under strict
+        ]
+    )
+    assert fixed.found and [c.override for c in fixed.changes] == ["rollout.block_size=128"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from topl.launcher import backends, facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
-from topl.launcher.facts.stacks import profiles
+from topl.launcher.facts.stacks import shipped_version
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -172,7 +172,7 @@ def cann_version(s: JobSpec) -> Outcome:
         and not facts.supports("hccl_strict_orders_on_a3", s.cluster.versions)
     ):
         cann = str(s.cluster.versions.cann)
-        if cann == str(profiles()["seed"]["versions"]["cann"]):
+        if cann == shipped_version("seed", "cann"):
             # seed evidence outranks the docs' rule: the seed measured logdiff 0 on A3 on this very
             # build (psyloy/verl-ascend-recipe@6823af18:true_on_policy/README.md:版本配套)
             return None

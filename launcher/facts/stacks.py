@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -42,6 +43,13 @@ def profiles() -> dict[str, dict[str, Any]]:
     }
     order = {"seed": 0, "release": 1, "prerelease": 2}  # the shipped ones first, then any others
     return {k: found[k] for k in sorted(found, key=lambda k: (order.get(k, 3), k))}
+
+
+@cache
+def shipped_version(profile: str, package: str) -> str:
+    """A version a shipped profile declares (conf/stack/PROFILE.yaml), read once per process:
+    rules ask for it on every spec they judge (`check --fix` judges thousands)."""
+    return str(profiles()[profile]["versions"][package])
 
 
 def _patched(version: str, patches: list[str] | None) -> str:
