@@ -35,10 +35,11 @@ from topl.launcher.composed import Composed
 FORMAT = 2
 MAX_ENTRIES = 256  # ~25 KB each
 _HYDRA_RESOLVER = re.compile(r"\$\{(?!oc\.)[A-Za-z_][\w.]*:")  # OmegaConf's own oc.* need no Hydra
-# What only OmegaConf resolves or checks on every hit: a resolver (`${oc.env:..}` reads this
-# shell's environment), or a MISSING value. An entry with neither also keeps its config resolved
-# (`${rollout.block_size}` as its value), and a hit uses that as it is.
-_LIVE = re.compile(r"\$\{[^}]*:|\?\?\?")
+# What only OmegaConf resolves or checks on every hit: any interpolation but a plain absolute
+# reference (a resolver such as `${oc.env:..}` reads this shell's environment; a nested or
+# relative form is left to OmegaConf too), an escape, or a MISSING value. An entry with none of
+# these also keeps its config resolved (`${rollout.block_size}` as its value); a hit uses that.
+_LIVE = re.compile(r"\$\{(?![A-Za-z_][\w.]*\})|\\\$\{|\?\?\?")
 
 
 def cache_dir() -> Path | None:
@@ -153,20 +154,25 @@ def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> N
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.to_container(composed.cfg, resolve=False, enum_to_str=True)
-    live = _LIVE.search(json.dumps(cfg))
-    text = json.dumps(
-        {
-            "format": FORMAT,
-            "deps": deps,
-            "cfg": cfg,
-            "resolved": None if live else OmegaConf.to_container(composed.cfg, resolve=True),
-            "sources": composed.sources,
-            "choices": composed.choices,
-            "recipe": composed.recipe,
-        }
-    )
+    entry = {
+        "format": FORMAT,
+        "deps": deps,
+        "cfg": cfg,
+        "resolved": None,
+        "sources": composed.sources,
+        "choices": composed.choices,
+        "recipe": composed.recipe,
+    }
+    try:
+        if not _LIVE.search(json.dumps(cfg)):
+            entry["resolved"] = OmegaConf.to_container(composed.cfg, resolve=True)
+        text = json.dumps(entry)
+    except (TypeError, ValueError):  # not JSON (a YAML !!binary value): composed every time
+        return
     from topl.launcher import redact
 
+    if json.loads(text) != entry:  # JSON changes it (a non-string key, NaN): composed every time
+        return
     if _HYDRA_RESOLVER.search(text) or redact.current().text(text) != text:
         return  # resolves only inside Hydra; or holds a secret (cluster.env): never in a file
     try:
@@ -199,7 +205,7 @@ def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
         try:
             env = kept.to_object().cluster.env  # every field there, of a JobSpec's shape
         except (KeyError, TypeError, AttributeError):
-            return None  # not what a compose writes: a miss
+            return None  # not what a compose writes (a hand-edited entry): a miss
         redact.remember(env)
         untrusted.check_no_secret_on_argv(entry["resolved"], where)
         return kept

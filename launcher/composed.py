@@ -78,7 +78,14 @@ class Composed:
 
             return OmegaConf.select(self.cfg, key, throw_on_missing=False)
         written = _select(self._data, key)
-        return written if isinstance(written, (dict, list)) else _select(self._resolved, key)
+        if isinstance(written, (dict, list)):
+            return written
+        value = _select(self._resolved, key)
+        if isinstance(value, (dict, list)):  # a container written as `${..}`: as OmegaConf shows it
+            from omegaconf import OmegaConf
+
+            return OmegaConf.select(self.cfg, key, throw_on_missing=False)
+        return value
 
     def to_object(self) -> JobSpec:
         """The JobSpec dataclass instance (interpolations resolved)."""
@@ -101,13 +108,40 @@ def _select(tree: Any, key: str) -> Any:
 
 def _build(cls: type, data: dict[str, Any]) -> Any:
     """`cls(**data)` with each dataclass-typed field built the same way: the object OmegaConf's
-    `to_object` makes of a structured config whose container is `data` (every field present,
-    values already of their field's type: the compose that kept them validated them)."""
+    `to_object` makes of a structured config whose container is `data`. Every field must be
+    there with a value of its type, as the compose that kept it left it; anything else raises
+    TypeError (a hand-edited cache entry: the caller composes again)."""
     kw = {}
-    for name, sub in _dataclass_fields(cls):
+    for name, hint, sub in _dataclass_fields(cls):
         value = data[name]
-        kw[name] = _build(sub, value) if sub is not None else _copy(value)
+        if sub is not None:
+            kw[name] = _build(sub, value)
+        elif _holds(hint, value):
+            kw[name] = _copy(value)
+        else:
+            raise TypeError(f"{cls.__name__}.{name}: {value!r} is not a {hint}")
     return cls(**kw)
+
+
+def _holds(hint: Any, value: Any) -> bool:
+    """`value` is of the type `hint` names, exactly as OmegaConf leaves a field's value (an int
+    in a float field is a float there; a bool is no int) and not OmegaConf's MISSING marker."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return "'???'" not in repr(value)  # nowhere inside a free-form value either
+    if value == "???":
+        return False
+    if origin is typing.Union:
+        return any(_holds(a, value) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_holds(args[0], v) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and _holds(args[1], v) for k, v in value.items()
+        )
+    return type(value) is hint
 
 
 def _copy(value: Any) -> Any:
@@ -120,10 +154,10 @@ def _copy(value: Any) -> Any:
 
 
 @cache
-def _dataclass_fields(cls: type) -> tuple[tuple[str, type | None], ...]:
-    """Each field of a dataclass, with its type when that is a dataclass too (else None)."""
+def _dataclass_fields(cls: type) -> tuple[tuple[str, Any, type | None], ...]:
+    """Each field of a dataclass: its name, its type, and that type again when a dataclass."""
     hints = typing.get_type_hints(cls)
     return tuple(
-        (f.name, hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None)
+        (f.name, hints[f.name], hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None)
         for f in dataclasses.fields(cls)
     )

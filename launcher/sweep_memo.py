@@ -7,7 +7,7 @@ tests/test_contract_soundness.py proves cover every read) miss all of them has o
 whole base; one that reads some of them has one answer per distinct value of those. A rule that
 reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
 is traced instead (launcher/sweep_trace.py): one answer per distinct value of the swept keys its
-runs read. Only the swept keys and the interpolations that refer to them vary (plan.stale), and
+runs read. Only the swept keys and the interpolations that refer to them vary (interp.stale), and
 a point whose every answer is kept makes no spec at all (plan._Point). tests/test_speed.py and
 tests/test_plan_trace.py compare every verdict with a full `evaluate`.
 """

@@ -66,7 +66,13 @@ def same(a, b):
 def _cases(every: bool):
     names = sorted(recipes.available())
     names = names if every else [n for n in names if "30b" in n][:1] + names[:1]
-    return [[], ["train.tp=2", "rollout.max_num_seqs=64"]] + [[f"recipe={n}"] for n in names]
+    container_as_interpolation = [
+        "cluster.env=${verl_overrides}",
+        "+verl_overrides.LD_PRELOAD=${project}",
+    ]
+    return [[], ["train.tp=2", "rollout.max_num_seqs=64"], container_as_interpolation] + [
+        [f"recipe={n}"] for n in names
+    ]
 
 
 @pytest.mark.parametrize("overrides", _cases(False), ids=str)
@@ -219,3 +225,53 @@ def test_a_hit_builds_no_dictconfig_unless_asked(cache):
     check(kept), render(s), settings(kept)
     assert kept._cfg is None  # the whole `check` / `render` ran on the kept data
     assert kept.cfg.alignment.kv_tile == s.alignment.kv_tile == s.rollout.block_size
+
+
+def test_a_nested_or_relative_interpolation_is_resolved_afresh_on_every_hit(cache, monkeypatch):
+    ov = [
+        "run_root=oc.env",
+        "project='${${run_root}:TOPL_CACHE_T2}'",
+    ]  # the resolver's name is read
+    monkeypatch.setenv("TOPL_CACHE_T2", "first")
+    assert hit(ov)[1].to_object().project == "first"
+    (entry,) = entries(cache)
+    assert json.loads(entry.read_text())["resolved"] is None and "first" not in entry.read_text()
+    monkeypatch.setenv("TOPL_CACHE_T2", "second")
+    assert compose_cache.compose_cached(ov).to_object().project == "second"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("cluster", "nodes", True),  # a bool where the field is an int
+        ("rollout", "temperature", "hot"),
+        ("model", "hf_path", "???"),  # OmegaConf's MISSING
+        ("cluster", "env", ["A"]),
+        ("verl_overrides", "x", "???"),
+    ],
+    ids=str,
+)
+def test_a_hand_edited_resolved_entry_is_a_miss_not_a_wrong_answer(cache, edit):
+    compose_cache.compose_cached(["train.tp=2"])
+    (entry,) = entries(cache)
+    data = json.loads(entry.read_text())
+    section, key, value = edit
+    data["resolved"][section][key] = value
+    entry.write_text(json.dumps(data))
+    fresh = compose_job(["train.tp=2"]).to_object()
+    assert repr(compose_cache.compose_cached(["train.tp=2"]).to_object()) == repr(fresh)
+    again = json.loads(entry.read_text())["resolved"][section].get(key)
+    assert repr(again) != repr(value)  # written afresh
+
+
+def test_what_json_cannot_hold_is_composed_every_time(cache, tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_text("# @package _global_\nverl_overrides:\n  x: !!binary aGVsbG8=\n")
+    keyed = tmp_path / "keyed.yaml"
+    keyed.write_text("# @package _global_\nverl_overrides:\n  trainer.logger: [console, {1: x}]\n")
+    for recipe in (binary, keyed):
+        ov = [f"recipe={recipe}"]
+        first, second = compose_cache.compose_cached(ov), compose_cache.compose_cached(ov)
+        assert repr(first.to_object()) == repr(second.to_object())
+        assert repr(second.to_object()) == repr(compose_job(ov).to_object())
+    assert entries(cache) == []

@@ -130,3 +130,8 @@ def test_a_deleted_working_directory_is_said_not_a_traceback(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout, r.stderr
         out = json.loads(r.stdout)["error"]["message"] if tail else r.stderr
         assert "the working directory no longer exists" in out
+    gone.mkdir()
+    r = subprocess.run(
+        ["sh", "-c", script, sys.executable, "rules"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "TOP-" in r.stdout  # reads nothing relative to it: still runs

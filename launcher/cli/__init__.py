@@ -149,7 +149,8 @@ def _main(argv: list[str] | None) -> int:
             return 0
         print("Hydra's help for this app follows (config groups, the composed config):\n")
     try:
-        _working_directory()
+        if cmd != "rules":  # the one command that reads nothing relative to it
+            _working_directory()
         if cmd not in ("rules", "diagnose"):
             check_sweeper_discoverable()
         return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
