@@ -20,8 +20,16 @@ SLOW_MODULES = {
     "test_packaging.py",  # builds the wheel, installs it into fresh venvs
     "test_launch_sweeps.py",  # `topl launch -m` end to end, launchers in other processes
     "test_local_algorithms.py",  # real reference-engine training runs per algorithm
+    # real gloo (or NCCL) ranks in spawned processes against the emulation; the emulated
+    # reductions they are compared with are unit-tested in one process (test_tp_pairs.py,
+    # test_kernels_alignment.py)
+    "test_collectives.py",
 }
 SLOW_TESTS = {
+    # a 16-request probe engine run (~20 s); the four one-request matrix points stay fast
+    "test_numerics.py": {"test_matrix_quick_batch16"},
+    # two real gloo ranks in spawned processes; the same tree in one process stays fast
+    "test_tp_pairs.py": {"test_real_gloo_ranks_all_gather_where_their_block_is_not_a_subtree"},
     # real reference-engine training runs
     "test_local_job.py": {
         "test_strict_grpo_is_exactly_on_policy_and_learns",
