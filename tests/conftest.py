@@ -108,6 +108,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.xdist_group(name))
 
 
+HYPOTHESIS_EXAMPLES = {"ci": 150, "dev": 30}
+
+
 def _hypothesis_profiles():
     """`ci` (CI=true, .ci/run): the full fixed budget; `dev` (the default elsewhere): a smaller
     one, the same properties. HYPOTHESIS_PROFILE picks either."""
@@ -117,16 +120,24 @@ def _hypothesis_profiles():
         return
     common = dict(deadline=None, derandomize=True, database=None)
     settings.register_profile(
-        "ci", max_examples=150, suppress_health_check=list(HealthCheck), **common
+        "ci",
+        max_examples=HYPOTHESIS_EXAMPLES["ci"],
+        suppress_health_check=list(HealthCheck),
+        **common,
     )
     settings.register_profile(
-        "dev", max_examples=30, suppress_health_check=list(HealthCheck), **common
+        "dev",
+        max_examples=HYPOTHESIS_EXAMPLES["dev"],
+        suppress_health_check=list(HealthCheck),
+        **common,
     )
     default = "ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev"
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
+    name = os.environ.get("HYPOTHESIS_PROFILE", default)
+    settings.load_profile(name)
+    return name
 
 
-_hypothesis_profiles()
+HYPOTHESIS_PROFILE = _hypothesis_profiles()
 
 
 # `check` / `render` keep composed jobs (launcher/compose_cache.py): each test (children

@@ -219,7 +219,7 @@ def test_missing_batch_invariant_ops(stack):
 
 
 def test_torch_other_than_torch_npu_pins(stack):
-    _, out = stack("release", change={"torch": ("2.10.1", {})})
+    _, out = stack("release", change={"torch": ("2.10.1", layout("release")["torch"][1])})
     assert "TOP-DOC-NPU-002" in ids(out)
 
 
