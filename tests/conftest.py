@@ -152,6 +152,22 @@ def _own_compose_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def verl_imports_here(monkeypatch):
+    """In this process, the doctor's verl-import check (TOP-DOC-VERL-004) answers "imports"
+    without its child: a child that imports the installed verl (torch, ray, transformers) costs
+    ~5 s and is not what the tests using this are about (the verl-import tests of
+    test_doctor.py and test_front_door.py run it)."""
+    from topl.launcher import doctor_checks
+
+    real = doctor_checks._import_error
+    monkeypatch.setattr(
+        doctor_checks,
+        "_import_error",
+        lambda module, *a, **k: None if module == "verl" else real(module, *a, **k),
+    )
+
+
+@pytest.fixture
 def compose():
     return compose_job
 

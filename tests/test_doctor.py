@@ -254,21 +254,6 @@ def test_guard_import_is_checked_with_the_python_that_runs_verl(tmp_path):
     assert got == {}  # no guard in a non-strict run: nothing to import
 
 
-@pytest.fixture
-def verl_imports_here(monkeypatch):
-    """The verl-import check (TOP-DOC-VERL-004) answers "imports" without its child: a child
-    that imports the installed verl (torch, ray, transformers) costs ~5 s and is not what the
-    tests using this are about (the verl-import tests here and in test_front_door.py run it)."""
-    from topl.launcher import doctor_checks
-
-    real = doctor_checks._import_error
-    monkeypatch.setattr(
-        doctor_checks,
-        "_import_error",
-        lambda module, *a, **k: None if module == "verl" else real(module, *a, **k),
-    )
-
-
 def test_ray_job_spec_checked_here_says_every_node_needs_topl(verl_imports_here):
     args = ("doctor", "cluster.backend=ray_job", "cluster.ray_address=http://head:8265", "--json")
     found = [f for n in json.loads(run_topl_inproc(*args).stdout)["nodes"] for f in n["findings"]]

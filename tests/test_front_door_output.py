@@ -11,7 +11,7 @@ ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.mark.parametrize("width", ["80", "120"])
-def test_tables_wrap_and_never_cut_ids(width):
+def test_tables_wrap_and_never_cut_ids(width, verl_imports_here):
     from topl.launcher.contract import RULES
 
     # in this process: the widths and the tables are the subject (rich reads both variables per call)
@@ -81,7 +81,7 @@ def test_sweep_dry_run_is_one_line_per_point_and_a_table_numbered_as_run_dirs(tm
     assert [r[-1] for r in rows] == ["0/", "-", "2/", "-"]  # relative to the sweep folder above
 
 
-def test_piped_lines_stay_within_200_characters(tmp_path):
+def test_piped_lines_stay_within_200_characters(tmp_path, verl_imports_here):
     for args in (
         ["rules"],
         ["doctor", *STRICT_A3],
