@@ -11,7 +11,8 @@ import os
 import types
 
 import pytest
-from test_align import _def, _logits, _megatron
+from test_align import _logits, _megatron
+from test_align_targets import _def
 
 torch = pytest.importorskip("torch")
 

@@ -20,16 +20,21 @@ from hypothesis import strategies as st
 from topl.launcher import redact, watch
 from topl.launcher.cli import main
 
+# This module's own profiles, not tests/conftest.py's `ci` / `dev`: re-registering the profile
+# loaded there reloads it (hypothesis), and every test collected after this module then ran on
+# this budget (300 random examples under `dev`).
 settings.register_profile(
-    "ci",
+    "fuzz-ci",
     max_examples=25,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-settings.register_profile("dev", settings.get_profile("ci"), max_examples=300, derandomize=False)
-BUDGET = settings.get_profile(os.environ.get("TOPL_FUZZ_PROFILE", "ci"))
+settings.register_profile(
+    "fuzz-dev", settings.get_profile("fuzz-ci"), max_examples=300, derandomize=False
+)
+BUDGET = settings.get_profile("fuzz-" + os.environ.get("TOPL_FUZZ_PROFILE", "ci"))
 HANG_S = 60
 SECRET = "fz-S3cret'\"value-7"  # quote characters: redaction must survive every quoting
 ESC = "\x1b]0;x\x07\x1b[31m"
@@ -283,3 +288,13 @@ def test_watch_answers_every_run_dir_and_signals_nothing(tmp_path_factory, monke
     assert "Traceback" not in out + err and "\x1b" not in out + err and "\x07" not in out + err
     assert sent == [], sent
     assert tree(root, d) == before
+
+
+def test_the_global_hypothesis_profile_is_conftests_after_this_module_loads():
+    """tests/conftest.py's `ci` / `dev` budget is what the other property tests run on."""
+    from conftest import HYPOTHESIS_EXAMPLES, HYPOTHESIS_PROFILE
+
+    if HYPOTHESIS_PROFILE not in HYPOTHESIS_EXAMPLES:
+        pytest.skip(f"HYPOTHESIS_PROFILE={HYPOTHESIS_PROFILE} is not one of conftest's")
+    assert settings.default.max_examples == HYPOTHESIS_EXAMPLES[HYPOTHESIS_PROFILE]
+    assert settings.default.derandomize
