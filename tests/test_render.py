@@ -97,6 +97,7 @@ def test_plus_exactly_where_the_declared_verl_lacks_the_key(compose, stack):
 
 
 @needs_verl
+@pytest.mark.slow  # verl's validate_config in a kept verl process: CI runs it, the fast tier not
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda l: " ".join(l)[-60:] or "default")
 def test_rendering_composes_against_verl_and_passes_validate_config(
     compose, layout, tmp_path, monkeypatch
