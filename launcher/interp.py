@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from topl.launcher.tree import get_path
+
+if TYPE_CHECKING:
+    from topl.launcher.spec import JobSpec
 
 _PLAIN = re.compile(r"\$\{(\.*)([A-Za-z_]\w*(?:\.\w+)*)\}")
 _RESOLVER = re.compile(r"\$\{[A-Za-z_][\w.]*:[^${}\\]*\}")  # arguments without nesting
@@ -119,7 +122,7 @@ def stale(interps: list[Interp], changed: list[str]) -> list[Interp]:
     return out
 
 
-def resolve(i: Interp, spec: Any) -> Any:
+def resolve(i: Interp, spec: JobSpec) -> Any:
     """A replayable interpolation's value on `spec` (a whole reference keeps its type)."""
     assert i.replay, i
 

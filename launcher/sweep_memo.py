@@ -144,9 +144,9 @@ class BaseMemo:
             self.world = None
 
     def verdict(
-        self, spec: Spec, values: dict[str, Any], template: Template | None = None
+        self, make: Spec, values: dict[str, Any], template: Template | None = None
     ) -> tuple[list[str], list[str]]:
-        """(error rule ids, warning rule ids) in `evaluate`'s order. `spec()`: the point's spec,
+        """(error rule ids, warning rule ids) in `evaluate`'s order. `make()`: the point's spec,
         made where a rule runs; `values`: its value of each varying key; `template`: the base's
         command, of which the point's is a patch (plan._Point remembers it), else None."""
         hv = {k: _hashable(v) for k, v in values.items()}
@@ -159,12 +159,12 @@ class BaseMemo:
             memo = tuple([hv[k] for k in keys]) if cache is not None else None
             got = cache.get(memo) if cache is not None else None
             if got is None:  # (rule index, rule id, severity) of the rules this input breaks
-                s = spec()
+                s = make()
                 got = [(i, r.id, res[0]) for i, r in rules if (res := r.run(s))]
                 if cache is not None and len(cache) < CACHE_MAX:
                     cache[memo] = got
             broken += got
-        broken += self._traced(spec, hv, template)
+        broken += self._traced(make, hv, template)
         errs: list[str] = []
         warns: list[str] = []
         for _, rid, severity in sorted(broken):
@@ -183,19 +183,19 @@ class BaseMemo:
         return got
 
     def _traced(
-        self, spec: Spec, hv: dict[str, Any], template: Template | None
+        self, make: Spec, hv: dict[str, Any], template: Template | None
     ) -> list[tuple[int, str, str]]:
         """What the traced rules break. Each traced answer is a function of the swept values its
         trace read (sweep_trace), so all of them together are a function of the union of those:
         one lookup a point, kept while no trace is added and no rule turns to `every` (both
         change that union; the kept answers are dropped then)."""
         if template is None:  # built whole: every traced rule runs (Traced.answer)
-            return self._run_traced(spec, hv, None)
+            return self._run_traced(make, hv, None)
         keys = self.joint_keys
         at = tuple(hv[k] for k in keys) if keys is not None else None
         got = self.joint.get(at) if at is not None else None
         if got is None:
-            got = self._run_traced(spec, hv, template)
+            got = self._run_traced(make, hv, template)
             now = self._joint_keys()
             if now != keys:
                 self.joint.clear()
@@ -216,10 +216,10 @@ class BaseMemo:
         return tuple(k for k in self.varying if k in read)
 
     def _run_traced(
-        self, spec: Spec, hv: dict[str, Any], template: Template | None
+        self, make: Spec, hv: dict[str, Any], template: Template | None
     ) -> list[tuple[int, str, str]]:
-        s = spec()
-        cmd = command(s) if template is not None else None  # patched: remembered by spec()
+        s = make()
+        cmd = command(s) if template is not None else None  # patched: remembered by make()
         point: dict[Any, Any] = {None: hv}
         out = []
         for i, r, t in self.traced:
@@ -227,21 +227,21 @@ class BaseMemo:
                 out.append((i, r.id, res[0]))
         return out
 
-    def estimate(self, spec: Spec, values: dict[str, Any]) -> tuple[float | None, float | None]:
+    def estimate(self, make: Spec, values: dict[str, Any]) -> tuple[float | None, float | None]:
         from topl.launcher.memory_estimate import estimate
 
         memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
         if memo not in self.estimates:
             try:
-                e = estimate(spec())
+                e = estimate(make())
                 self.estimates[memo] = (round(e["train_gb"], 2), round(e["rollout_weights_gb"], 2))
             except (ValueError, ZeroDivisionError):
                 self.estimates[memo] = (None, None)
         return self.estimates[memo]
 
-    def devices(self, spec: Spec) -> int:
+    def devices(self, make: Spec) -> int:
         """spec.world_size of the point: the base's where no varying key is one it reads."""
-        return self.world if self.world is not None else world_size(spec())
+        return self.world if self.world is not None else world_size(make())
 
 
 def copy_on_write(root: T, sets: list[tuple[str, Any]]) -> T:
