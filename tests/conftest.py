@@ -1,3 +1,4 @@
+import atexit
 import os
 import shutil
 import signal
@@ -143,7 +144,9 @@ HYPOTHESIS_PROFILE = _hypothesis_profiles()
 # `check` / `render` keep composed jobs (launcher/compose_cache.py): each test (children
 # included) gets a folder of its own, never the user's ~/.cache/topl, and no test answers from an
 # entry another test composed under its own monkeypatches.
-os.environ.setdefault("TOPL_CACHE_DIR", tempfile.mkdtemp(prefix="topl-test-cache-"))
+_CACHE_FALLBACK = tempfile.mkdtemp(prefix="topl-test-cache-")  # for work outside a test
+atexit.register(shutil.rmtree, _CACHE_FALLBACK, True)
+os.environ.setdefault("TOPL_CACHE_DIR", _CACHE_FALLBACK)
 
 
 @pytest.fixture(autouse=True)
