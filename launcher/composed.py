@@ -73,7 +73,7 @@ class Composed:
     def value(self, key: str) -> Any:
         """The value at a dotted key (None when absent), resolved; a container as written (its
         interpolations kept): a plain dict / list when made from data, else a DictConfig."""
-        if self._data is None or self._resolved is None:
+        if self._resolved is None:  # made from a DictConfig (data and resolved come together)
             from omegaconf import OmegaConf
 
             return OmegaConf.select(self.cfg, key, throw_on_missing=False)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from topl.launcher.tree import get_path
+from topl.launcher.tree import get_path, overlap
 
 if TYPE_CHECKING:
     from topl.launcher.spec import JobSpec
@@ -66,7 +66,7 @@ def _container_refs(key: str, raw: Any) -> frozenset[str] | None:
     if isinstance(raw, str):
         if "\\${" in raw:
             return None
-        got = [m for m in _PLAIN.finditer(raw)]
+        got = list(_PLAIN.finditer(raw))
         if any(m[1] for m in got) or "${" in _PLAIN.sub("", _RESOLVER.sub("", raw)):
             return None
         return frozenset(m[2] for m in got)
@@ -99,10 +99,6 @@ def collect(cfg: Any, prefix: str = "") -> list[Interp]:
     return out
 
 
-def overlap(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-
 def stale(interps: list[Interp], changed: list[str]) -> list[Interp]:
     """The interpolations a change of the keys `changed` makes stale, each after those it reads
     (resolve them in this order): those that read a changed key or a stale one, or read what
@@ -113,7 +109,7 @@ def stale(interps: list[Interp], changed: list[str]) -> list[Interp]:
     while grew:
         grew = False
         for i in todo:
-            if i in out:
+            if i.key in moved:  # stale already
                 continue
             if i.refs is None or any(overlap(r, c) for r in i.refs for c in moved):
                 out.append(i)

@@ -21,11 +21,12 @@ from topl.launcher.command_patch import Template, apply, swaps
 from topl.launcher.compose import GROUPS, Composed, compose_job, loader_for
 from topl.launcher.contract import ERROR, evaluate
 from topl.launcher.errors import ToplError
-from topl.launcher.interp import Interp, collect, overlap, resolve, stale
+from topl.launcher.interp import Interp, collect, resolve, stale
 from topl.launcher.overrides import replayable, typed_value
 from topl.launcher.recipes import available
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_memo import BaseMemo, copy_on_write
+from topl.launcher.tree import overlap
 
 
 @dataclass
@@ -187,7 +188,7 @@ class Planner:
         _, obj, _ = base
         sets = [(k, v) for _, k, v in values]
         again = self._stale(groups, values)
-        assert again is not None  # callers compose such points through Hydra (_replays)
+        assert again is not None  # callers compose such points through Hydra (see _stale)
         vals = dict(sets)
         if not again:
             return base, lambda: copy_on_write(obj, sets), [], vals

@@ -27,6 +27,7 @@ from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.spec import JobSpec, world_size
 from topl.launcher.sweep_trace import Traced
+from topl.launcher.tree import overlap
 
 if TYPE_CHECKING:
     from topl.launcher.command_patch import Template
@@ -95,9 +96,7 @@ def opaque(rule: Rule, spec: JobSpec) -> bool:
 
 
 def _touches(declared: Iterable[str], varying: str) -> bool:
-    return any(
-        varying == d or varying.startswith(d + ".") or d.startswith(varying + ".") for d in declared
-    )
+    return any(overlap(varying, d) for d in declared)
 
 
 def _relevant(declared: Iterable[str], varying: tuple[str, ...]) -> tuple[str, ...]:

@@ -24,6 +24,11 @@ def parent_of(obj: Any, dotted: str) -> tuple[Any, str]:
     return obj, leaf
 
 
+def overlap(a: str, b: str) -> bool:
+    """Dotted keys `a` and `b` name the same value, or one holds the other."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
 def get_path(obj: Any, dotted: str) -> Any:
     """obj.a.b (or obj["a"]["b"]) for "a.b"."""
     parent, leaf = parent_of(obj, dotted)
