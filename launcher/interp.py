@@ -5,9 +5,10 @@ OmegaConf reads `${a.b}` (absolute), `${.b}` / `${..b}` (from the node's contain
 calls `${name:args}`, escapes `\\${` and nestings of these (omegaconf@2.3.1:omegaconf/grammar/
 gen/OmegaConfGrammarParser.py:interpolationNode, interpolationResolver). Here a plain reference,
 absolute or relative, is replayed from the spec; a resolver call whose arguments hold no
-interpolation reads no key, so the value composed for the base stays (`${oc.env:HF_TOKEN}`: the same shell for every point). Anything else, and any
-interpolation inside a list or inside a dict with dotted keys (verl_overrides), is `replay=False`:
-when it is stale the caller composes the point through Hydra.
+interpolation reads no key, so the value composed for the base stays (`${oc.env:HF_TOKEN}`: the
+same shell for every point). Anything else, and any interpolation inside a list or inside a dict
+with dotted keys (verl_overrides), is `replay=False`: when it is stale the caller composes the
+point through Hydra.
 """
 
 from __future__ import annotations
