@@ -11,7 +11,7 @@ from test_contract_rules import CASES
 
 from topl.launcher.compose import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.fix import PROTECTED, find_fix
+from topl.launcher.fix import AGAIN_MIN, PROTECTED, Search, find_fix
 
 RELEASE_30B = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release"]
 
@@ -30,6 +30,31 @@ def test_seed_recipe_moved_to_the_release_stack_is_fixed_in_one_step():
     assert {"rollout.chunked_prefill", "train.use_dynamic_bsz", "rollout.pp"} <= keys
     assert not any(k.startswith(PROTECTED) for k in keys)  # never the model or the alignment
     assert accepted(RELEASE_30B + [c.override for c in fix.changes])
+
+
+def test_the_search_goes_on_after_the_first_fix_as_long_again_and_keeps_the_cheaper():
+    """The first accepted set is not the answer when a cheaper one follows; the search stops
+    after as many sets again as it took to find the first (it spent all 3000 before)."""
+    search = Search(["recipe=qwen3_30b_a3b_grpo_a2_strict", "stack=prerelease"])
+    accepted_at: dict[frozenset, int] = {}
+    judge = search.judge
+
+    def recording(changes):
+        got = judge(changes)
+        if got[2] is not None and not got[0]:
+            accepted_at.setdefault(frozenset(c.override for c in changes), search.evaluated)
+        return got
+
+    search.judge = recording  # type: ignore[method-assign]
+    fix = search.run()
+    first = min(accepted_at.values())
+    answer = accepted_at[frozenset(c.override for c in fix.changes)]
+    assert fix.found and answer > first  # a cheaper set found after the first: kept
+    assert search.evaluated <= first + max(first, AGAIN_MIN) + 2  # +2: a move of a twin pair
+    assert accepted(
+        ["recipe=qwen3_30b_a3b_grpo_a2_strict", "stack=prerelease"]
+        + [c.override for c in fix.changes]
+    )
 
 
 def test_a_value_the_user_typed_is_kept_when_another_fix_exists():

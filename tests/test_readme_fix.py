@@ -9,7 +9,7 @@ from helpers import run_topl_inproc as run
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-@pytest.mark.slow  # one fix search (~3000 candidate sets, a few seconds)
+@pytest.mark.slow  # one fix search (~260 candidate sets, a second)
 def test_the_readme_fix_example_is_current():
     block = re.search(r"```\n\$ topl check (.*--fix)\n\.\.\.\n(.*?)```", README.read_text(), re.S)
     assert block, "the README's --fix example"
