@@ -341,3 +341,52 @@ def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path)
     with open(conf / "rollout" / "rollout.yaml", "a") as f:
         f.write("\nparsed_again: 1\n")
     assert compose_verl(inv, conf).actor_rollout_ref.rollout.parsed_again == 1
+
+
+@needs_verl
+def test_compose_verl_base_plus_value_overrides_is_hydras_compose(tmp_path, monkeypatch):
+    """tests/helpers.compose_verl composes verl's config once per set of group choices and applies
+    each command's value overrides with Hydra's own step for them: the config, and the error for a
+    key verl cannot take, equal a full Hydra compose of the same command (what both share: Hydra's
+    defaults list and its `_apply_overrides_to_config`; what differs: the base is composed once)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
+
+    from topl.launcher.render import Invocation
+
+    def hydras(inv, conf):
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(conf), version_base=None):
+                return compose(inv.config_name, overrides=list(inv.overrides))
+        finally:
+            GlobalHydra.instance().clear()
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    invocations = []
+    for args in (["recipe=qwen3_30b_a3b_grpo_a3_release_strict"], ["recipe=qwen3_4b_dapo_a2_off"]):
+        spec = compose_job(args).to_object()
+        spec.model.hf_path = shared_hf_config_dir(spec.model)
+        invocations.append((render(spec), declared_config_dir(spec, tmp_path)))
+    first, conf = invocations[0]  # a group choice on top: composed in full, then the values applied
+    invocations.append(
+        (
+            Invocation(
+                "m",
+                first.config_name,
+                ["actor@actor_rollout_ref.actor=megatron_actor", *first.overrides],
+            ),
+            conf,
+        )
+    )
+    for inv, where in invocations:
+        assert OmegaConf.to_yaml(compose_verl(inv, where)) == OmegaConf.to_yaml(hydras(inv, where))
+    for bad in ("+actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.no_such_key=2"):
+        inv = Invocation("m", first.config_name, [*first.overrides, bad])
+        with pytest.raises(ConfigCompositionException) as ours:
+            compose_verl(inv, conf)
+        with pytest.raises(ConfigCompositionException) as own:
+            hydras(inv, conf)
+        assert str(ours.value) == str(own.value)
