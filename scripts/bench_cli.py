@@ -37,6 +37,23 @@ SWEEP_10K = [
     "rollout.max_num_seqs=range(16,1016,100)",
 ]
 SWEEP_100K = SWEEP_10K + ["train.ppo_micro_batch_size_per_gpu=range(1,11)"]
+# What any first `check` of an input pays before topl's own work, in a fresh process: importing
+# Hydra (and OmegaConf) and composing a one-key config; then Hydra composing topl's default config
+# (its schema registered, no checks). The `cold` column can be read against these.
+HYDRA_FLOOR = (
+    "import pathlib, tempfile\n"
+    "from hydra import compose, initialize_config_dir\n"
+    "d = tempfile.mkdtemp(); pathlib.Path(d, 'config.yaml').write_text('a: 1\\n')\n"
+    "with initialize_config_dir(config_dir=d, version_base=None): compose('config')\n"
+)
+HYDRA_TOPL = (
+    "from hydra import compose, initialize_config_dir\n"
+    "from topl.launcher.compose import conf_dir\n"
+    "from topl.launcher.spec import register_configs\n"
+    "register_configs()\n"
+    "with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):\n"
+    "    compose('config', return_hydra_config=True)\n"
+)
 
 
 def run(
@@ -137,6 +154,13 @@ def main() -> int:
         recipes = recipes[:: max(1, len(recipes) // 3)][:3]
     start = min(run(["-c", "pass"], python=True)[0] for _ in range(5))
     rows.append(("python -c pass (start-up, for scale)", {"after": (start, 0.0)}, ""))
+    for label, code in (
+        ("Hydra floor: import + compose a one-key config", HYDRA_FLOOR),
+        ("Hydra alone: compose topl's default config", HYDRA_TOPL),
+    ):
+        floor = min(run(["-c", code], python=True)[0] for _ in range(max(3, args.repeat)))
+        rows.append((label, {"cold": (floor, 0.0)}, "a fresh process, no topl checks"))
+        print(f"{label:<48} {floor:6.2f} s", flush=True)
     measure("check (default config)", ["check"], args.repeat, cold)
     worst: dict[str, tuple[float, str]] = {}
     each: dict[str, list[float]] = {}
