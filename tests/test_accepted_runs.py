@@ -312,12 +312,12 @@ def test_the_validator_reports_verls_own_rejection_and_answers_on(tmp_path, monk
 
 @needs_verl
 def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path):
-    """tests/helpers.compose_verl keeps each verl YAML file's parse for the process: the config
+    """tests/verl_compose.compose_verl keeps each verl YAML file's parse for the process: the config
     equals Hydra's own compose, a second compose parses nothing again, and a file rewritten in
     place is read again."""
     import shutil
 
-    import helpers
+    import verl_compose
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -328,16 +328,16 @@ def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path)
     shutil.copytree(verl_config_dir(), conf)
     inv = Invocation("m", "ppo_trainer", ["actor_rollout_ref.rollout.n=3"])
     first = compose_verl(inv, conf)
-    parsed = {k for k in helpers._PARSED if k[0].startswith(str(conf.resolve()))}
+    parsed = {k for k in verl_compose._PARSED if k[0].startswith(str(conf.resolve()))}
     assert len(parsed) > 10
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf), version_base=None):
         own = compose(inv.config_name, overrides=inv.overrides)
     GlobalHydra.instance().clear()
     assert OmegaConf.to_yaml(first) == OmegaConf.to_yaml(own)
-    before = len(helpers._PARSED)
+    before = len(verl_compose._PARSED)
     assert OmegaConf.to_yaml(compose_verl(inv, conf)) == OmegaConf.to_yaml(own)
-    assert len(helpers._PARSED) == before  # nothing parsed twice
+    assert len(verl_compose._PARSED) == before  # nothing parsed twice
     with open(conf / "rollout" / "rollout.yaml", "a") as f:
         f.write("\nparsed_again: 1\n")
     assert compose_verl(inv, conf).actor_rollout_ref.rollout.parsed_again == 1
@@ -345,7 +345,7 @@ def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path)
 
 @needs_verl
 def test_compose_verl_base_plus_value_overrides_is_hydras_compose(tmp_path, monkeypatch):
-    """tests/helpers.compose_verl composes verl's config once per set of group choices and applies
+    """tests/verl_compose.compose_verl composes verl's config once per set of group choices and applies
     each command's value overrides with Hydra's own step for them: the config, and the error for a
     key verl cannot take, equal a full Hydra compose of the same command (what both share: Hydra's
     defaults list and its `_apply_overrides_to_config`; what differs: the base is composed once)."""
