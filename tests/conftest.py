@@ -57,11 +57,8 @@ SLOW_TESTS = {
         "test_subprocess_child_gets_secrets_by_environment_not_argv",
     },
     "test_doctor.py": {
-        "test_doctor_prints_a_summary_first_and_details_on_request",
-        "test_strict_ascend_spec_reports_each_missing_piece_here",
-        "test_guard_import_is_checked_with_the_python_that_runs_verl",
         "test_verl_import_is_checked_with_the_python_the_subprocess_backend_runs",
-        "test_launch_refuses_on_doctor_error_unless_skipped",
+        "test_launch_refuses_on_doctor_error_unless_skipped",  # an end-to-end launch
     },
     # end-to-end launches on the subprocess / local backends, and a probe run through the CLI
     "test_launch.py": {

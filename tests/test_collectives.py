@@ -128,9 +128,36 @@ def _worker(rank, world, init, out, kind, moe_order, backend):
     dist.destroy_process_group()
 
 
+# Named, not this module: the server is started without the parent's sys.path (accepted, never
+# applied: cpython@3.11.7:Lib/multiprocessing/forkserver.py:main), so `tests/` is not on it and a
+# failed preload is silently skipped; the ranks then import this module cheaply.
+PRELOAD = [
+    "pytest",
+    "torch",
+    "torch.distributed",
+    "torch.multiprocessing",
+    "topl.kernels.primitives",
+    "topl.kernels.alignment",
+    "topl.kernels.model",
+    "topl.kernels.training",
+]
+
+
 def real(kind: str, world: int, moe_order: str = "rank", backend: str = "gloo") -> torch.Tensor:
+    """The ranks are fresh processes forked from multiprocessing's fork server, which imported
+    this module's imports (torch, topl's kernels) once for the whole test process; a spawned rank
+    imported them again (~2 s of CPU each, 26 ranks here). The server never ran a torch op or
+    touched a GPU, so its forks start as clean as spawned ones, and each rank still joins a real
+    process group and reduces over a real backend."""
     init, out = tempfile.mktemp(), tempfile.mktemp()
-    mp.spawn(_worker, args=(world, init, out, kind, moe_order, backend), nprocs=world, join=True)
+    mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first call
+    mp.start_processes(
+        _worker,
+        args=(world, init, out, kind, moe_order, backend),
+        nprocs=world,
+        join=True,
+        start_method="forkserver",
+    )
     return torch.load(out)
 
 

@@ -25,7 +25,7 @@ def test_local_spec_passes_here():
     assert json.loads(r.stdout)["ok"] is True
 
 
-def test_strict_ascend_spec_reports_each_missing_piece_here():
+def test_strict_ascend_spec_reports_each_missing_piece_here(verl_imports_here):
     r = run_topl_inproc("doctor", *STRICT_A3, "--json")
     assert r.returncode == 2
     got = ids(json.loads(r.stdout))
@@ -236,12 +236,12 @@ def test_mindspeed_without_batch_invariant_switches(stack):
 
 
 def guard_findings(*args):
-    r = run_topl("doctor", *args, "--json")
+    r = run_topl_inproc("doctor", *args, "--json")
     found = [f for n in json.loads(r.stdout)["nodes"] for f in n["findings"]]
     return r.returncode, {f["id"]: f for f in found if "GUARD" in f["id"]}
 
 
-def test_guard_import_is_checked_with_the_python_that_runs_verl(tmp_path):
+def test_guard_import_is_checked_with_the_python_that_runs_verl(tmp_path, verl_imports_here):
     sub = ("cluster.backend=subprocess",)
     rc, got = guard_findings(*sub, f"cluster.python={no_site_python(tmp_path)}")
     f = got["TOP-DOC-GUARD-001"]
@@ -262,7 +262,7 @@ def test_ray_job_spec_checked_here_says_every_node_needs_topl(verl_imports_here)
     assert f["severity"] == "warning" and "every node" in f["fix"] and "--ray" in f["fix"]
 
 
-def test_launch_refuses_on_doctor_error_unless_skipped(tmp_path):
+def test_launch_refuses_on_doctor_error_unless_skipped(tmp_path, verl_imports_here):
     pkg = tmp_path / "pkgs"
     pkg.mkdir()
     (pkg / "fake_verl.py").write_text("print('fake verl ran')\n")
@@ -276,9 +276,11 @@ def test_launch_refuses_on_doctor_error_unless_skipped(tmp_path):
         "cluster.devices_per_node=2",
         "cluster.versions.verl_patches=[vllm_pp]",
     ]
-    r = run_topl(*args, cwd=tmp_path)  # installed verl is stock: vLLM PP would raise at start-up
+    # in this process (exit code, stdout and stderr as the CLI's; the job child's output streams
+    # through them): the subject is the refusal, not the process boundary
+    r = run_topl_inproc(*args, cwd=tmp_path)  # installed verl is stock: vLLM PP would raise
     assert r.returncode == 2 and "TOP-DOC-VERL-003" in r.stderr and "fake verl ran" not in r.stdout
-    r = run_topl(*args, "--skip-doctor", cwd=tmp_path)
+    r = run_topl_inproc(*args, "--skip-doctor", cwd=tmp_path)
     assert r.returncode == 0 and "fake verl ran" in r.stdout and "--skip-doctor" in r.stderr
 
 
@@ -286,8 +288,10 @@ def test_verl_import_is_checked_with_the_python_the_subprocess_backend_runs(tmp_
     """cluster.python starts verl on the subprocess backend: a verl that imports here proves
     nothing about it."""
 
-    def verl_finding(python):
-        r = run_topl("doctor", "cluster.backend=subprocess", f"cluster.python={python}", "--json")
+    def verl_finding(python):  # in this process: the subject is the doctor's child, not the CLI's
+        r = run_topl_inproc(
+            "doctor", "cluster.backend=subprocess", f"cluster.python={python}", "--json"
+        )
         found = [f for n in json.loads(r.stdout)["nodes"] for f in n["findings"]]
         return next(f for f in found if f["id"] == "TOP-DOC-VERL-004")
 
@@ -336,7 +340,7 @@ def test_every_finding_comes_from_a_registered_check(compose, verl_imports_here)
         assert {f.id for f in run_checks(compose(list(args)).to_object())} <= known
 
 
-def test_doctor_prints_a_summary_first_and_details_on_request(tmp_path):
+def test_doctor_prints_a_summary_first_and_details_on_request(tmp_path, verl_imports_here):
     r = run_topl_inproc("doctor", *STRICT_A3, cwd=tmp_path)  # piped: not a terminal
     lines = r.stdout.splitlines()
     assert r.returncode == 2 and lines[0].startswith("topl doctor: FAILED: ")

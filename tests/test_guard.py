@@ -3,6 +3,7 @@ strict run that lacks a required env var (with the contract's rule id)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,43 +32,108 @@ def test_render_puts_the_guard_after_the_patch_module_only_in_strict_runs():
     )
 
 
-def _import_verl(env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "import verl"],
+# One child imports what verl's own import pulls in first (verl@0.9.1:verl/protocol.py imports
+# numpy, ray, tensordict, torch and, through verl.utils, transformers: ~5 s of the ~5.5 s), never
+# verl itself; then it forks a fresh process per case, which runs the real `import verl` with the
+# case's env (0.1 s): each case still imports verl from scratch, runs the guard inside verl's
+# import and exits through it, in a process of its own. A child per case cost ~5.5 s each.
+FORK_IMPORT_VERL = r"""
+import importlib, json, os, sys, traceback
+for name in ("numpy", "ray", "tensordict", "torch", "transformers"):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass  # then verl's own import below reports it, in each case's process
+assert not [m for m in sys.modules if m.split(".")[0] == "verl"]
+out = []
+for env in json.loads(sys.argv[1]):
+    r, w = os.pipe()
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the case's process: its stderr into the pipe, its env, then `import verl`
+        os.close(r)
+        os.dup2(w, 2)
+        os.environ.update(env)
+        rc = 0
+        try:
+            import verl  # noqa: F401
+        except BaseException:  # what the interpreter does with an uncaught exception
+            traceback.print_exc()
+            rc = 1
+        sys.stderr.flush()
+        os._exit(rc)
+    os.close(w)
+    with os.fdopen(r) as f:
+        err = f.read()
+    out.append([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), err])
+print(json.dumps(out))
+"""
+
+
+def _needs(*modules: str) -> None:
+    """Skip without them; found, not imported (`import verl` here would cost ~5 s, for nothing)."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            pytest.skip(f"{m} is not installed")
+
+
+def _import_verl_each(*envs: dict) -> list[subprocess.CompletedProcess]:
+    """`import verl` in a fresh process per env (the test's environment plus that env)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOPL_GUARD", "VERL_"))}
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_IMPORT_VERL, json.dumps(envs)],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
+        env=clean,
         timeout=300,
     )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.splitlines()[-1])
+    return [subprocess.CompletedProcess("import verl", rc, "", err) for rc, err in results]
 
 
-def test_guard_in_a_driver_records_and_refuses(tmp_path):
-    pytest.importorskip("verl")
+@pytest.fixture(scope="module")
+def driver_imports(tmp_path_factory):
+    """The three driver cases of this module in one child: strict with the env var wrong, strict
+    with it right (both recording into `guard`), and the guard module without a manifest."""
+    _needs("verl")
+    folder = tmp_path_factory.mktemp("guard")
     env = {
         "TOPL_GUARD": json.dumps(STRICT),
-        "TOPL_GUARD_DIR": str(tmp_path),
+        "TOPL_GUARD_DIR": str(folder),
         "VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard",
     }
-    env.pop("VLLM_BATCH_INVARIANT", None)
-    bad = _import_verl({**env, "VLLM_BATCH_INVARIANT": "0"})
+    bad, ok, bare = _import_verl_each(
+        {**env, "VLLM_BATCH_INVARIANT": "0"},
+        {**env, "VLLM_BATCH_INVARIANT": "1"},
+        {"VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard"},
+    )
+    return {"bad": bad, "ok": ok, "bare": bare, "folder": folder}
+
+
+def test_guard_in_a_driver_records_and_refuses(driver_imports):
+    bad, ok = driver_imports["bad"], driver_imports["ok"]
     assert bad.returncode != 0 and "TOP-ALN-001: env VLLM_BATCH_INVARIANT" in bad.stderr
-    ok = _import_verl({**env, "VLLM_BATCH_INVARIANT": "1"})
     assert ok.returncode == 0, ok.stderr
-    recs = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    recs = [json.loads(p.read_text()) for p in driver_imports["folder"].glob("*.json")]
     assert sorted(r["missing"] == [] for r in recs) == [False, True]
     assert all(r["role"] == "driver" and r["versions"]["verl"] for r in recs)
 
 
-def test_guard_without_manifest_never_breaks_a_job():
-    pytest.importorskip("verl")
-    out = _import_verl({"VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard"})
-    assert out.returncode == 0 and "TOPL-GUARD" not in out.stderr
+def test_guard_without_manifest_never_breaks_a_job(driver_imports):
+    out = driver_imports["bare"]
+    assert out.returncode == 0 and "TOPL-GUARD" not in out.stderr, out.stderr
 
 
+# One local Ray for both cases (a start is ~6 s): the job's runtime_env carries the manifest and
+# the right value to two workers, as verl's ray.init(runtime_env=...) does; then one task whose
+# own runtime_env carries the whole env with the wrong value runs in a fresh worker (another
+# runtime_env is never served by a worker of the first), where the guard must refuse.
 RAY_SCRIPT = r"""
 import json, sys, ray
+ok, bad = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-         _node_ip_address="127.0.0.1", runtime_env={"env_vars": json.loads(sys.argv[1])})
+         _node_ip_address="127.0.0.1", runtime_env={"env_vars": ok})
 
 @ray.remote(max_retries=0)
 def worker():
@@ -75,39 +141,45 @@ def worker():
     import verl  # noqa: F401  -- the guard runs here, inside verl's import
     return os.getpid()
 
-try:
-    print("PIDS", json.dumps(ray.get([worker.remote(), worker.remote()], timeout=240)))
-except Exception as e:  # noqa: BLE001
-    print("FAILED", str(e).replace("\n", " | ")[:3000])
+for name, tasks in (
+    ("OK", lambda: [worker.remote(), worker.remote()]),
+    ("BAD", lambda: [worker.options(runtime_env={"env_vars": bad}).remote()]),
+):
+    try:
+        print(name, "PIDS", json.dumps(ray.get(tasks(), timeout=240)), flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(name, "FAILED", str(e).replace("\n", " | ")[:3000], flush=True)
 ray.shutdown()
 """
 
 
 def test_guard_in_ray_workers_records_each_process_and_refuses_a_missing_env_var(tmp_path):
-    pytest.importorskip("verl")
-    pytest.importorskip("ray")
+    _needs("verl", "ray")
     base = {
         "TOPL_GUARD": json.dumps(STRICT),
         "TOPL_GUARD_DIR": str(tmp_path / "guard"),
         "VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard",
         "OMP_NUM_THREADS": "1",
     }
-
-    def run(env):
-        # the driver itself lacks the manifest: only the workers get it, through runtime_env
-        clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOPL_GUARD", "VERL_"))}
-        out = subprocess.run(
-            [sys.executable, "-c", RAY_SCRIPT, json.dumps(env)],
-            capture_output=True,
-            text=True,
-            env={**clean, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
-            timeout=420,
-        )
-        return out.stdout + out.stderr
-
-    out = run({**base, "VLLM_BATCH_INVARIANT": "1"})
-    assert "PIDS" in out, out[-3000:]
-    pids = set(json.loads(out.split("PIDS", 1)[1].splitlines()[0]))
+    # the driver itself lacks the manifest: only the workers get it, through runtime_env
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOPL_GUARD", "VERL_"))}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RAY_SCRIPT,
+            json.dumps({**base, "VLLM_BATCH_INVARIANT": "1"}),
+            json.dumps({**base, "VLLM_BATCH_INVARIANT": "0"}),
+        ],
+        capture_output=True,
+        text=True,
+        env={**clean, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
+        timeout=420,
+    )
+    out = run.stdout + run.stderr
+    lines = {l.split(" ", 1)[0]: l.split(" ", 1)[1] for l in run.stdout.splitlines() if " " in l}
+    assert lines.get("OK", "").startswith("PIDS"), out[-3000:]
+    pids = set(json.loads(lines["OK"][len("PIDS") :]))
     recs = {
         r["pid"]: r
         for r in (json.loads(p.read_text()) for p in (tmp_path / "guard").glob("*.json"))
@@ -117,8 +189,8 @@ def test_guard_in_ray_workers_records_each_process_and_refuses_a_missing_env_var
         assert recs[pid]["role"] == "ray_worker" and recs[pid]["missing"] == []
         assert recs[pid]["env"]["VLLM_BATCH_INVARIANT"] == "1"
 
-    out = run({**base, "VLLM_BATCH_INVARIANT": "0"})
-    assert "FAILED" in out and "TOP-ALN-001: env VLLM_BATCH_INVARIANT" in out, out[-3000:]
+    bad = lines.get("BAD", "")
+    assert bad.startswith("FAILED") and "TOP-ALN-001: env VLLM_BATCH_INVARIANT" in bad, out[-3000:]
 
 
 def catalog() -> dict[str, dict]:

@@ -32,7 +32,11 @@ def fake_entry(tmp_path):
 
 
 def sub_args(fake_entry, *extra):
+    """A subprocess-backend launch of the fake entrypoint. --skip-doctor: the doctor's `import
+    verl` child (~5.5 s) is not what these tests are about; a launch that runs the doctor first
+    (and refuses on its errors) is test_doctor.py's and test_secrets.py's."""
     return [
+        "--skip-doctor",
         "cluster.backend=subprocess",
         "algorithm.entrypoint=fake_verl",
         f"cluster.python={sys.executable}",

@@ -1,5 +1,6 @@
 """Secrets never land in files or output: redaction by name, by value and by shape; owner-only files."""
 
+import importlib.util
 import json
 import stat
 import sys
@@ -217,18 +218,29 @@ def _assert_nothing_leaked(tmp_path, r, seen):
     assert "MY_API_KEY=${MY_API_KEY:?" in (run_dir / "command.sh").read_text()  # by name
 
 
-def test_subprocess_child_gets_secrets_by_environment_not_argv(tmp_path):
-    r, seen = _launch_with_secrets(tmp_path, "cluster.backend=subprocess")
-    _assert_nothing_leaked(tmp_path, r, seen)
+@pytest.fixture(scope="module")
+def subprocess_launch(tmp_path_factory):
+    """One launch on the subprocess backend for both tests below (a launch costs ~9 s, most of it
+    the doctor's `import verl` child): its child records argv and env and, where Ray is
+    installed, starts its own Ray as verl does and asks a worker too. The child's own proof
+    never needed a second launch without Ray: the same argv, env and files are asserted on it."""
+    tmp_path = tmp_path_factory.mktemp("subprocess-launch")
+    ray = importlib.util.find_spec("ray") is not None
+    env = {"FAKE_RAY": "1", "RAY_ADDRESS": ""} if ray else {}
+    r, seen = _launch_with_secrets(tmp_path, "cluster.backend=subprocess", env=env)
+    return tmp_path, r, seen
 
 
-def test_subprocess_ray_workers_inherit_the_secrets(tmp_path):
+def test_subprocess_child_gets_secrets_by_environment_not_argv(subprocess_launch):
+    _assert_nothing_leaked(*subprocess_launch)
+
+
+def test_subprocess_ray_workers_inherit_the_secrets(subprocess_launch):
     """The Ray that verl's ray.init() starts from the child gives its workers the child's env."""
-    pytest.importorskip("ray")
-    r, seen = _launch_with_secrets(
-        tmp_path, "cluster.backend=subprocess", env={"FAKE_RAY": "1", "RAY_ADDRESS": ""}
-    )
-    _assert_nothing_leaked(tmp_path, r, seen)
+    tmp_path, r, seen = subprocess_launch
+    if "worker" not in seen:
+        pytest.skip("ray is not installed")
+    _assert_nothing_leaked(tmp_path, r, seen)  # the worker's env included
 
 
 def test_ray_job_workers_get_the_secrets_through_the_job_runtime_env(tmp_path, ray_head):

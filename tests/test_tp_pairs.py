@@ -139,6 +139,12 @@ def test_real_gloo_ranks_all_gather_where_their_block_is_not_a_subtree(xw):
     import torch.multiprocessing as mp
 
     init, out = tempfile.mktemp(), tempfile.mktemp()
-    mp.spawn(_gloo_worker, args=(2, init, out, 6), nprocs=2, join=True)
+    # fresh rank processes forked from a fork server that imported these once (a spawned rank
+    # imported torch again, ~2 s each); named: 3.11's server ignores the parent's sys.path
+    # (cpython@3.11.7:Lib/multiprocessing/forkserver.py:main), so not this module itself
+    mp.set_forkserver_preload(["pytest", "torch", "torch.distributed", "topl.kernels.probe"])
+    mp.start_processes(
+        _gloo_worker, args=(2, init, out, 6), nprocs=2, join=True, start_method="forkserver"
+    )
     x, w = xw
     assert torch.equal(torch.load(out), P.row_parallel(x, w, 3, "tree", True, 6))
