@@ -37,10 +37,8 @@ from topl.launcher.tree import parent_of
 SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes", "rollout_n", "n"}
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 DEPTH = 8  # keys a fix may change
-# After the first accepted set, the search goes on for as many sets again as it took to find it
-# (at least AGAIN_MIN), looking for a cheaper one: on every shipped strict recipe moved to a stock
-# stack the cheapest set was found within that (the latest: first at 1199, cheapest at 1348), and
-# the whole budget was spent after it (3000 sets, ~3 s) for nothing.
+# After the first accepted set, look for a cheaper one for as many sets again (at least this many):
+# on the strict recipes on stock stacks the cheapest came within that (at latest: 1199, then 1348).
 AGAIN_MIN = 200
 VO = "verl_overrides."  # entries are whole dotted verl keys, not nested spec paths
 # a candidate set's rank, smaller first: (user keys touched, keys, log2 distance, warnings)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+# verl's config composed for a command, and where the installed verl keeps it: tests/verl_compose.py
+from verl_compose import _BASES, _PARSED, compose_verl, verl_config_dir  # noqa: F401
 
 # The seed's 30B GRPO strict recipe with every rule green: the seed ran chunked prefill, dynamic
 # batch size and verl's max_num_seqs 1024 (warnings on its stack, see docs/seed.md); the tests that
@@ -37,13 +39,6 @@ def run_topl(*args, cwd=None, env=None, timeout=300):
         text=True,
         timeout=timeout,
     )
-
-
-def verl_config_dir() -> Path | None:
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
 
 
 # Built once per test process and shared by its tests (read only once built): verl's config
@@ -183,9 +178,6 @@ def declared_config_dir(spec, where: Path) -> Path | None:
     return final
 
 
-# verl's config composed for a command: tests/verl_compose.py
-from verl_compose import _BASES, _PARSED, compose_verl  # noqa: E402, F401
-
 # One child per verl release, kept for the test process (importing verl costs ~5 s of CPU, and
 # it ran once per validated recipe): it reads a JSON line per config and answers with verl's own
 # verdict. The release is first on its sys.path, as before; what it shares across configs is only
@@ -285,6 +277,34 @@ def validate_if_installed(spec, invocation, where: Path) -> None:
     if declared != installed_verl():
         pytest.skip(f"verl {declared}: tests/test_accepted_runs.py validates it with the others")
     validate_on_declared(spec, invocation, where)
+
+
+# Ranks of the real process-group tests (test_collectives.py, test_tp_pairs.py) are fresh processes
+# forked from multiprocessing's fork server, which imports these once per test process (a spawned
+# rank imported torch again, ~2 s of CPU each). Named, not the test modules: the server starts
+# without the parent's sys.path (accepted, never applied: cpython@3.11.7:Lib/multiprocessing/
+# forkserver.py:main), so `tests/` is not on it and a failed preload is silently skipped. The server
+# never runs a torch op or touches a GPU: its forks start as clean as spawned ones, and each rank
+# still joins a real process group. One list for both files: the first call starts the server.
+RANK_PRELOAD = [
+    "pytest",
+    "torch",
+    "torch.distributed",
+    "torch.multiprocessing",
+    "topl.kernels.primitives",
+    "topl.kernels.alignment",
+    "topl.kernels.model",
+    "topl.kernels.training",
+    "topl.kernels.probe",
+]
+
+
+def start_ranks(fn, args: tuple, nprocs: int) -> None:
+    """`fn(rank, *args)` in `nprocs` rank processes from the fork server; returns when all end."""
+    import torch.multiprocessing as mp
+
+    mp.set_forkserver_preload(RANK_PRELOAD)  # read when the server starts: the first call
+    mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
 
 
 def run_topl_inproc(*args, cwd=None, env=None, timeout=None):

@@ -12,7 +12,7 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from helpers import start_ranks
 
 from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
@@ -128,36 +128,10 @@ def _worker(rank, world, init, out, kind, moe_order, backend):
     dist.destroy_process_group()
 
 
-# Named, not this module: the server is started without the parent's sys.path (accepted, never
-# applied: cpython@3.11.7:Lib/multiprocessing/forkserver.py:main), so `tests/` is not on it and a
-# failed preload is silently skipped; the ranks then import this module cheaply.
-PRELOAD = [
-    "pytest",
-    "torch",
-    "torch.distributed",
-    "torch.multiprocessing",
-    "topl.kernels.primitives",
-    "topl.kernels.alignment",
-    "topl.kernels.model",
-    "topl.kernels.training",
-]
-
-
 def real(kind: str, world: int, moe_order: str = "rank", backend: str = "gloo") -> torch.Tensor:
-    """The ranks are fresh processes forked from multiprocessing's fork server, which imported
-    this module's imports (torch, topl's kernels) once for the whole test process; a spawned rank
-    imported them again (~2 s of CPU each, 26 ranks here). The server never ran a torch op or
-    touched a GPU, so its forks start as clean as spawned ones, and each rank still joins a real
-    process group and reduces over a real backend."""
+    """Real ranks (tests/helpers.py: start_ranks) reducing over a real backend."""
     init, out = tempfile.mktemp(), tempfile.mktemp()
-    mp.set_forkserver_preload(PRELOAD)  # read when the server starts: the first call
-    mp.start_processes(
-        _worker,
-        args=(world, init, out, kind, moe_order, backend),
-        nprocs=world,
-        join=True,
-        start_method="forkserver",
-    )
+    start_ranks(_worker, (world, init, out, kind, moe_order, backend), world)
     return torch.load(out)
 
 

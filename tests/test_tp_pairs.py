@@ -136,15 +136,9 @@ def test_real_gloo_ranks_all_gather_where_their_block_is_not_a_subtree(xw):
     and sum the one tree; the bits equal the TP 3 side's."""
     import tempfile
 
-    import torch.multiprocessing as mp
+    from helpers import start_ranks
 
     init, out = tempfile.mktemp(), tempfile.mktemp()
-    # fresh rank processes forked from a fork server that imported these once (a spawned rank
-    # imported torch again, ~2 s each); named: 3.11's server ignores the parent's sys.path
-    # (cpython@3.11.7:Lib/multiprocessing/forkserver.py:main), so not this module itself
-    mp.set_forkserver_preload(["pytest", "torch", "torch.distributed", "topl.kernels.probe"])
-    mp.start_processes(
-        _gloo_worker, args=(2, init, out, 6), nprocs=2, join=True, start_method="forkserver"
-    )
+    start_ranks(_gloo_worker, (2, init, out, 6), 2)
     x, w = xw
     assert torch.equal(torch.load(out), P.row_parallel(x, w, 3, "tree", True, 6))
