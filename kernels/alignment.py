@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # Field metadata ("ge", "one_of", "src", ...) declares a field's constraint; the launcher checks
-# it (launcher/constraints.py). verl 0.9.1's rollout correction checks, cited per field:
+# it (launcher/spec/constraints.py). verl 0.9.1's rollout correction checks, cited per field:
 _RC = "verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py"
 _RS_OPTIONS = (
     "token_k1",

@@ -5,7 +5,7 @@ shaped, and groups without signal dropped and resampled), the training engine re
 log-probs, advantages are estimated (GRPO groups or a critic's GAE), the critic (PPO) and the
 policy are updated, and the new weights are pushed to the rollout engine. The algorithm math is
 in `kernels/algorithms.py`. The loop knows nothing about the launcher:
-`launcher/backends/local.py` builds a :class:`LoopConfig` from the job spec and owns progress,
+`launcher/run/backends/local.py` builds a :class:`LoopConfig` from the job spec and owns progress,
 files and plots.
 """
 

@@ -11,9 +11,9 @@ import time
 
 
 def main(names: list[str]) -> int:
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
     from topl.launcher.contract import check
-    from topl.launcher.verl_schema import _load
+    from topl.launcher.facts.verl_schema import _load
 
     names = names or ["qwen3_4b_grpo_a2_strict", "qwen3_30b_a3b_dapo_a3_off"]
     for stack in ("seed", "release", "prerelease"):

@@ -7,7 +7,7 @@ next to a per-point Hydra compose + check baseline measured in the same run.
 imported ahead of the installed topl), alternating with this tree's, so that both columns see the
 same load. Bytecode is written and used, as by an installed topl (pip compiles it), whatever
 PYTHONDONTWRITEBYTECODE says here; each command runs once first, unmeasured, for that (and so
-`check` / `render` find their compose in the cache, as on a rerun: launcher/compose_cache.py). The
+`check` / `render` find their compose in the cache, as on a rerun: launcher/compose/cache.py). The
 `cold` column runs them with TOPL_COMPOSE_CACHE=0: Hydra composes, as after an edit.
 
 CPU = user + system seconds of the child (os.wait4), so a busy machine inflates it far less than
@@ -48,8 +48,8 @@ HYDRA_FLOOR = (
 )
 HYDRA_TOPL = (
     "from hydra import compose, initialize_config_dir\n"
-    "from topl.launcher.compose import conf_dir\n"
-    "from topl.launcher.spec import register_configs\n"
+    "from topl.launcher.compose.hydra import conf_dir\n"
+    "from topl.launcher.spec.job import register_configs\n"
     "register_configs()\n"
     "with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):\n"
     "    compose('config', return_hydra_config=True)\n"
@@ -101,7 +101,7 @@ def before_root(ref: str) -> str:
 def baseline(points: list[list[str]]) -> float:
     """CPU seconds per point of composing it through Hydra and running the contract (what
     `topl check` does per point; what a sweep costs without the planner)."""
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
     from topl.launcher.contract import check
 
     compose_job(points[0])  # imports and first-use caches out of the figure
@@ -121,8 +121,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each check: the least is kept")
     args = ap.parse_args()
 
-    from topl.launcher.plan import iter_expand
-    from topl.launcher.recipes import available
+    from topl.launcher.compose.recipes import available
+    from topl.launcher.plan.sweep import iter_expand
 
     # `after`: this tree as a user reruns a command (the compose cache holds its inputs: `check`
     # and `render` skip Hydra); `cold`: the same with TOPL_COMPOSE_CACHE=0, as after an edit.

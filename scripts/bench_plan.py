@@ -14,9 +14,9 @@ import time
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from topl.launcher.compose import conf_dir, split_recipe
-from topl.launcher.plan import Planner, expand, expand_items
-from topl.launcher.spec import register_configs
+from topl.launcher.compose.hydra import conf_dir, split_recipe
+from topl.launcher.plan.sweep import Planner, expand, expand_items
+from topl.launcher.spec.job import register_configs
 
 SWEEP = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",

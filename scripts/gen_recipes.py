@@ -110,7 +110,7 @@ def _merge(into: dict, extra: dict) -> dict:
 def max_model_len(model: str) -> int:
     """The max_model_len verl 0.9.1 runs when no recipe sets one: the model's
     max_position_embeddings (conf/model/<model>.yaml, else topl's ModelSpec default)."""
-    from topl.launcher.spec import ModelSpec
+    from topl.launcher.spec.job import ModelSpec
 
     conf = yaml.safe_load((CONF_MODEL / f"{model}.yaml").read_text()) or {}
     return int(conf.get("max_position_embeddings", ModelSpec().max_position_embeddings))

@@ -1,4 +1,4 @@
-"""Regenerate launcher/contract/verl_schema/verl-<version>.json from the real verl releases.
+"""Regenerate launcher/facts/verl_schema/verl-<version>.json from the real verl releases.
 
     python scripts/gen_verl_schema.py            # writes one file per version
     python scripts/gen_verl_schema.py --check    # exit 1 when a file differs (the slow tests run it)
@@ -25,7 +25,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "launcher" / "contract" / "verl_schema"
+OUT = Path(__file__).resolve().parents[1] / "launcher" / "facts" / "verl_schema"
 VERSIONS = ("0.8.0", "0.9.0", "0.9.1")
 # verl-project/verl@v0.8.0 and @v0.9.0: `recipe` gitlink (git ls-tree <tag> recipe); the overlay
 # below is that commit's dapo/config/dapo_megatron_trainer.yaml, unchanged up to verl-recipe@48ea0a7.

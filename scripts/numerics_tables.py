@@ -21,7 +21,7 @@ MAX_TP = 8
 
 def _probe(overrides: list[str]) -> float:
     from topl.launcher.cli.probe import run
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     return run(compose_job(overrides).to_object())["max_abs_logprob_diff"]
 

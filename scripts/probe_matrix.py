@@ -30,7 +30,7 @@ MODELS, DTYPES, CHUNKED = (
 
 
 def arch_of(name: str):
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     return compose_job([f"model={name}"]).to_object().model
 

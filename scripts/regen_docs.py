@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from topl.launcher.cli.rules import rules_markdown
-from topl.launcher.constraints import table as constraints_table
-from topl.launcher.doctor import checks_markdown
+from topl.launcher.doctor.registry import checks_markdown
 from topl.launcher.facts.stacks import stacks_markdown
-from topl.launcher.fields import fields_markdown
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec.constraints import table as constraints_table
+from topl.launcher.spec.fields import fields_markdown
+from topl.launcher.spec.job import JobSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

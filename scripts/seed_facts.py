@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from topl.launcher.bash_resolve import resolve
-from topl.launcher.script_import import build_recipe, read_script, recipe_text
-from topl.launcher.script_read import choose_launch
+from topl.launcher.importer.read import choose_launch
+from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text
+from topl.launcher.importer.resolve import resolve
 
 REPO = "psyloy/verl-ascend-recipe"
 ROOT = Path(__file__).resolve().parent.parent

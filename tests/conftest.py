@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 
 # The slow tier (`-m slow`): what needs a fresh venv or a wheel build, a real Ray head, real
 # training runs of the reference engines, or an end-to-end launch. `pytest` (the developer loop)
@@ -138,7 +138,7 @@ def _hypothesis_profiles():
 HYPOTHESIS_PROFILE = _hypothesis_profiles()
 
 
-# `check` / `render` keep composed jobs (launcher/compose_cache.py): each test (children
+# `check` / `render` keep composed jobs (launcher/compose/cache.py): each test (children
 # included) gets a folder of its own, never the user's ~/.cache/topl, and no test answers from an
 # entry another test composed under its own monkeypatches.
 _CACHE_FALLBACK = tempfile.mkdtemp(prefix="topl-test-cache-")  # for work outside a test
@@ -157,7 +157,7 @@ def verl_imports_here(monkeypatch):
     without its child: a child that imports the installed verl (torch, ray, transformers) costs
     ~5 s and is not what the tests using this are about (the verl-import tests of
     test_doctor.py and test_front_door.py run it)."""
-    from topl.launcher import doctor_checks
+    from topl.launcher.doctor import stack_checks as doctor_checks
 
     real = doctor_checks._import_error
     monkeypatch.setattr(

@@ -115,7 +115,7 @@ def hf_config_dir(m, where):
 # verl 0.9.1 is installed; other releases are unpacked from their wheels into ~/.cache/topl-verl
 # (scripts/gen_verl_schema.py:release_root, `pip download --no-deps`, never installed) when
 # TOPL_VERL_VERSIONS=1 (.ci/run sets it) or already cached. Nothing is dropped or rewritten: the
-# seed's patch keys are added to the config from the cited facts (topl.launcher.verl_schema),
+# seed's patch keys are added to the config from the cited facts (topl.launcher.facts.verl_schema),
 # the DAPO trainer config from the recorded verl-recipe overlay.
 PATCH_FILES = {"actor_rollout_ref.rollout.": "rollout/rollout.yaml"}  # where a patch adds a key
 
@@ -152,7 +152,7 @@ def declared_config_dir(spec, where: Path) -> Path | None:
 
     import yaml
 
-    from topl.launcher.verl_schema import _load, nearest, schema_for
+    from topl.launcher.facts.verl_schema import _load, nearest, schema_for
 
     sch = schema_for(spec)
     root = verl_release(sch.version)

@@ -22,10 +22,10 @@ from helpers import (
     verl_config_dir,
 )
 
-from topl.launcher import recipes
-from topl.launcher.compose import compose_job
+from topl.launcher.compose import recipes
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 STACKS = ("seed", "release", "prerelease")
 versions = pytest.mark.skipif(
@@ -272,7 +272,7 @@ def test_stock_verl_080_really_lacks_what_strict_renders(tmp_path):
     """The rule's first reason, against the real 0.8.0 config: rollout.seed does not compose."""
     from hydra.errors import ConfigCompositionException
 
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
 
     spec = compose_job(["stack=release", "cluster.versions.verl=0.8.0"]).to_object()
     conf = declared_config_dir(spec, tmp_path)
@@ -322,7 +322,7 @@ def test_compose_verl_parses_each_file_once_and_composes_as_hydra_does(tmp_path)
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
 
     conf = tmp_path / "config"
     shutil.copytree(verl_config_dir(), conf)
@@ -354,7 +354,7 @@ def test_compose_verl_base_plus_value_overrides_is_hydras_compose(tmp_path, monk
     from hydra.errors import ConfigCompositionException
     from omegaconf import OmegaConf
 
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
 
     def hydras(inv, conf):
         GlobalHydra.instance().clear()

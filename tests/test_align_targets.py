@@ -208,9 +208,9 @@ def test_targets_match_each_release_by_ast():
 def test_strict_npu_runs_load_the_alignment_module_before_the_guard(stack, want):
     import json
 
-    from topl.launcher.compose import compose_job
-    from topl.launcher.render import render
-    from topl.launcher.render_env import without_guard
+    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.render.env import without_guard
+    from topl.launcher.render.invocation import render
 
     env = render(
         compose_job(["recipe=qwen3_30b_a3b_grpo_a3_strict", stack, "rollout.pp=1"]).to_object()
@@ -221,8 +221,8 @@ def test_strict_npu_runs_load_the_alignment_module_before_the_guard(stack, want)
 
 
 def test_the_module_is_not_loaded_off_npu_or_when_not_strict():
-    from topl.launcher.compose import compose_job
-    from topl.launcher.render import render
+    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.render.invocation import render
 
     for extra in (["alignment=off"], ["cluster.device=cuda"]):
         spec = compose_job(["recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release", *extra])

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.errors import ToplError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def test_kernels_import_nothing_from_the_launcher():
 
 
 def test_spec_does_not_import_the_sweeper_plugin():
-    assert "hydra_plugins" not in (ROOT / "launcher" / "spec.py").read_text()
+    assert "hydra_plugins" not in (ROOT / "launcher" / "spec" / "job.py").read_text()
 
 
 def test_hydra_discovers_the_sweeper_plugin_and_its_config_in_the_installed_package():

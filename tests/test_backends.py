@@ -1,4 +1,4 @@
-"""The backends are a registry behind one interface (launcher/backends/)."""
+"""The backends are a registry behind one interface (launcher/run/backends/)."""
 
 import ast
 import dataclasses
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from topl.launcher import backends
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
+from topl.launcher.run import backends
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "launcher"
 
 
 def test_cluster_backend_choices_are_the_registry():
-    from topl.launcher.spec import ClusterSpec
+    from topl.launcher.spec.job import ClusterSpec
 
     (f,) = [f for f in dataclasses.fields(ClusterSpec) if f.name == "backend"]
     assert tuple(f.metadata["one_of"]) == backends.NAMES
@@ -24,7 +24,7 @@ def test_cluster_backend_choices_are_the_registry():
 @pytest.mark.parametrize("name", backends.NAMES)
 def test_each_backend_is_one_module_with_the_interface(name):
     b = backends.get(name)
-    assert b.name == name and (LAUNCHER / "backends" / f"{name}.py").is_file()
+    assert b.name == name and (LAUNCHER / "run" / "backends" / f"{name}.py").is_file()
     for attr in ("remote", "here", "nodes"):
         assert isinstance(getattr(b, attr), bool), attr
     for method in ("preflight", "doctor", "start", "detached", "handle"):
@@ -97,7 +97,7 @@ class FakeClient:
         return JobStatus.SUCCEEDED
 
     def get_job_logs(self, job_id):
-        from topl.launcher.backends.ray_doctor import MARK
+        from topl.launcher.run.backends.ray_doctor import MARK
 
         return "ray noise\n" + MARK + json.dumps([{"node": "n1 (10.0.0.1)", "findings": []}])
 
@@ -115,7 +115,7 @@ def fake_head(monkeypatch):
 
 def test_the_per_node_doctor_retries_a_just_started_head(fake_head, compose):
     """Before, the doctor's own client failed at once on the head's first-seconds 500."""
-    from topl.launcher.backends import ray_doctor
+    from topl.launcher.run.backends import ray_doctor
 
     fake_head.busy = 2
     spec = compose(["cluster.backend=ray_job", "cluster.ray_address=http://h:8265"]).to_object()
@@ -128,7 +128,7 @@ def test_the_per_node_doctor_gives_up_at_its_deadline_and_stops_its_job(
     fake_head, compose, monkeypatch
 ):
     """Before, a doctor job that never ended polled forever."""
-    from topl.launcher.backends import ray_doctor
+    from topl.launcher.run.backends import ray_doctor
 
     monkeypatch.setattr(ray_doctor, "JOB_WAIT_S", 0)
     fake_head.running = -1  # never ends

@@ -8,8 +8,9 @@ import os
 import pytest
 from helpers import run_topl
 
-from topl.launcher import guard, rundir
+from topl.launcher import guard
 from topl.launcher.cli import main as topl
+from topl.launcher.run import rundir
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import pytest
 from helpers import STRICT_A3, verl_config_dir
 
 from topl.launcher.contract import check, evaluate
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 ARR = "actor_rollout_ref"
 OTC = f"{ARR}.actor.megatron.override_transformer_config"
@@ -149,10 +149,10 @@ def test_plan_evaluate_sees_the_command_too(compose, tmp_path):
 def test_command_map_is_the_rendered_command(compose, stack):
     """Every key of the map is on the command line with the same value and prefix (and back);
     the map keeps `$HOME` as written (the contract reads no environment), render expands it."""
-    from topl.launcher.command import command
-    from topl.launcher.recipes import available
-    from topl.launcher.render import fmt
-    from topl.launcher.render_version import expand
+    from topl.launcher.compose.recipes import available
+    from topl.launcher.render.command import command
+    from topl.launcher.render.invocation import fmt
+    from topl.launcher.render.spelling import expand
 
     env = {"HOME": "/home/u"}
     for name in list(available())[::5]:
@@ -164,7 +164,7 @@ def test_command_map_is_the_rendered_command(compose, stack):
 
 def test_command_is_built_once_per_spec(compose, monkeypatch):
     """All rules that read the command share one build (plan evaluates rules per point)."""
-    import topl.launcher.command as cm
+    import topl.launcher.render.command as cm
 
     calls = []
     real = cm.build

@@ -3,7 +3,7 @@
 import pytest
 from helpers import STRICT_A3, run_topl
 
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
 
 
 def test_sources_follow_composition_order(compose):

@@ -1,4 +1,4 @@
-"""The compose cache (launcher/compose_cache.py): a hit answers what a fresh Hydra compose answers,
+"""The compose cache (launcher/compose/cache.py): a hit answers what a fresh Hydra compose answers,
 every input that decides a compose invalidates it, and a hit imports no Hydra.
 
 What the compared paths share: the hit path builds the JobSpec from the entry's resolved JSON
@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from topl.launcher import compose_cache, recipes
-from topl.launcher.compose import compose_job
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose import cache as compose_cache
+from topl.launcher.compose import recipes
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.compose.meaning import settings
 from topl.launcher.contract import check
-from topl.launcher.errors import ToplError
-from topl.launcher.meaning import settings
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ def test_an_edited_or_shadowed_recipe_or_an_edited_include_misses(cache, tmp_pat
 
 
 def test_a_changed_conf_file_changes_the_key(cache):
-    conf = Path(compose_cache.__file__).resolve().parent.parent / "conf" / "config.yaml"
+    conf = Path(compose_cache.__file__).resolve().parents[2] / "conf" / "config.yaml"
     before = compose_cache._key([])
     st = conf.stat()
     try:
@@ -214,7 +215,7 @@ def test_a_cached_check_imports_no_hydra_omegaconf_or_yaml(cache):
 def test_the_spec_spells_omegaconfs_missing_marker():
     import omegaconf
 
-    from topl.launcher import spec
+    from topl.launcher.spec import job as spec
 
     assert spec.MISSING == omegaconf.MISSING  # spec.py names it without importing OmegaConf
 

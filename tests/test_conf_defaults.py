@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec.job import JobSpec
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -54,7 +54,7 @@ def test_group_files_restate_no_spec_default():
 
 
 def test_the_check_sees_a_restated_default():
-    from topl.launcher.spec import TrainSpec
+    from topl.launcher.spec.job import TrainSpec
 
     assert restated_defaults(TrainSpec, {"tp": 1, "pp": 2}) == ["tp"]
     assert restated_defaults(TrainSpec, {"tp": 1.0}) == []  # a different type is a different value

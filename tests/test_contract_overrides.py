@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from topl.launcher.command import build
 from topl.launcher.contract import check
-from topl.launcher.render import render
+from topl.launcher.render.command import build
+from topl.launcher.render.invocation import render
 
 ARR = "actor_rollout_ref"
 OFF = "recipe=qwen3_4b_grpo_a3_off"

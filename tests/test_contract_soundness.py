@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from helpers import STRICT_A3, run_topl, verl_config_dir
 
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.recipes import recipes_dir
 from topl.launcher.contract import RULES, check
-from topl.launcher.contract.view import Reads, View
-from topl.launcher.errors import ToplError
-from topl.launcher.recipes import recipes_dir
+from topl.launcher.spec.view import Reads, View
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = [
@@ -114,7 +114,7 @@ def test_env_that_agrees_with_the_spec_passes(compose):
 
 def test_env_reaches_render_only_after_the_contract(compose):
     """The same value the rule compares is what workers get (render's env = derived + cluster.env)."""
-    from topl.launcher.render import derived_env, env_vars
+    from topl.launcher.render.invocation import derived_env, env_vars
 
     spec = compose(STRICT_A3 + ["+cluster.env.VLLM_BATCH_INVARIANT=0"]).to_object()
     assert derived_env(spec)["VLLM_BATCH_INVARIANT"] == "1"
@@ -163,8 +163,8 @@ def test_field_constraint_exit_code_and_json():
 
 
 def test_every_constraint_with_a_source_cites_a_package():
-    from topl.launcher.constraints import fields
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.constraints import fields
+    from topl.launcher.spec.job import JobSpec
 
     for key, f in fields(JobSpec):
         src = f.metadata["src"]
@@ -172,8 +172,8 @@ def test_every_constraint_with_a_source_cites_a_package():
 
 
 def test_readme_constraint_table_matches_the_code():
-    from topl.launcher.constraints import table
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.constraints import table
+    from topl.launcher.spec.job import JobSpec
 
     text = (ROOT / "docs" / "reference.md").read_text()
     got = text.split("<!-- constraints:begin -->")[1].split("<!-- constraints:end -->")[0].strip()
@@ -198,7 +198,7 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose, tmp_path):
     from helpers import compose_verl, declared_config_dir
     from hydra.errors import HydraException
 
-    from topl.launcher.render import render
+    from topl.launcher.render.invocation import render
 
     ok = compose(
         STRICT_A3
@@ -215,8 +215,8 @@ def test_extra_overrides_the_rule_accepts_compose_in_verl(compose, tmp_path):
     compose_verl(render(spec), conf)
     bad = compose(STRICT_A3 + ["+algorithm.extra_overrides.trainer.log_val_generation=0"])
     assert "TOP-VERL-001" in {v.rule for v in check(bad)}
-    from topl.launcher.errors import ToplError
-    from topl.launcher.render import Invocation
+    from topl.launcher.base.errors import ToplError
+    from topl.launcher.render.invocation import Invocation
 
     with pytest.raises(ToplError, match="trainer.log_val_generation"):
         render(bad.to_object())  # refused at render too: never a command that cannot compose

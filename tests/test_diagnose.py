@@ -20,7 +20,7 @@ STRICT = Alignment(kv_tile=8)
 
 @pytest.fixture(scope="module")
 def models():
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     return {
         n: Model.random(compose_job([f"model={n}"]).to_object().model, seed=0)

@@ -24,7 +24,7 @@ def _reject(token):
 
 @pytest.fixture(scope="module")
 def arch():
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     return compose_job(["model=tiny_dense"]).to_object().model
 

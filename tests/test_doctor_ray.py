@@ -1,4 +1,4 @@
-"""The per-node doctor on a Ray cluster (launcher/backends/ray_doctor.py): on a real local Ray
+"""The per-node doctor on a Ray cluster (launcher/run/backends/ray_doctor.py): on a real local Ray
 head, and its node task where topl is not installed."""
 
 import json
@@ -33,7 +33,7 @@ def test_ray_head_whose_python_lacks_topl_is_one_clear_error(ray_head, tmp_path)
 
 def test_a_node_without_topl_reports_it_instead_of_failing_the_doctor_job():
     """Ray runs `node_task` on each node, pickled by value: run it where topl is not installed."""
-    from topl.launcher.backends import ray_doctor as cli
+    from topl.launcher.run.backends import ray_doctor as cli
 
     code = (
         f"import json, runpy; ns = runpy.run_path({cli.__file__!r}); "
@@ -65,8 +65,8 @@ def test_ray_node_without_topl_is_reported_by_the_doctor_job(ray_head, tmp_path)
 
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    from topl.launcher.backends.ray_doctor import MARK, MODULE, spec_to_json
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.run.backends.ray_doctor import MARK, MODULE, spec_to_json
 
     (tmp_path / "sitecustomize.py").write_text(HIDE_TOPL_IN_RAY_WORKERS)
     worker_python = tmp_path / "python"

@@ -1,9 +1,9 @@
-"""One JobSpec -> engines adapter (launcher/engines.py) for both the local backend and the probe,
+"""One JobSpec -> engines adapter (launcher/run/engines.py) for both the local backend and the probe,
 with the micro-batch verl uses for each pass."""
 
 import pytest
 
-from topl.launcher import engines
+from topl.launcher.run import engines
 
 pytest.importorskip("torch")
 
@@ -34,7 +34,7 @@ def test_each_micro_batch_is_the_one_verl_uses_for_that_pass(compose):
 
 
 def test_the_local_backend_builds_its_loop_through_the_adapter(compose, spy):
-    from topl.launcher.backends.local import loop_config
+    from topl.launcher.run.backends.local import loop_config
 
     spec = compose(MICRO).to_object()
     cfg = loop_config(spec)
@@ -73,7 +73,7 @@ def test_the_probe_builds_its_engines_through_the_adapter(compose, spy, monkeypa
 def test_the_loop_uses_each_micro_batch_for_its_pass(compose, monkeypatch):
     """The kernels' loop builds a TrainingEngine per pass with that pass's micro-batch."""
     from topl.kernels import rl_loop
-    from topl.launcher.backends.local import loop_config
+    from topl.launcher.run.backends.local import loop_config
 
     seen = []
     real = rl_loop.TrainingEngine

@@ -29,7 +29,7 @@ def test_declared_versions_read_as_pep440():
 
 
 def test_versions_order_as_each_vendor_orders_them():
-    from topl.launcher.versions import read
+    from topl.launcher.base.versions import read
 
     cann = ["8.5.RC1", "8.5.0", "9.0.0.B160", "9.0.0.B170", "9.0.0-beta.1", "9.0.0.beta2", "9.0.0"]
     assert sorted(cann[::-1], key=lambda v: read("cann", v)) == cann
@@ -53,7 +53,7 @@ def test_versions_order_as_each_vendor_orders_them():
     ],
 )
 def test_unknown_version_forms_are_refused_not_truncated(package, text):
-    from topl.launcher.versions import VersionError, read
+    from topl.launcher.base.versions import VersionError, read
 
     with pytest.raises(VersionError, match=f"{package} version '{re.escape(text)}'.*forms read"):
         read(package, text)
@@ -63,7 +63,7 @@ def test_unknown_version_forms_are_refused_not_truncated(package, text):
 
 def test_version_parsing_is_cached():
     """`topl plan` reads the same few version strings for every point (issue 33)."""
-    from topl.launcher import versions
+    from topl.launcher.base import versions
 
     versions._read.cache_clear()
     for _ in range(50):

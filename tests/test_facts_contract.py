@@ -6,7 +6,7 @@ import json
 import pytest
 
 from topl.launcher.contract import check
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 STRICT = ["recipe=qwen3_4b_grpo_a3_strict"]
 VLLM = "actor_rollout_ref.rollout.engine_kwargs.vllm"

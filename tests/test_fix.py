@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from test_accepted_runs import accepted_runs
 from test_contract_rules import CASES
 
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.fix import AGAIN_MIN, PROTECTED, Search, find_fix
+from topl.launcher.plan.fix import AGAIN_MIN, PROTECTED, Search, find_fix
 
 RELEASE_30B = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "stack=release"]
 

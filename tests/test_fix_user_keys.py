@@ -1,9 +1,9 @@
-"""`check --fix` when only keys the user typed can clear an error (launcher/fix.py Search.run):
+"""`check --fix` when only keys the user typed can clear an error (launcher/plan/fix.py Search.run):
 the search goes straight to changing them instead of spending its budget on the other keys."""
 
-from topl.launcher import fix
 from topl.launcher.contract import evaluate
 from topl.launcher.facts import stacks
+from topl.launcher.plan import fix
 
 # train.tp=3 divides neither the 32 heads nor the 16 devices: only train.tp (typed) can change that
 TYPED = ["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.tp=3", "rollout.tp=5"]

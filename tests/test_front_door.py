@@ -11,7 +11,7 @@ from conftest import _free_port
 from helpers import STRICT_A3, run_topl, run_topl_inproc
 
 from topl.launcher.cli import COMMANDS
-from topl.launcher.memory_estimate import zero3_gpu_bytes
+from topl.launcher.spec.memory import zero3_gpu_bytes
 
 A3_NO_ADDRESS = ["recipe=qwen3_4b_grpo_a3_strict"]
 
@@ -129,7 +129,7 @@ def test_ray_unreachable_is_one_message_and_no_run_dir(tmp_path):
 
 
 def test_thread_count_follows_field_env_and_model_size(compose, monkeypatch):
-    from topl.launcher.backends.local import threads_for
+    from topl.launcher.run.backends.local import threads_for
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert threads_for(compose([]).to_object()) == 1  # hidden 64: one thread
@@ -144,7 +144,7 @@ def test_local_job_metrics_identical_at_1_and_2_threads(compose, tmp_path, monke
     import torch
 
     from topl.kernels import rl_loop
-    from topl.launcher.backends.local import run_local
+    from topl.launcher.run.backends.local import run_local
 
     seen, real_run = [], rl_loop.run
 
@@ -188,7 +188,7 @@ def _accelerator_with(tmp_path, files: dict) -> str:
     for rel, text in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
-    code = "from topl.launcher.doctor import accelerator; print(accelerator())"
+    code = "from topl.launcher.doctor.registry import accelerator; print(accelerator())"
     r = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

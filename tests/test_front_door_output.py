@@ -102,7 +102,7 @@ def test_plan_blocks_at_80_columns_name_every_swept_key():
 
 
 def test_watch_columns_are_named_for_what_they_hold():
-    from topl.launcher import watch
+    from topl.launcher.run import watch
 
     # an alignment=off step: topl's log-prob difference and verl's probability difference differ
     data = {watch.LOGP_MAX: 4.54e-02, watch.DIFF_MAX: 0.00398, watch.DIFF_MEAN: 1e-4}

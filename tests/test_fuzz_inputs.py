@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topl.launcher.cli import main
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec.job import JobSpec
 
 # the budget is the loaded hypothesis profile (tests/conftest.py): `ci` 150 fixed examples, `dev` 30
 BUDGET = settings()

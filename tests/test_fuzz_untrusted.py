@@ -17,8 +17,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topl.launcher import redact, watch
+from topl.launcher.base import redact
 from topl.launcher.cli import main
+from topl.launcher.run import watch
 
 # This module's own profiles, not tests/conftest.py's `ci` / `dev`: re-registering the profile
 # loaded there reloads it (hypothesis), and every test collected after this module then ran on

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from topl.launcher.fields import fields_markdown
+from topl.launcher.spec.fields import fields_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +43,8 @@ def test_field_reference_matches_the_spec():
 
 
 def test_every_spec_field_is_documented():
-    from topl.launcher.fields import rows
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.fields import rows
+    from topl.launcher.spec.job import JobSpec
 
     undocumented = [key for key, _, _, doc in rows(JobSpec) if not doc]
     assert not undocumented, undocumented

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import STRICT_A3, run_topl
 
-from topl.launcher.compose import compose_job
-from topl.launcher.render import render
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.render.invocation import render
 
 STRICT = {"strict": True, "env": {"VLLM_BATCH_INVARIANT": ["1", "TOP-ALN-001"]}, "modules": {}}
 
@@ -202,9 +202,9 @@ def catalog() -> dict[str, dict]:
 def test_every_rule_id_the_guard_reports_is_in_the_catalog():
     import re
 
-    import topl.launcher.render as R
+    import topl.launcher.render.invocation as R
 
-    source = Path(R.__file__).with_name("guard.py").read_text()  # not imported: it would run
+    source = Path(R.__file__).parents[1].joinpath("guard.py").read_text()  # not imported: it would run
     own = set(re.findall(r'"(TOP-[A-Z]+-[0-9]+)"', source))
     manifest = json.loads(render(compose_job(STRICT_A3).to_object()).env["TOPL_GUARD"])
     from_spec = {rule for _, rule in [*manifest["env"].values(), *manifest["modules"].values()]}

@@ -62,7 +62,7 @@ def hf_model(model: Model, dtype):
 @pytest.mark.parametrize("name", ["tiny_dense", "tiny_moe"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_training_engine_logits_match_transformers(name, dtype):
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     arch = compose_job([f"model={name}"]).to_object().model
     model = Model.random(arch, seed=0, dtype=dtype, std=0.2)

@@ -16,10 +16,10 @@ from helpers import verl_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from topl.launcher.compose import compose_job
-from topl.launcher.errors import ToplError
-from topl.launcher.render import render
-from topl.launcher.script_import import build_recipe, read_script, recipe_text, same
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text, same
+from topl.launcher.render.invocation import render
 
 CORPUS = Path(__file__).parent / "data" / "scripts" / "verl"
 MANIFEST = [line.split("\t") for line in (CORPUS / "manifest.tsv").read_text().splitlines()]
@@ -215,8 +215,8 @@ def test_corpus_import(name, tmp_path, monkeypatch):
     except ToplError as e:  # keys no verl topl ships has: refused by the renderer, by name
         assert refused and all(k in e.message for k in refused), e.message
         assert {k.lstrip("+") for k in spec.verl_overrides} >= refused  # kept, as written
-        from topl.launcher.render import argv_env, env_vars, fmt, overrides
-        from topl.launcher.render_version import expand
+        from topl.launcher.render.invocation import argv_env, env_vars, fmt, overrides
+        from topl.launcher.render.spelling import expand
 
         everything = overrides(spec) + [(f"{FORWARD}{k}", v) for k, v in argv_env(spec).items()]
         pairs = [(k, fmt(expand(v, environ))) for k, v in everything]

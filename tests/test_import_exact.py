@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import run_topl_inproc
 
-from topl.launcher.errors import ToplError
-from topl.launcher.script_import import build_recipe, read_script
-from topl.launcher.script_import_exact import trip_text
+from topl.launcher.base.errors import ToplError
+from topl.launcher.importer.exact import trip_text
+from topl.launcher.importer.recipe import build_recipe, read_script
 
 SCRIPTS = Path(__file__).parent / "data" / "scripts"
 CORPUS = SCRIPTS / "verl"

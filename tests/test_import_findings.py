@@ -11,11 +11,11 @@ from helpers import run_topl, run_topl_inproc, verl_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from topl.launcher.bash_resolve import resolve
-from topl.launcher.compose import compose_job
-from topl.launcher.errors import ToplError
-from topl.launcher.render import render
-from topl.launcher.script_import import build_recipe, read_script, recipe_text
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text
+from topl.launcher.importer.resolve import resolve
+from topl.launcher.render.invocation import render
 
 CORPUS = Path(__file__).parent / "data" / "scripts" / "verl"
 LAUNCH = "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen3-8B"

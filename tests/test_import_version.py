@@ -6,10 +6,10 @@ import json
 import pytest
 from helpers import run_topl
 
-from topl.launcher.compose import compose_job
-from topl.launcher.errors import ToplError
-from topl.launcher.render import render
-from topl.launcher.script_import import build_recipe, read_script, recipe_text
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text
+from topl.launcher.render.invocation import render
 
 MEG = "actor_rollout_ref.actor.megatron"
 
@@ -100,7 +100,7 @@ def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path)
     _, got = _rendered(imp, tmp_path)
     assert got[f"{MEG}.grad_offload"] == "true"
     # a key the script leaves to verl gets the declared verl's default, not the installed one's:
-    # rollout.max_num_seqs is 1024 in verl 0.8.0, 256 in 0.9.1 (contract/verl_schema/*.json)
+    # rollout.max_num_seqs is 1024 in verl 0.8.0, 256 in 0.9.1 (facts/verl_schema/*.json)
     assert got["actor_rollout_ref.rollout.max_num_seqs"] == "1024"
     release = build_recipe(read_script(megatron_script(True, True)))
     assert release.recipe["rollout"]["max_num_seqs"] == 256  # on its field (seedregen)

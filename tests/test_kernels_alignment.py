@@ -16,7 +16,7 @@ STRICT = Alignment(kv_tile=8)
 
 @pytest.fixture(scope="module")
 def models():
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     return {
         name: Model.random(compose_job([f"model={name}"]).to_object().model, seed=0)

@@ -148,7 +148,7 @@ def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
 def test_ray_submit_waits_for_a_starting_job_agent():
     """A head started seconds ago answers 'No available agent' (HTTP 500) until its job agent is
     up: the submit is retried within cluster.ray_timeout_s; any other error is raised at once."""
-    from topl.launcher.backends.ray_job import _submit
+    from topl.launcher.run.backends.ray_job import _submit
 
     class Client:
         def __init__(self, errors):
@@ -174,8 +174,8 @@ def test_ray_submit_waits_for_a_starting_job_agent():
 def test_ray_follow_streams_the_log_and_redacts_whole_lines(tmp_path, capsys, monkeypatch):
     """--follow reads Ray's websocket tail (never the whole log each second); a secret cut across
     two chunks is still redacted; when the tail breaks, the rest comes from get_job_logs once."""
-    from topl.launcher import redact
-    from topl.launcher.backends.ray_job import LineWriter, LogStream
+    from topl.launcher.base import redact
+    from topl.launcher.run.backends.ray_job import LineWriter, LogStream
 
     monkeypatch.setattr(redact, "_current", redact.Redactor(["s3cr3t-value"]))
     log = "step:1 ok\nkey is s3cr3t-value here\nstep:2 ok\n"

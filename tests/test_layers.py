@@ -51,23 +51,24 @@ def test_the_contract_reads_verl_key_tables_from_the_neutral_module():
     for p in (LAUNCHER / "contract").rglob("*.py"):
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                "topl.launcher.render"
+                "topl.launcher.render.invocation"
             ):
                 hits += [f"{p.name}: {a.name}" for a in node.names if a.name.isupper()]
     assert not hits, hits
-    from topl.launcher import render, verl_tables
+    from topl.launcher.render import invocation as render
+    from topl.launcher.render import tables as verl_tables
 
     assert render.VERL_KEYS is verl_tables.VERL_KEYS and render.ARR == verl_tables.ARR
 
 
 def test_the_run_layer_prints_nothing_the_cli_reports_its_events():
     """launch.py hands what a person should see to `LaunchContext.say`; cli/launch.py prints it."""
-    from topl.launcher import launch
     from topl.launcher.cli import launch as cli_launch
+    from topl.launcher.run import launch
 
     calls = [
         n.func.id
-        for n in ast.walk(ast.parse((LAUNCHER / "launch.py").read_text()))
+        for n in ast.walk(ast.parse((LAUNCHER / "run" / "launch.py").read_text()))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
     ]
     assert "print" not in calls

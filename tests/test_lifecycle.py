@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from topl.launcher import lifecycle
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
+from topl.launcher.run import lifecycle
 
 
 def status(d):

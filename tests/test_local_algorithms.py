@@ -10,7 +10,7 @@ from helpers import run_topl
 from topl.kernels import rl_loop
 from topl.kernels.critic import Critic
 from topl.kernels.model import Model, sides
-from topl.launcher.backends.local import loop_config, run_local
+from topl.launcher.run.backends.local import loop_config, run_local
 
 CRITIC = (
     "critic/vf_loss",

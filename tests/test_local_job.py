@@ -5,8 +5,8 @@ import json
 import pytest
 from helpers import run_topl
 
-from topl.launcher.backends.local import run_local
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
+from topl.launcher.run.backends.local import run_local
 
 
 def steps_of(run_dir):

@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import run_topl_inproc as run
 
-from topl.launcher.did_you_mean import nearest, spec_fields
+from topl.launcher.compose.did_you_mean import nearest, spec_fields
 
 
 def _err(r) -> str:

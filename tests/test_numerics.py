@@ -14,7 +14,7 @@ from topl.kernels.model import Model, sides
 from topl.kernels.probe import make_requests, matrix_point, probe
 from topl.kernels.rollout import Request, RolloutEngine, SamplingParams
 from topl.launcher.cli.probe import run as run_probe
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 
 STRICT = Alignment(kv_tile=8)
 

@@ -8,10 +8,10 @@ from helpers import run_topl
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from topl.launcher.compose import loader_for
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import loader_for
 from topl.launcher.contract import check, errors
-from topl.launcher.errors import ToplError
-from topl.launcher.plan import expand, plan
+from topl.launcher.plan.sweep import expand, plan
 
 SWEEP = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",

@@ -7,7 +7,7 @@ forgot one of its inputs gives other verdicts."""
 from __future__ import annotations
 
 from topl.launcher.contract import check, errors
-from topl.launcher.plan import Planner, expand_items
+from topl.launcher.plan.sweep import Planner, expand_items
 
 VAR = "TOPL_TEST_PLAN_TRACE_UNSET"
 # a string swept into one command entry (model.hf_path is render's actor_rollout_ref.model.path):
@@ -49,7 +49,7 @@ def test_rules_listing_the_command_run_once_per_value_they_read(monkeypatch):
 
 
 def test_a_trace_that_forgot_a_selection_by_type_gives_other_verdicts(monkeypatch):
-    from topl.launcher import sweep_trace
+    from topl.launcher.plan import trace as sweep_trace
 
     monkeypatch.delenv(VAR, raising=False)
     points = expand_items(UNSET_SWEEP)
@@ -66,7 +66,7 @@ def test_traced_answers_are_looked_up_by_every_key_their_traces_read(monkeypatch
     """The traced rules' answers together are kept by the union of the keys their traces read
     (here model.hf_path and train.tp: not max_num_seqs); a union that left a key out reuses one
     point's answers at another."""
-    from topl.launcher import sweep_memo
+    from topl.launcher.plan import memo as sweep_memo
 
     monkeypatch.delenv(VAR, raising=False)
     points = expand_items(UNSET_SWEEP)
@@ -86,7 +86,7 @@ def test_an_interpolation_reading_no_swept_key_keeps_the_bases_value(compose, mo
     """alignment.kv_tile is `${rollout.block_size}`: a sweep of other keys leaves it the base's
     (it is no varying key), a sweep of the block size resolves it again at every point, as Hydra
     does; without that the verdicts differ from Hydra's."""
-    from topl.launcher import plan as P
+    from topl.launcher.plan import sweep as P
 
     fast = Planner()
     for p in expand_items(["train.tp=1,2", "rollout.max_num_seqs=16,32"]):
@@ -104,7 +104,7 @@ def test_an_interpolation_reading_no_swept_key_keeps_the_bases_value(compose, mo
 
 
 def test_stale_follows_chains_and_forms_it_cannot_read():
-    from topl.launcher.interp import parse, stale
+    from topl.launcher.plan.interp import parse, stale
 
     interp = [
         parse("a.w", "${a.z}/w"),  # reads a later stale one: comes after it
@@ -124,7 +124,7 @@ def test_stale_follows_chains_and_forms_it_cannot_read():
 def test_a_point_answered_from_memos_makes_no_spec(monkeypatch):
     """The spec (and its patched command) is made only where a rule, a trace or the estimate
     runs; the world size is the base's unless a swept key is one it reads."""
-    from topl.launcher import plan as P
+    from topl.launcher.plan import sweep as P
 
     made = []
     real = P.copy_on_write
@@ -154,7 +154,7 @@ def test_plan_json_lines_are_json_dumps_of_each_verdict():
     import json
 
     from topl.launcher.cli.plan import _json_line
-    from topl.launcher.plan import Verdict
+    from topl.launcher.plan.sweep import Verdict
 
     verdicts = [
         Verdict(["train.tp=2", 'experiment="ü\\x"\n'], False, ["TOP-TP-001"], ["W"], 1.5, None, 16),
@@ -177,7 +177,7 @@ def test_the_assignment_pattern_matches_where_its_plain_form_does():
     import random
     import re
 
-    from topl.launcher import redact
+    from topl.launcher.base import redact
 
     plain = re.compile(
         r"(?<![A-Za-z0-9_])(?P<name>[A-Z][A-Z0-9_]*)(?P<sep>\"?\s*[=:]\s*)"
@@ -204,9 +204,9 @@ def test_plan_and_fix_answer_as_check_where_interpolations_chain_or_need_hydra(
     """Relative references, chains through a stale key, resolvers and interpolations inside a
     list: every plan point's verdict is `check`'s (Hydra's compose) on that point, and `--fix`
     searches on a config holding `${oc.env:..}` (it judged nothing there before)."""
-    from topl.launcher.compose import compose_job
-    from topl.launcher.fix import find_fix
-    from topl.launcher.plan import plan
+    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.plan.fix import find_fix
+    from topl.launcher.plan.sweep import plan
 
     monkeypatch.setenv("TOPL_TEST_INTERP", "x")
     monkeypatch.delenv("TOPL_TEST_INTERP_UNSET", raising=False)

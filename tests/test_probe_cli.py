@@ -11,10 +11,10 @@ from topl.kernels.alignment import Alignment
 from topl.kernels.model import Model
 from topl.kernels.probe import make_requests, probe
 from topl.kernels.rollout import SamplingParams
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.probe import main
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.errors import ToplError
 
 FAST = ["--prompts", "4", "--json"]
 
@@ -45,7 +45,7 @@ def test_temperature_zero_is_refused_by_check_probe_and_launch(tmp_path):
 def test_temperature_zero_means_different_things_to_the_two_engines():
     """What TOP-SAMP-001 guards against, in the reference engines: the rollout samples greedily and
     records log-probs at temperature 1 (vLLM), the trainer clamps T to 1e-8 (verl)."""
-    from topl.launcher.compose import compose_job as cj
+    from topl.launcher.compose.hydra import compose_job as cj
 
     model = Model.random(cj(["model=tiny_dense"]).to_object().model, seed=0)
     reqs = make_requests(3, model.arch.vocab_size, seed=1, max_len=20, max_new=5)
@@ -67,7 +67,7 @@ def test_sampling_params_resolve_auto_as_the_renderer_does():
 
 
 def test_local_backend_passes_logprobs_mode():
-    from topl.launcher.backends.local import loop_config
+    from topl.launcher.run.backends.local import loop_config
 
     cfg = loop_config(compose_job(["rollout.logprobs_mode=auto"]).to_object())
     assert cfg.logprobs_mode == "auto"

@@ -6,8 +6,8 @@ import json
 import pytest
 from helpers import run_topl_inproc
 
-from topl.launcher import cost
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.plan import cost
 
 # A made-up chip with round figures, so the hand computation below stays readable:
 # 1e7 FLOP/s, 1e6 B/s of HBM, 1e6 B/s inside a node, 1e5 B/s between nodes.

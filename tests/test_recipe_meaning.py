@@ -1,4 +1,4 @@
-"""A recipe says what to train, never which program runs (launcher/meaning.py): every setting that
+"""A recipe says what to train, never which program runs (launcher/compose/meaning.py): every setting that
 chooses code, at every nesting level, is refused in a recipe and accepted from the command line,
 where `topl check` names its source."""
 
@@ -8,9 +8,9 @@ import os
 import pytest
 from helpers import run_topl
 
-from topl.launcher import meaning, untrusted
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli import main as topl
-from topl.launcher.errors import ToplError
+from topl.launcher.compose import meaning, untrusted
 
 P = "# @package _global_\n"
 # Each would run or load code (or redirect topl's own writes) if a recipe could set it.

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from helpers import hf_config_dir, run_topl, validate_if_installed, verl_config_dir
 
-from topl.launcher import recipes
+from topl.launcher.compose import recipes
 from topl.launcher.contract import check, errors
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 SHIPPED = sorted(recipes.available())
 STRICT_WARNINGS = {"TOP-CLUS-001", "TOP-CACHE-001", "TOP-CACHE-002", "TOP-LOGP-004", "TOP-MEM-003"}

@@ -12,8 +12,8 @@ from helpers import (  # noqa: E402
     verl_config_dir,
 )
 
-from topl.launcher.render import fmt, render
-from topl.launcher.verl_schema import schema_for
+from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.render.invocation import fmt, render
 
 needs_verl = pytest.mark.skipif(verl_config_dir() is None, reason="verl 0.9.1 not installed")
 
@@ -115,7 +115,7 @@ def test_a_plus_where_verl_has_the_key_would_fail():
     """The proof has teeth: verl's config rejects `+` on an existing key and a missing key without it."""
     from hydra.errors import ConfigCompositionException
 
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
 
     with pytest.raises(ConfigCompositionException):
         compose_verl(Invocation("m", "ppo_trainer", ["+actor_rollout_ref.rollout.n=2"]))
@@ -138,7 +138,7 @@ def test_render_cli_json():
 
 def test_env_values_are_spelt_as_the_shell_and_yaml_write_them(compose):
     """`+cluster.env.X=false` once reached the workers as Python's `False`."""
-    from topl.launcher.render import env_vars
+    from topl.launcher.render.invocation import env_vars
 
     spec = compose(["+cluster.env.X=false", "+cluster.env.Y=true", "+cluster.env.N=8"]).to_object()
     inv = render(spec)
@@ -187,7 +187,7 @@ def test_no_secret_on_the_command_line_and_the_env_still_carries_it(compose, tmp
     assert inv.to_dict()["env"]["MY_API_KEY"] == "<redacted>"
     # the command stays runnable: bash reads the secret from the running shell, or stops
     (tmp_path / "show_env.py").write_text("import os; print(os.environ['MY_API_KEY'])\n")
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
 
     probe = Invocation("show_env", "x", [], inv.env).command(sys.executable)
     run = dict(cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})

@@ -7,9 +7,9 @@ import stat
 import pytest
 from helpers import run_topl
 
-from topl.launcher import untrusted
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli import main as topl
-from topl.launcher.errors import ToplError
+from topl.launcher.compose import untrusted
 
 
 @pytest.mark.parametrize(

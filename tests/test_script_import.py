@@ -10,11 +10,11 @@ import pytest
 import yaml
 from helpers import run_topl
 
-from topl.launcher.bash_resolve import resolve
-from topl.launcher.compose import compose_job
-from topl.launcher.errors import ToplError
-from topl.launcher.render import render
-from topl.launcher.script_import import build_recipe, read_script, recipe_text, same
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text, same
+from topl.launcher.importer.resolve import resolve
+from topl.launcher.render.invocation import render
 
 SCRIPTS = Path(__file__).parent / "data" / "scripts"
 # (script, env the caller sets, script arguments): every shape the scripts take
@@ -100,7 +100,7 @@ def test_import_round_trips(script, env, args, tmp_path):
     got = {k.lstrip("+"): v for k, v in (o.split("=", 1) for o in inv.overrides)}
     parser = OverridesParser.create()
     assert inv.entrypoint == s.entrypoint
-    from topl.launcher.render_version import expand
+    from topl.launcher.render.spelling import expand
 
     assert all(r["line"] is None for r in imp.round_trip)  # none of the script's own keys
     for key, st in s.overrides.items():
@@ -113,7 +113,7 @@ def test_import_round_trips(script, env, args, tmp_path):
             st.line,
             got[key],
         )
-    from topl.launcher.render import without_guard
+    from topl.launcher.render.invocation import without_guard
 
     script_env = without_guard(inv.env)  # modulo topl's guard (appended to the module list)
     for name, it in s.env.items():

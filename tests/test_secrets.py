@@ -8,7 +8,7 @@ import sys
 import pytest
 from helpers import run_topl
 
-from topl.launcher.redact import REDACTED, Redactor, secret_name
+from topl.launcher.base.redact import REDACTED, Redactor, secret_name
 
 SECRETS = {
     "MY_API_KEY": "s3cret-api-key-1",
@@ -128,8 +128,8 @@ def test_no_secret_in_run_dir_stdout_or_render(tmp_path):
 
 def test_secrets_still_reach_the_job(tmp_path):
     """Redaction is for what topl writes and prints; the job's environment keeps the real value."""
-    from topl.launcher.backends.subprocess import child_env
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
+    from topl.launcher.run.backends.subprocess import child_env
 
     inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1"})
     assert child_env(inv, tmp_path)["MY_API_KEY"] == "s3cret-api-key-1"
@@ -258,8 +258,8 @@ def test_ray_job_workers_get_the_secrets_through_the_job_runtime_env(tmp_path, r
 
 
 def test_subprocess_warns_when_verl_would_join_a_cluster_that_lacks_the_secret(capsys):
-    from topl.launcher.backends.subprocess import warn_unreachable_secrets
-    from topl.launcher.render import Invocation
+    from topl.launcher.render.invocation import Invocation
+    from topl.launcher.run.backends.subprocess import warn_unreachable_secrets
 
     inv = Invocation("x", "ppo_trainer", [], {"MY_API_KEY": "s3cret-api-key-1", "N": "1"})
     warn_unreachable_secrets(inv, {"RAY_ADDRESS": "10.0.0.1:6379"})

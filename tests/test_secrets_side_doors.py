@@ -6,9 +6,9 @@ import shlex
 
 import pytest
 
-from topl.launcher import redact
+from topl.launcher.base import redact
+from topl.launcher.base.redact import REDACTED, Redactor
 from topl.launcher.cli import main as topl
-from topl.launcher.redact import REDACTED, Redactor
 
 QUOTED = "p'a\"ss w0rd!\\x"
 

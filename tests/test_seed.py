@@ -7,10 +7,10 @@ import pytest
 import yaml
 from helpers import hf_config_dir, validate_if_installed, verl_config_dir
 
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.render import render
-from topl.launcher.script_import import same
+from topl.launcher.importer.recipe import same
+from topl.launcher.render.invocation import render
 
 DATA = Path(__file__).parent / "data" / "seed"
 CONFIGS = sorted(p.stem for p in DATA.glob("*.yaml") if p.stem != "differences")

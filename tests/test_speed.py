@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from topl.launcher.contract.view import unwrap as _plain  # another name: no source scan sees it
+from topl.launcher.spec.view import unwrap as _plain  # another name: no source scan sees it
 
 # Heavy stacks the launcher must never load to validate or render: torch (seconds of import),
 # DeepSpeed (pulls torch), Ray, transformers. The closed forms in memory_estimate are the rules.
@@ -123,7 +123,7 @@ MEMO_SWEEPS = [
 @pytest.mark.parametrize("sweep", MEMO_SWEEPS, ids=range(len(MEMO_SWEEPS)))
 def test_memoised_verdicts_equal_the_whole_contract(sweep, tmp_path):
     """Every point, errors and warnings and estimates: the per-sweep reuse changes nothing."""
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan.sweep import Planner, expand_items
 
     recipes = {"env_recipe": ENV_RECIPE, "seed_recipe": SEED_RECIPE}
     for name, text in recipes.items():
@@ -138,8 +138,8 @@ def test_memoised_verdicts_equal_the_whole_contract(sweep, tmp_path):
 
 def test_rules_run_once_per_distinct_input():
     """A rule that reads none of the swept keys runs once for the whole sweep."""
-    from topl.launcher import sweep_memo
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan import memo as sweep_memo
+    from topl.launcher.plan.sweep import Planner, expand_items
 
     planner = Planner()
     for p in expand_items(
@@ -161,7 +161,7 @@ def test_rules_run_once_per_distinct_input():
 
 def test_points_share_what_they_do_not_change():
     """No deep copy per point: untouched sections are the base's, and the base stays as it was."""
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan.sweep import Planner, expand_items
 
     planner = Planner()
     a, b = expand_items(["rollout.tp=1,2"])
@@ -177,7 +177,7 @@ def test_a_rule_reading_outside_the_view_is_found_by_probing(compose):
     """Whole-spec rules are found by running them, not only by reading their source."""
     from topl.launcher.contract import RULES
     from topl.launcher.contract.core import Rule
-    from topl.launcher.sweep_memo import _reads_whole_spec
+    from topl.launcher.plan.memo import _reads_whole_spec
 
     spec = compose([]).to_object()
     hidden = Rule("X", "error", "", ("rollout.tp",), "", lambda s: str(_plain(s).train.tp))
@@ -204,8 +204,8 @@ PLUS_SWEEPS = [
 
 @pytest.mark.parametrize("sweep", PLUS_SWEEPS, ids=range(len(PLUS_SWEEPS)))
 def test_plus_forms_compose_into_the_base_with_the_same_verdicts(sweep, monkeypatch):
-    from topl.launcher import plan
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan import sweep as plan
+    from topl.launcher.plan.sweep import Planner, expand_items
 
     points = expand_items(sweep)
     full = Planner(memo=False)
@@ -223,7 +223,7 @@ def test_plus_forms_compose_into_the_base_with_the_same_verdicts(sweep, monkeypa
 def test_cached_sources_equal_a_fresh_replay_and_follow_the_recipe_bytes(tmp_path):
     """The file part of each key's source is cached per process; it equals Hydra's defaults list
     replayed from scratch, and a recipe rewritten in place is read again."""
-    from topl.launcher import compose as C
+    from topl.launcher.compose import hydra as C
 
     for ovs in ([], ["train=fsdp", "train.tp=2"], ["recipe=qwen3_30b_a3b_grpo_a3_strict"]):
         got = C.compose_job(ovs).sources
@@ -259,8 +259,8 @@ TRACED_SWEEP = [
 def test_traced_rules_follow_the_command_entries_they_read(monkeypatch):
     """Each traced answer is reused only where the swept values its run read are the same; a
     trace that forgets the command entries it read gives other verdicts, and this test sees it."""
-    from topl.launcher import sweep_trace
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan import trace as sweep_trace
+    from topl.launcher.plan.sweep import Planner, expand_items
 
     points = expand_items(TRACED_SWEEP)
     want = [Planner(memo=False).verdict(p).to_dict() for p in points]
@@ -273,7 +273,7 @@ def test_traced_rules_follow_the_command_entries_they_read(monkeypatch):
     assert "train.tp" in keys and not {"rollout.n", "train.train_batch_size"} & set(keys)
     assert len(answers) == 2
     # full memos (one answer kept per rule group and trace): the rest run, the verdicts stand
-    from topl.launcher import sweep_memo
+    from topl.launcher.plan import memo as sweep_memo
 
     monkeypatch.setattr(sweep_memo, "CACHE_MAX", 1)
     assert [Planner().verdict(p).to_dict() for p in points] == want
@@ -286,9 +286,9 @@ def test_traced_rules_follow_the_command_entries_they_read(monkeypatch):
 def test_patched_commands_equal_built_ones():
     """A point's command patched from its base's is the one `build` makes, entry by entry; keys
     render reads twice, and None or bool values, are built whole."""
-    from topl.launcher.command import build
-    from topl.launcher.command_patch import Template, patched
-    from topl.launcher.plan import Planner, expand_items
+    from topl.launcher.plan.patch import Template, patched
+    from topl.launcher.plan.sweep import Planner, expand_items
+    from topl.launcher.render.command import build
 
     planner = Planner()
     sweep = [
@@ -328,7 +328,7 @@ def test_patched_commands_equal_built_ones():
 def test_unused_hydra_groups_change_nothing_in_the_job(ovs, monkeypatch):
     """compose_job leaves out Hydra's own output/help/logging/launcher/sweeper configs: the job,
     its sources and its choices are the ones of the whole compose."""
-    from topl.launcher import compose as C
+    from topl.launcher.compose import hydra as C
 
     trimmed = C.compose_job(ovs)
     monkeypatch.setattr(C, "_unused_hydra", lambda _: [])
@@ -338,12 +338,12 @@ def test_unused_hydra_groups_change_nothing_in_the_job(ovs, monkeypatch):
 
 
 def test_an_override_of_the_hydra_section_is_composed_as_written():
-    from topl.launcher import compose as C
+    from topl.launcher.compose import hydra as C
 
     assert C._unused_hydra(["train.tp=2", "hydra.searchpath=[file:///x]"])
     assert C._unused_hydra(["hydra.job_logging.root.level=DEBUG"]) == []
     assert C._unused_hydra(["hydra/job_logging=disabled"]) == []
-    from topl.launcher.untrusted import UNSAFE_FLAG
+    from topl.launcher.compose.untrusted import UNSAFE_FLAG
 
     # the section is there to override
     C.compose_job([UNSAFE_FLAG, "hydra.job_logging.root.level=DEBUG", "hydra.job.name=x"])
@@ -351,8 +351,8 @@ def test_an_override_of_the_hydra_section_is_composed_as_written():
 
 def test_a_render_reading_outside_the_view_patches_nothing(compose, monkeypatch):
     """A key read once through the view but again behind it (`unwrap`) is not patchable."""
-    from topl.launcher import command_patch
-    from topl.launcher import render as R
+    from topl.launcher.plan import patch as command_patch
+    from topl.launcher.render import invocation as R
 
     spec = compose(["recipe=qwen3_30b_a3b_grpo_a3_strict"]).to_object()
     assert command_patch.Template(spec).row("rollout.max_num_seqs")

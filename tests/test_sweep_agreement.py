@@ -4,9 +4,9 @@ Hydra accepts in a sweep (shuffle, quoted values, +/++, choice/range/glob, dict 
 import pytest
 from helpers import STRICT_A3
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.contract import check, errors
-from topl.launcher.errors import ToplError
-from topl.launcher.plan import expand, plan
+from topl.launcher.plan.sweep import expand, plan
 
 FORMS = [
     ["train.tp=shuffle(1,2,4)", "rollout.tp=2"],

@@ -23,7 +23,7 @@ CONFIG = PYPROJECT["tool"]["mypy"]
 SPEC_PARAMS = {"s", "spec"}  # what the launcher calls a job spec in a signature
 # generic over a spec and its sections (`T`), or recursive over them (any dataclass): the helpers
 # that take both
-NOT_JOBSPEC = {("launcher/contract/view.py", "unwrap"), ("launcher/constraints.py", "problems")}
+NOT_JOBSPEC = {("launcher/spec/view.py", "unwrap"), ("launcher/spec/constraints.py", "problems")}
 
 
 def _mypy(request, *args: str) -> subprocess.CompletedProcess:
@@ -52,9 +52,9 @@ def test_mypy_is_clean_on_the_typed_spine(request):
 
 
 SPEC_MISUSE = """
-from topl.launcher.compose import compose_job
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import evaluate
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 composed = compose_job([])
 spec = composed.to_object()

@@ -10,8 +10,8 @@ import time
 import pytest
 from helpers import run_topl, run_topl_inproc
 
-from topl.launcher import untrusted
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose import untrusted
 
 CANARY_MODULE = """
 import logging, os
@@ -164,8 +164,8 @@ def test_recipes_include_recipes_by_name_and_allowed_hydra_keys(tmp_path, compos
 
 def test_the_validated_bytes_are_what_hydra_loads(tmp_path, compose, monkeypatch):
     """Swapping the file after it was read changes nothing: Hydra reads topl's private copy."""
-    from topl.launcher import compose as compose_mod
-    from topl.launcher import recipes
+    from topl.launcher.compose import hydra as compose_mod
+    from topl.launcher.compose import recipes
 
     path = tmp_path / "r.yaml"
     path.write_text("# @package _global_\nseed: 5\n")

@@ -1,4 +1,4 @@
-"""verl's schema per version (launcher/verl_schema.py), generated from the real releases."""
+"""verl's schema per version (launcher/facts/verl_schema.py), generated from the real releases."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from topl.launcher import facts
-from topl.launcher.compose import compose_job
-from topl.launcher.verl_schema import KNOWN, _load, schema, schema_for
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.facts.verl_schema import KNOWN, _load, schema, schema_for
 
 ROOT = Path(__file__).resolve().parents[1]
 ARR = "actor_rollout_ref"

@@ -11,7 +11,7 @@ import pytest
 from helpers import STRICT_A3, hf_config_dir, validate_on_declared
 
 from topl.launcher.contract import check
-from topl.launcher.render import render
+from topl.launcher.render.invocation import render
 
 VERL = importlib.util.find_spec("verl")
 

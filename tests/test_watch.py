@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import run_topl
 
-from topl.launcher import watch
+from topl.launcher.run import watch
 
 # a test job that logs through verl's own file logger (VERL_FILE_LOGGER_PATH is set by the
 # subprocess backend); its third step goes off-policy, then it would run on for minutes

@@ -14,8 +14,8 @@ import time
 import pytest
 from helpers import run_topl
 
-from topl.launcher import lifecycle, watch, watch_io
 from topl.launcher.cli import main as topl
+from topl.launcher.run import lifecycle, watch, watch_io
 
 
 @pytest.fixture

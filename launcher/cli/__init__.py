@@ -11,12 +11,13 @@ import os
 import signal
 import sys
 
-from topl.launcher import lifecycle, redact
-from topl.launcher.errors import (  # noqa: F401  (LOCAL_EXTRA, local_extra_error: old imports)
+from topl.launcher.base import redact
+from topl.launcher.base.errors import (  # noqa: F401  (LOCAL_EXTRA, local_extra_error: old imports)
     LOCAL_EXTRA,
     ToplError,
     local_extra_error,
 )
+from topl.launcher.run import lifecycle
 
 USAGE = """usage: topl COMMAND [OVERRIDES...] [FLAGS]
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _unknown_command(cmd: str, rest: list[str]) -> int:
     """The nearest command by spelling; JSON when asked for."""
-    from topl.launcher.did_you_mean import nearest
+    from topl.launcher.compose.did_you_mean import nearest
 
     near = " or ".join(f"`topl {c}`" for c in nearest(cmd, COMMANDS))
     e = ToplError(

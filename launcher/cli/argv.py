@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from types import SimpleNamespace
 
-from topl.launcher.errors import ToplError
+from topl.launcher.base.errors import ToplError
 
 # Flags that name something else a user may mean; the fix says what to write instead.
 INSTEAD = {
@@ -15,7 +15,7 @@ INSTEAD = {
 }
 
 
-# Passed on to composition in every command (launcher/untrusted.py reads it among the overrides).
+# Passed on to composition in every command (launcher/compose/untrusted.py reads it among the overrides).
 EVERYWHERE = ("--unsafe-hydra-overrides",)
 
 

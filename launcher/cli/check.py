@@ -1,6 +1,6 @@
 """`topl check [OVERRIDES] [--json] [--fix[=warnings]]`: validate only; exit 0 when no error, 2
 when rejected. `--fix` also searches for the smallest override set that makes the spec accepted
-(launcher/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too."""
+(launcher/plan/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from topl.launcher import backends
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_violations
+from topl.launcher.run import backends
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Violation
-    from topl.launcher.fix import Fix
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.plan.fix import Fix
+    from topl.launcher.spec.job import JobSpec
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose_cache import compose_cached
+    from topl.launcher.compose.cache import compose_cached
+    from topl.launcher.compose.meaning import settings
     from topl.launcher.contract import check, errors
-    from topl.launcher.meaning import settings
 
     fix_mode = None
     if "--fix=warnings" in args:
@@ -35,8 +35,8 @@ def main(args: list[str]) -> int:
     out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
-        from topl.launcher.compose import compose_job
-        from topl.launcher.fix import find_fix
+        from topl.launcher.compose.hydra import compose_job
+        from topl.launcher.plan.fix import find_fix
 
         fix = find_fix(overrides, warnings=fix_mode == "warnings")
         if fix.found:
@@ -87,7 +87,7 @@ def installed_verl(spec: JobSpec) -> list[Violation]:
     spec's stack declares: the job would run the wrong verl if it runs here (`topl doctor` checks
     where it really runs). The reference engines (backend=local) use no verl."""
     from topl.launcher.contract.core import Violation
-    from topl.launcher.doctor import install_hint, verl_mismatch
+    from topl.launcher.doctor.registry import install_hint, verl_mismatch
 
     name = spec.cluster.backend  # TOP-SPEC-001 has refused a name outside the registry
     got = name in backends.NAMES and backends.get(name).remote and verl_mismatch(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 # The per-node Ray doctor lives with the backends; these names stay importable from here.
-from topl.launcher.backends.ray_doctor import (  # noqa: E402,F401
+from topl.launcher.run.backends.ray_doctor import (  # noqa: E402,F401
     MARK,
     NO_TOPL,
     node_entry,
@@ -17,7 +17,7 @@ from topl.launcher.backends.ray_doctor import (  # noqa: E402,F401
 
 def run(spec, ray_address: str | None = None) -> list[dict]:
     """[{node, findings}] for this machine, or for every node of the Ray cluster."""
-    from topl.launcher.doctor import report_nodes
+    from topl.launcher.doctor.registry import report_nodes
 
     return report_nodes(spec, ray_address)
 
@@ -77,7 +77,7 @@ SEVERITIES = ("error", "warning", "ok")
 def list_checks(as_json: bool, markdown: bool = False) -> int:
     """The doctor's registry: id, what, when, fix (`topl rules --doctor`, `topl doctor --list`)."""
     from topl.launcher.cli.output import print_json, print_table
-    from topl.launcher.doctor import catalog, checks_markdown
+    from topl.launcher.doctor.registry import catalog, checks_markdown
 
     if as_json:
         print_json([{"id": c.id, "what": c.what, "when": c.when, "fix": c.fix} for c in catalog()])
@@ -91,7 +91,7 @@ def list_checks(as_json: bool, markdown: bool = False) -> int:
 
 def main(args: list[str]) -> int:
     from topl.launcher.cli.argv import parse
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     flags, overrides = parse(args, flags=("--json", "--verbose", "--list"), optional=("--ray",))
     if flags.list:
@@ -101,7 +101,7 @@ def main(args: list[str]) -> int:
     if address == "":  # --ray alone: the spec's cluster.ray_address
         address = composed.cfg.cluster.ray_address
         if not address:  # no silent target
-            from topl.launcher.errors import ToplError
+            from topl.launcher.base.errors import ToplError
 
             raise ToplError(
                 "--ray without an address, and the spec names no Ray head",
@@ -116,4 +116,4 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--node"]:
     # an older topl's doctor job names this module: run the one in backends as `__main__`
     import runpy
 
-    runpy.run_module("topl.launcher.backends.ray_doctor", run_name="__main__", alter_sys=True)
+    runpy.run_module("topl.launcher.run.backends.ray_doctor", run_name="__main__", alter_sys=True)

@@ -1,7 +1,7 @@
 """`topl launch`: a Hydra app. Validate, write the run directory, start the backend.
 
 `main` parses topl's flags, composes and checks the spec once (a single run), and hands Hydra a
-task bound to a :class:`~topl.launcher.launch.LaunchContext`; under `-m` the sweeper validates
+task bound to a :class:`~topl.launcher.run.launch.LaunchContext`; under `-m` the sweeper validates
 every point and each job builds its spec from the config Hydra composed for it.
 """
 
@@ -11,10 +11,10 @@ import sys
 
 from omegaconf import DictConfig
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_violations
-from topl.launcher.errors import ToplError
-from topl.launcher.launch import LaunchContext, preflight, run_job
+from topl.launcher.run.launch import LaunchContext, preflight, run_job
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
@@ -76,8 +76,8 @@ def _quoted(value: str) -> str:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose import split_recipe
-    from topl.launcher.lifecycle import signals_interrupt
+    from topl.launcher.compose.hydra import split_recipe
+    from topl.launcher.run.lifecycle import signals_interrupt
 
     flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
     hydra_flags, overrides = split_hydra_flags(rest)
@@ -101,10 +101,10 @@ def main(args: list[str]) -> int:
 def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> int:
     import hydra
 
-    from topl.launcher import rundir
-    from topl.launcher.compose import compose_job, conf_dir, output_dirs
+    from topl.launcher.compose.hydra import compose_job, conf_dir, output_dirs
     from topl.launcher.contract import check, errors
-    from topl.launcher.spec import register_configs
+    from topl.launcher.run import rundir
+    from topl.launcher.spec.job import register_configs
 
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
@@ -169,7 +169,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
 
 
 def say(event: str, **data) -> None:
-    """Print what the run layer reports (launcher/launch.py:EVENTS)."""
+    """Print what the run layer reports (launcher/run/launch.py:EVENTS)."""
     if event == "violations":
         print_violations(data["violations"])
     elif event == "error":
@@ -218,7 +218,7 @@ def sweep_table(sweep_dir, overrides: list[str]) -> None:
     import json
 
     from topl.launcher.cli.output import print_table
-    from topl.launcher.plan import swept_keys
+    from topl.launcher.plan.sweep import swept_keys
 
     try:
         report = json.loads((sweep_dir / "sweep_report.json").read_text())

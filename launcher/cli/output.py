@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-# Plain-text helpers shared with the run layer and the backends live in launcher/console.py.
+# Plain-text helpers shared with the run layer and the backends live in launcher/base/console.py.
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.console import PIPE_WIDTH, fit, make_console, print_violations, width_of
+from topl.launcher.base.console import PIPE_WIDTH, fit, make_console, print_violations, width_of
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod

@@ -20,7 +20,7 @@ SHOWN = 200  # rows printed without --all
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.plan import iter_plan, swept_keys
+    from topl.launcher.plan.sweep import iter_plan, swept_keys
 
     flags, overrides = parse(args, flags=("--json", "--all", "--rank"))
     verdicts = iter_plan(overrides, rank=flags.rank)
@@ -118,7 +118,7 @@ def _stream_json(verdicts, rank: bool = False) -> int:
     that fails to compose mid-way closes the document with "ok": false and the error. With `rank`:
     each verdict has "cost" and the document ends with "ranking", the indices of the estimated
     accepted points, cheapest first."""
-    from topl.launcher.errors import ToplError
+    from topl.launcher.base.errors import ToplError
 
     out = sys.stdout
     first = next(verdicts, None)  # an input error before any output gets the usual error JSON

@@ -12,8 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.output import print_json, print_table
-from topl.launcher.errors import ToplError
 
 _CLUSTER = (
     "about the cluster's devices and world size; the probe runs one replica of each side here"
@@ -121,7 +121,7 @@ def size_guard(spec) -> None:
     """Refuse before building what this CPU cannot hold: launch's limit for the local backend
     (TOP-RES-009, the same parameter count), and K splits the TP emulation needs."""
     from topl.launcher.contract.resources import LOCAL_MAX_PARAMS
-    from topl.launcher.memory_estimate import param_counts
+    from topl.launcher.spec.memory import param_counts
 
     m = spec.model
     total = param_counts(m)["total"]
@@ -174,8 +174,8 @@ def run(
     `report(msg)`: progress lines."""
     from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
-    from topl.launcher.backends.local import threads_for, torch_threads
-    from topl.launcher.engines import engine_settings
+    from topl.launcher.run.backends.local import threads_for, torch_threads
+    from topl.launcher.run.engines import engine_settings
 
     report = report or (lambda msg: None)
     r, e = spec.rollout, engine_settings(spec)
@@ -238,7 +238,7 @@ def _fmt(key: str, v) -> str:
 
 def main(args: list[str]) -> int:
     from topl.launcher.cli.argv import parse
-    from topl.launcher.compose import compose_job
+    from topl.launcher.compose.hydra import compose_job
 
     options = {"--prompts": "16", "--arrival": "staggered", "--dump": ""}
     flags, overrides = parse(args, flags=("--json",), options=options)

@@ -10,9 +10,9 @@ from topl.launcher.cli.output import print_json, print_violations
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose_cache import compose_cached
+    from topl.launcher.compose.cache import compose_cached
     from topl.launcher.contract import check, errors
-    from topl.launcher.render import render
+    from topl.launcher.render.invocation import render
 
     flags, overrides = parse(args, flags=("--json",))
     composed = compose_cached(overrides)  # Hydra only when an input changed
@@ -22,7 +22,7 @@ def main(args: list[str]) -> int:
 
         vs += installed_verl(composed.to_object())  # what `check` adds: the same answer
         if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
-            from topl.launcher.meaning import settings
+            from topl.launcher.compose.meaning import settings
 
             out = {"ok": False, "violations": [v.to_dict() for v in vs]}
             print_json(out | {"command_line_only": settings(composed)})

@@ -59,8 +59,8 @@ def main(args: list[str]) -> int:
     elif flags.markdown:
         print(rules_markdown())
     elif flags.constraints:
-        from topl.launcher.constraints import table
-        from topl.launcher.spec import JobSpec
+        from topl.launcher.spec.constraints import table
+        from topl.launcher.spec.job import JobSpec
 
         print(table(JobSpec))
     else:
@@ -72,7 +72,7 @@ def main(args: list[str]) -> int:
             f"+ {n_run} checked at run time by topl's guard"
         )
         console = print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
-        from topl.launcher.doctor import catalog as doctor_checks
+        from topl.launcher.doctor.registry import catalog as doctor_checks
 
         console.print(
             f"and {len(doctor_checks())} doctor checks of the installed stack: topl rules --doctor",

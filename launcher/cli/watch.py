@@ -15,15 +15,15 @@ import json
 import sys
 from pathlib import Path
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.errors import ToplError
-from topl.launcher.watch_io import clean
+from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher import watch
+    from topl.launcher.run import watch
 
     flags, rest = parse(
         args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}

@@ -1,6 +1,6 @@
 """The consistency contract: `check(composed)` runs every rule and returns the violations.
 
-Field constraints (declared next to each field, `launcher/constraints.py`) come first: when a
+Field constraints (declared next to each field, `launcher/spec/constraints.py`) come first: when a
 field is out of range the other rules, which assume a well-formed spec, do not run. Each rule
 reads the spec through a recording view, so a violation lists exactly the keys the rule read.
 """
@@ -27,11 +27,11 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
 )
 from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
 from topl.launcher.contract.fields import FIELD_RULE, field_problems
-from topl.launcher.contract.view import Reads, View
+from topl.launcher.spec.view import Reads, View
 
 if TYPE_CHECKING:
-    from topl.launcher.composed import Composed
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.compose.composed import Composed
+    from topl.launcher.spec.job import JobSpec
 
 
 def evaluate(spec: JobSpec) -> list[tuple[Rule, str, str]]:

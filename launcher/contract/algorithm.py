@@ -8,7 +8,7 @@ from topl.launcher.contract.core import ERROR, rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
 

@@ -6,11 +6,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from topl.launcher.errors import ERROR, WARNING  # noqa: F401  (re-exported to the rules)
-from topl.launcher.spec import is_moe, is_strict, on_npu, world_size  # noqa: F401  (same)
+from topl.launcher.base.errors import ERROR, WARNING  # noqa: F401  (re-exported to the rules)
+from topl.launcher.spec.job import is_moe, is_strict, on_npu, world_size  # noqa: F401  (same)
 
 if TYPE_CHECKING:
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 # What a rule's check returns: a message, (severity, message), or None when the spec passes.
 Outcome = Optional[Union[str, tuple[str, str]]]

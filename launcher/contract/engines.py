@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import backends, facts
-from topl.launcher.command import command, note
+from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
+from topl.launcher.render.command import command, note
+from topl.launcher.run import backends
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 MCORE = "megatron_core@0.16.0:megatron/core"
 VERL = "verl@0.9.1:verl"

@@ -6,13 +6,13 @@ import re
 from typing import TYPE_CHECKING
 
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
-from topl.launcher.contract.view import unwrap
-from topl.launcher.render import derived_env, env_value
-from topl.launcher.verl_tables import ENV_OWNERS
+from topl.launcher.render.invocation import derived_env, env_value
+from topl.launcher.render.tables import ENV_OWNERS
+from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -20,7 +20,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def _overrides(s: JobSpec) -> list[tuple[str, str, str | None]]:
     """(name, value from cluster.env, value the spec's fields give) where the two differ."""
     # computed at the first owned name only: without one the rule reads no more than the view
-    # records (plan's trace then reuses its answer: launcher/sweep_trace.py)
+    # records (plan's trace then reuses its answer: launcher/plan/trace.py)
     derived: dict[str, str] | None = None
     out = []
     for name, value in s.cluster.env.items():

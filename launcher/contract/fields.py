@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher.constraints import fields, problems
 from topl.launcher.contract.core import ERROR, RULES, rule
-from topl.launcher.contract.view import unwrap
-from topl.launcher.spec import JobSpec
+from topl.launcher.spec.constraints import fields, problems
+from topl.launcher.spec.job import JobSpec
+from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 
 @rule(

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, WARNING, rule
-from topl.launcher.memory_estimate import GB, rollout_fit, train_bytes
+from topl.launcher.spec.memory import GB, rollout_fit, train_bytes
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 HEADROOM = 0.9  # leave 10% for activations, workspace and fragmentation
 # The model widths memory_estimate sizes weights and KV from (both estimates read them).

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import backends
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
+from topl.launcher.run import backends
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 
 @rule(
@@ -196,7 +196,7 @@ LOCAL_MAX_PARAMS = 50e6  # the embedded engines (local backend, `topl probe`) bu
 )
 def local_model_size(s: JobSpec) -> Outcome:
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
-    from topl.launcher.memory_estimate import param_counts
+    from topl.launcher.spec.memory import param_counts
 
     if not backends.of(s).remote:  # the reference engines, here
         total = param_counts(s.model)["total"]

@@ -8,7 +8,7 @@ from topl.launcher.contract.core import ERROR, rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 # vLLM treats temperature below this as greedy (vllm@0.18.0:vllm/sampling_params.py:_SAMPLING_EPS)
 VLLM_SAMPLING_EPS = 1e-5

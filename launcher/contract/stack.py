@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import backends, facts
+from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
 from topl.launcher.facts.stacks import shipped_version
+from topl.launcher.run import backends
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 
@@ -176,7 +177,9 @@ def cann_version(s: JobSpec) -> Outcome:
             # seed evidence outranks the docs' rule: the seed measured logdiff 0 on A3 on this very
             # build (psyloy/verl-ascend-recipe@6823af18:true_on_policy/README.md:版本配套)
             return None
-        if ".B" in cann:  # a build: topl.launcher.versions orders it before the betas, unproven
+        if (
+            ".B" in cann
+        ):  # a build: topl.launcher.base.versions orders it before the betas, unproven
             return (
                 f"CANN {cann} on A3: a build with no public order against 9.0.0-beta.2, where "
                 "strict starts keeping its order; strict may behave as true"
@@ -269,7 +272,7 @@ def fa3_eager(s: JobSpec) -> Outcome:
 )
 def readable_versions(s: JobSpec) -> Outcome:
     """A version topl cannot read would make every fact about that package silently false; the
-    parser (topl.launcher.versions) refuses unknown forms instead of truncating them."""
+    parser (topl.launcher.base.versions) refuses unknown forms instead of truncating them."""
     bad = facts.unreadable(s.cluster.versions)
     if bad:
         return "; ".join(bad.values())

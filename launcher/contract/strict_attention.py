@@ -10,7 +10,7 @@ from topl.launcher.contract.core import ERROR, is_strict, on_npu, rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 
 @rule(

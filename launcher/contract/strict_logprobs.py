@@ -10,7 +10,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 
 @rule(

@@ -10,7 +10,7 @@ from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 SEED_EVIDENCE = "seed_logdiff0_with_cache_and_chunking"
 BREAKS_BI = "bi_breaks_with_chunked_prefill_prefix_cache_preemption"

@@ -14,15 +14,15 @@ import functools
 import typing
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
 from topl.launcher.contract.verl_keys import MIRRORS, _strict_problem, same
-from topl.launcher.render import fmt
+from topl.launcher.render.command import command, note
+from topl.launcher.render.invocation import fmt
 
 if TYPE_CHECKING:
-    from topl.launcher.command import Command
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.render.command import Command
+    from topl.launcher.spec.job import JobSpec
 
 _UNKNOWN = object()
 
@@ -31,7 +31,7 @@ _UNKNOWN = object()
 def field_default(path: str) -> Any:
     """The JobSpec default of a dotted spec field (`rollout.per_request_seed` -> None); _UNKNOWN
     where the schema has none (a section's MISSING) or the path is not a field."""
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
     cls: Any = JobSpec
     parts = path.split(".")

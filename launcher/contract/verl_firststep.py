@@ -16,16 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.command import command, note
 from topl.launcher.contract.core import ERROR, rule
 from topl.launcher.contract.verl_startup import actor_dp
-from topl.launcher.verl_schema import schema_for
-from topl.launcher.verl_tables import ARR
+from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.render.command import command, note
+from topl.launcher.render.tables import ARR
 
 if TYPE_CHECKING:
-    from topl.launcher.command import Command
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.render.command import Command
+    from topl.launcher.spec.job import JobSpec
 
 ALL = ("0.8.0", "0.9.0", "0.9.1")
 A, R_ = f"{ARR}.actor", f"{ARR}.rollout"

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from topl.launcher.command import Command, command, note
 from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
-from topl.launcher.verl_tables import ARR
+from topl.launcher.render.command import Command, command, note
+from topl.launcher.render.tables import ARR
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
+    from topl.launcher.spec.job import JobSpec
 
 VERSIONS = ("0.8.0", "0.9.0", "0.9.1")
 A, R_, MC = f"{ARR}.actor", f"{ARR}.rollout", f"{ARR}.actor.megatron"

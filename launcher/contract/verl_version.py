@@ -1,4 +1,4 @@
-"""The rendered command against the verl the stack declares (`topl.launcher.verl_schema`).
+"""The rendered command against the verl the stack declares (`topl.launcher.facts.verl_schema`).
 
 Each rule renders the spec (pure, cheap) and reads the declared version's schema, loaded once per
 version: a key that version lacks, a value it asserts against at start-up, a variable a shell
@@ -9,25 +9,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher import backends, facts
+from topl.launcher import facts
 from topl.launcher.contract.core import ERROR, is_strict, rule
-from topl.launcher.contract.view import unwrap
+from topl.launcher.run import backends
+from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:
-    from topl.launcher.command import Command
     from topl.launcher.contract.core import Outcome
-    from topl.launcher.spec import JobSpec
-    from topl.launcher.verl_schema import Schema
+    from topl.launcher.facts.verl_schema import Schema
+    from topl.launcher.render.command import Command
+    from topl.launcher.spec.job import JobSpec
 
 MEGATRON_NODE = ".megatron."
 
 
 def _rendered(s: JobSpec) -> tuple[Command, Schema] | None:
     """(command, schema) of the spec, or None where it renders no verl command (the local
-    backend). The command map (topl.launcher.command) is built once per spec for every rule;
+    backend). The command map (topl.launcher.render.command) is built once per spec for every rule;
     rules read it through `keys_by` / `typed`, which plan's trace follows entry by entry."""
-    from topl.launcher.command import command
-    from topl.launcher.verl_schema import schema_for
+    from topl.launcher.facts.verl_schema import schema_for
+    from topl.launcher.render.command import command
 
     plain = unwrap(s)
     if not backends.of(plain).remote:  # the reference engines run no verl command
@@ -46,8 +47,8 @@ def _rendered(s: JobSpec) -> tuple[Command, Schema] | None:
 def key_in_version(s: JobSpec) -> Outcome:
     """Hydra refuses an unknown key, verl's dataclasses one they do not declare, after the job is
     submitted. The keys are the declared release's own config, composed
-    (launcher/contract/verl_schema/verl-<version>.json), plus what a declared verl patch adds."""
-    from topl.launcher.render_version import spell
+    (launcher/facts/verl_schema/verl-<version>.json), plus what a declared verl patch adds."""
+    from topl.launcher.render.spelling import spell
 
     got = _rendered(s)
     if got is None:
@@ -73,8 +74,8 @@ def grad_offload(s: JobSpec) -> Outcome:
     """verl 0.9.1 dropped McoreEngineConfig.grad_offload: its param_offload also releases the
     gradient buffers (verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig.param_offload),
     so topl renders grad_offload there only through param_offload, which must say the same."""
-    from topl.launcher.verl_schema import schema_for
-    from topl.launcher.verl_tables import GRAD_OFFLOAD
+    from topl.launcher.facts.verl_schema import schema_for
+    from topl.launcher.render.tables import GRAD_OFFLOAD
 
     t = s.train
     if t.engine != "megatron" or t.grad_offload is None:
@@ -122,7 +123,7 @@ def mindspeed_repatch(s: JobSpec) -> Outcome:
 def shell_variables(s: JobSpec) -> Outcome:
     """topl starts verl without a shell: `$HOME` / `${VAR}` / `~/` in a value are expanded at render
     time from the launching environment; an unset one would reach verl as its literal name."""
-    from topl.launcher.render_version import unset_vars
+    from topl.launcher.render.spelling import unset_vars
 
     got = _rendered(s)
     if got is None:

@@ -19,8 +19,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from topl.launcher.base.versions import VersionError, parse, problem
 from topl.launcher.facts.table import FACTS, Evidence, Fact
-from topl.launcher.versions import VersionError, parse, problem
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 # the cluster.versions keys that hold a version (the others: profile name, patch lists, flags)
@@ -28,7 +28,7 @@ VERSION_KEYS = ("verl", "vllm", "vllm_ascend", "cann", "torch", "torch_npu", "mi
 
 
 def version(package: str, text: Any) -> Version | None:
-    """A declared version as PEP 440, read by `topl.launcher.versions` (one parser for every
+    """A declared version as PEP 440, read by `topl.launcher.base.versions` (one parser for every
     package): `core_r0.16.0` -> 0.16.0 (MindSpeed branches), `9.0.0.B160` -> 9.0.0.dev160 (a
     CANN build, before 9.0.0's betas), `8.5.RC1` -> 8.5rc1, `2.9.0+cpu` -> 2.9.0 (a local build
     label names a build of the same release); None when unreadable (`unreadable` says why)."""

@@ -3,7 +3,7 @@ from holding to not holding, the release just inside and the release just outsid
 each probe (path, needle) must be present inside and absent outside.
 
 The release list is the registry's own (the PyPI simple index, as `pip index versions --pre`
-lists it; yanked releases left out), ordered by `topl.launcher.versions`; MindSpeed's releases
+lists it; yanked releases left out), ordered by `topl.launcher.base.versions`; MindSpeed's releases
 are its `core_r*` branches (pinned in `evidence.COMMITS`). Facts whose range cannot be checked
 this way say why (`range_note`, or `unbounded` below). A fact in no release (`when` None, a
 patch adds it) is read in the newest release instead: it must still lack what the patch adds.
@@ -13,9 +13,9 @@ No I/O here: `scripts/check_facts.py` passes the release lists it fetched.
 
 from __future__ import annotations
 
+from topl.launcher.base.versions import parse
 from topl.launcher.facts import in_range
 from topl.launcher.facts.evidence import COMMITS, Evidence, Fact
-from topl.launcher.versions import parse
 
 # cluster.versions key -> where its releases are listed and read
 REGISTRY = {"vllm_ascend": "vllm-ascend", "verl": "verl", "vllm": "vllm", "torch_npu": "torch-npu"}

@@ -118,7 +118,7 @@ STACK_FACTS: tuple[Fact, ...] = (
                 "+    per_request_seed: bool = False",
             ),
         ),
-        # verl key -> [type, default], read by topl.launcher.verl_schema for a patched 0.8.0
+        # verl key -> [type, default], read by topl.launcher.facts.verl_schema for a patched 0.8.0
         value={
             "actor_rollout_ref.rollout.seed": ["null", None],
             "actor_rollout_ref.rollout.per_request_seed": ["bool", False],
@@ -299,7 +299,7 @@ STACK_FACTS: tuple[Fact, ...] = (
         "order-preserving text first in 9.0.0-beta.2 (issue 32; the beta.2 page is not in topl's "
         "document index). Betas ordered by cann/asc-devkit CHANGELOG.md (v9.0.0-beta.1 "
         "2026/02/25, v9.0.0-beta.2 2026/03/31); a B-build (9.0.0.B160) orders before the betas "
-        "(topl.launcher.versions: no public mapping)",
+        "(topl.launcher.base.versions: no public mapping)",
         unchecked="CANN is not distributed through PyPI; read from its environment-variable docs",
         range_note="CANN has no registry the checker can list or read: the edge (9.0.0-beta.1 "
         "without, 9.0.0-beta.2 with) is from the docs named in the source",

@@ -6,7 +6,7 @@ that release's sdist / wheel (`METADATA` is the wheel's metadata file) or at tha
 `package` is the `cluster.versions` key whose version decides (`profile`: the profile name);
 `when` is a PEP 440 specifier over it, or several joined by ` || ` (a feature back-ported to
 several release lines); "" always, None: in no release. Versions are read by
-`topl.launcher.versions` (each vendor's order). `patch` names an entry of a declared patch list
+`topl.launcher.base.versions` (each vendor's order). `patch` names an entry of a declared patch list
 (`verl_patches:vllm_pp`) that makes the fact hold on any version.
 
 The checker also proves `when` at its edges (`topl.launcher.facts.bounds`): the releases on both

@@ -115,8 +115,8 @@ class ToplSweeper(BasicSweeper):
         return override
 
     def sweep(self, arguments: List[str]) -> Any:
-        from topl.launcher.errors import ToplError
-        from topl.launcher.plan import Planner, iter_expand, iter_items
+        from topl.launcher.base.errors import ToplError
+        from topl.launcher.plan.sweep import Planner, iter_expand, iter_items
 
         params = self._parse_config()
         to_launch = iter_expand(params + list(arguments))

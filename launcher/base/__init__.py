@@ -1,0 +1,1 @@
+"""The foundation every stage stands on: errors meant for people, dotted-key trees, one redaction pass, short-lived children, console widths, one version parser. Imports nothing of topl but this package."""

@@ -1,0 +1,1 @@
+"""Hydra composes `conf/` + recipe + overrides into a typed spec here, and nowhere else: the one caller of Hydra's compose, where each key came from, the on-disk compose cache, recipes, and the guards on untrusted input (recipes and overrides are data, never code)."""

@@ -1,0 +1,346 @@
+"""Recipes and command-line overrides are untrusted input: data for topl's keys, never code.
+
+A recipe may set topl's own keys and pick topl's group options (or include other recipes) by
+name; nothing in it may name code (`_target_`, a logging `()` factory), call a resolver
+(`${oc.env:...}` would copy a secret into a printed key) or configure Hydra beyond the sweeper's
+parameters. Command-line overrides of Hydra's machinery (callbacks, logging, search path,
+output_subdir, env_set, launcher) are refused unless the user opts in with UNSAFE_FLAG.
+YAML is parsed with size, alias and expansion limits (a billion-laughs file is refused at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Iterator
+
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.untrusted_yaml import (  # noqa: F401 - the limits, importable from here
+    MAX_ALIASES,
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    load_yaml,
+    read_capped,
+)
+
+MAX_INCLUDES = 8  # recipes including recipes, depth
+# Keys that make Hydra, OmegaConf users or logging.config call code.
+CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
+# The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
+SELECTABLE = frozenset(
+    p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
+)
+UNSAFE_FLAG = "--unsafe-hydra-overrides"
+# hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
+RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
+# hydra.* keys the command line may set without UNSAFE_FLAG: where runs go, sweeper settings.
+CLI_HYDRA = (
+    "hydra.run.dir",
+    "hydra.sweep.dir",
+    "hydra.sweep.subdir",
+    "hydra.sweeper.params.",
+    "hydra.sweeper.max_batch_size",
+    "hydra.sweeper.on_invalid",
+    "hydra.job.chdir",
+    "hydra.job.name",  # a label in output paths and logs (a string, never code)
+    "hydra.verbose",
+    "hydra.launcher.n_jobs",  # joblib's worker count (an int)
+)
+# Hydra launcher plugins the command line may pick by name: both run topl's jobs on this machine,
+# in-process (basic) or in local worker processes (joblib); others submit elsewhere (slurm, ray).
+CLI_LAUNCHERS = ("basic", "joblib")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
+# `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
+# (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
+_RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
+_PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
+
+
+def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(dotted path, key, value) for every mapping entry, dotted keys split into their parts."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{path}.{k}" if path else str(k)
+            for part in str(k).split("."):
+                yield here, part, v
+            yield from _walk(v, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield f"{path}[{i}]", None, v
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def code_keys(node: Any) -> list[str]:
+    """Dotted paths of every key that names code (`_target_`, `()`, ...), dotted keys included."""
+    return sorted({p for p, part, _ in _walk(node) if part in CODE_KEYS})
+
+
+def check_values(node: Any, where: str, *, resolvers: bool) -> None:
+    """No code keys anywhere; no resolver calls in strings unless `resolvers` (the user's own typing)."""
+    hits = code_keys(node)
+    if hits:
+        raise ToplError(
+            f"{', '.join(hits)}: names code to run; recipes, configs and overrides are data",
+            where=where,
+            fix="remove those keys (topl never instantiates code from a config)",
+        )
+    if not resolvers:
+        calls = [
+            p
+            for p, _, v in _walk(node)
+            if isinstance(v, str) and _RESOLVER.search(v) and not env_reference(p, v)
+        ]
+        if calls:
+            # (no `NAME: text` in the message: the redactor would read it as a secret's value)
+            raise ToplError(
+                f"resolver call (`${{name:...}}`) at {', '.join(calls)} (a recipe may reference "
+                "keys, `${model.name}`, but call no resolver; the one exception is a job "
+                "variable read from the launching environment, `cluster.env.NAME` = "
+                "`${oc.env:NAME}`)",
+                where=where,
+                fix="write the value, or pass it on the command line; a secret goes to the job "
+                "as `cluster.env.NAME` = `${oc.env:NAME}` (never its value in a file)",
+            )
+
+
+# The one resolver a recipe may call: cluster.env.NAME = ${oc.env:NAME} (plain: a variable name,
+# no default, nothing nested). The job's variable is then read from the launching environment at
+# launch, so a secret never lands in a file (docs/security.md); anywhere else oc.env would copy
+# the launching machine's environment into a printed key or verl's argv.
+_ENV_REF = re.compile(r"^\$\{oc\.env:(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}$")
+_ENV_KEY = re.compile(r"^cluster\.env\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def env_reference(path: str, value: str) -> bool:
+    """Is `value` at `path` the accepted `cluster.env.NAME: ${oc.env:NAME}` form (the same NAME:
+    the job gets the launching shell's own variable, nothing renamed)?"""
+    key, ref = _ENV_KEY.match(path), _ENV_REF.match(value)
+    return bool(key and ref and key["name"] == ref["name"])
+
+
+# Keys whose value never goes on a command line: the job's environment (secrets reach the job
+# there, launcher/render/env.py) and the Ray head topl itself talks to.
+OFF_ARGV = ("cluster.env", "cluster.ray_address")
+
+
+def check_no_secret_on_argv(node: Any, where: str) -> None:
+    """No value that becomes part of verl's command line (or a printed key) holds a secret: a known
+    secret value (a secret-named variable's) or a credential shape (URL password, token), anywhere
+    outside cluster.env. Everyone on the machine reads argv (`ps`)."""
+    from topl.launcher.base import redact
+
+    r = redact.current()
+    hits = [
+        p
+        for p, _, v in _walk(node)
+        if isinstance(v, str) and not p.startswith(OFF_ARGV) and r.text(v) != v
+    ]
+    if hits:
+        raise ToplError(
+            f"{', '.join(sorted(set(hits)))}: holds a secret (a secret variable's value, a URL "
+            "password or a token); it would be on verl's command line, readable by everyone (`ps`)",
+            where=where,
+            fix="remove it from that key; hand a secret to the job only through cluster.env "
+            "(`+cluster.env.MY_TOKEN='${oc.env:MY_TOKEN}'`)",
+        )
+
+
+def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
+    """Validate a parsed recipe; return the names of the recipes it includes."""
+    if not isinstance(data, dict):
+        raise ToplError("a recipe must be a YAML mapping", where=where)
+    check_values(data, where, resolvers=False)
+    unknown = [k for k in data if k not in spec_fields | {"defaults", "hydra"}]
+    if unknown:
+        raise ToplError(
+            f"unknown top-level key(s) {', '.join(map(str, unknown))}: a recipe sets topl's keys only",
+            where=where,
+            fix=_near(unknown, spec_fields)
+            + f"use the job spec's keys: {', '.join(sorted(spec_fields))}",
+        )
+    _check_hydra(data.get("hydra"), where)
+    _check_meaning(data, where)
+    return _check_defaults(data.get("defaults", []), where)
+
+
+def _near(unknown: list[Any], fields: set[str]) -> str:
+    """`did you mean train? ` for each unknown key with a near field (a typo, not a new key)."""
+    from topl.launcher.compose.did_you_mean import nearest
+
+    pairs = [(k, c[0]) for k in map(str, unknown) if (c := nearest(k, fields, 1))]
+    return "".join(f"{k}: did you mean {c}? " for k, c in pairs)
+
+
+def _check_hydra(node: Any, where: str) -> None:
+    if node is None:
+        return
+    allowed = ", ".join(f"hydra.{g}.{k}" for g, ks in RECIPE_HYDRA.items() for k in sorted(ks))
+    bad = [f"hydra.{g}" for g in node] if isinstance(node, dict) else ["hydra"]
+    bad = [b for b in bad if b.removeprefix("hydra.") not in RECIPE_HYDRA]
+    for group, keys in RECIPE_HYDRA.items():
+        sub = node.get(group) if isinstance(node, dict) else None
+        if sub is not None:
+            bad += [
+                f"hydra.{group}.{k}"
+                for k in (sub if isinstance(sub, dict) else ["?"])
+                if k not in keys
+            ]
+            params = sub.get("params") if isinstance(sub, dict) else None
+            if params is not None and not (
+                isinstance(params, dict)
+                and all(isinstance(v, (str, int, float, bool)) for v in params.values())
+            ):
+                bad.append(f"hydra.{group}.params")
+    if bad:
+        raise ToplError(
+            f"{', '.join(bad)}: a recipe may not configure Hydra (logging, callbacks, output "
+            "and environment settings run code or write outside the run directory)",
+            where=where,
+            fix=f"remove the `hydra:` keys; allowed: {allowed}",
+        )
+
+
+def _check_meaning(data: dict[str, Any], where: str) -> None:
+    """Settings that choose what runs (meaning.py) are the user's own, at any nesting level."""
+    from topl.launcher.compose import meaning
+
+    hits = meaning.recipe_hits(data)
+    if hits:
+        lines = "; ".join(f"{k}: {why}" for k, why in hits)
+        first = hits[0][0].removeprefix("hydra.sweeper.params.")
+        raise ToplError(
+            f"a recipe may not choose what runs: {lines}",
+            where=where,
+            fix=f"remove it from the recipe; if you trust it, type it yourself on the command "
+            f"line (`{first.lstrip('+~')}=...`); `topl check` shows each setting's source",
+        )
+
+
+def _check_defaults(entries: Any, where: str) -> list[str]:
+    how = (
+        "defaults entries are `override /GROUP: OPTION` (GROUP one of "
+        f"{', '.join(sorted(SELECTABLE))}), another recipe's name, or `_self_`"
+    )
+    if not isinstance(entries, list):
+        raise ToplError("`defaults` must be a list", where=where, fix=how)
+    includes = []
+    for e in entries:
+        if e == "_self_":
+            continue
+        if isinstance(e, str) and _NAME.match(e) and not e.endswith((".yaml", ".yml")):
+            includes.append(
+                e
+            )  # a recipe by name (resolved in the shipped folder / TOPL_RECIPE_PATH)
+            continue
+        if isinstance(e, dict) and len(e) == 1:
+            ((key, value),) = e.items()
+            m = _GROUP_ENTRY.match(str(key))
+            if m and m["group"] in SELECTABLE and isinstance(value, str) and _NAME.match(value):
+                continue
+        raise ToplError(f"defaults entry {e!r} is not allowed in a recipe", where=where, fix=how)
+    return includes
+
+
+@dataclasses.dataclass
+class Recipe:
+    """A recipe file read once: its bytes (what Hydra will load) and the recipes it includes."""
+
+    path: Path
+    text: bytes
+    includes: list[str]
+
+
+def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
+    """Read a recipe file once and validate that content (Hydra is then given these bytes)."""
+    text = read_capped(path, MAX_BYTES + 1)
+    data = load_yaml(text, str(path)) or {}
+    package = _PACKAGE.findall(text.decode("utf-8"))
+    if package and package[0] != "_global_":
+        raise ToplError(
+            f"`# @package {package[0]}`: recipes are `# @package _global_`",
+            where=str(path),
+            fix="start the file with `# @package _global_`",
+        )
+    return Recipe(path, text, check_recipe(data, str(path), spec_fields))
+
+
+def guard_overrides(overrides: list[str]) -> list[str]:
+    """Refuse overrides that name code, and those of Hydra's machinery unless UNSAFE_FLAG is given.
+
+    Returns the overrides without the flag."""
+    unsafe = UNSAFE_FLAG in overrides
+    overrides = [o for o in overrides if o != UNSAFE_FLAG]
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~").split("@", 1)[0].strip()
+        if CODE_KEYS & set(key.split(".")):
+            raise ToplError(
+                f"`{o}` names code to run; topl's configs are data",
+                where=f"command line `{o}`",
+                fix="remove it (topl never instantiates code from a config)",
+            )
+        if unsafe:
+            continue
+        if key == "hydra/launcher" and o.split("=", 1)[-1].strip() in CLI_LAUNCHERS:
+            continue
+        inner = key.removeprefix("hydra.sweeper.params.")
+        if inner != key and (inner == "hydra" or inner.startswith(("hydra.", "hydra/"))):
+            # a sweep parameter is an override too: Hydra applies it to its own config per job
+            guard_overrides([f"{inner}={o.split('=', 1)[-1]}"])
+            continue
+        if key in LABELS:
+            _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
+                continue
+            raise ToplError(
+                f"`{o}` configures Hydra itself (callbacks, logging, search path, output, "
+                "environment or launcher settings can run code or write outside the run dir)",
+                where=f"command line `{o}`",
+                fix=f"drop it; if you trust it, add {UNSAFE_FLAG} (allowed without it: "
+                f"{', '.join(a.rstrip('.') for a in CLI_HYDRA)}, "
+                f"hydra/launcher={'|'.join(CLI_LAUNCHERS)})",
+            )
+    return overrides
+
+
+# Hydra settings that name a folder or file *inside* a run directory: labels, never paths.
+# hydra.sweep.subdir is a job's folder under the sweep dir (an absolute one replaces it, `..`
+# leaves it); hydra.job.name is the job's log file name (hydra/conf/hydra/job_logging/default.yaml:
+# ${hydra.runtime.output_dir}/${hydra.job.name}.log).
+LABELS = ("hydra.sweep.subdir", "hydra.job.name")
+_LABEL = re.compile(r"^(?:[A-Za-z0-9_=,+-]|\.(?!\.)|\$\{hydra\.job\.(?:num|id)\})+$")
+
+
+def _check_label(override: str, key: str, value: str) -> None:
+    if _LABEL.match(value) and value not in (".",) and not value.startswith("."):
+        return
+    raise ToplError(
+        f"`{override}`: {key} is a label inside the run directory, not a path",
+        where=f"command line `{override}`",
+        fix="use letters, digits, _ - = , + (and ${hydra.job.num} / ${hydra.job.id}); to "
+        "put runs elsewhere set hydra.sweep.dir / hydra.run.dir",
+    )
+
+
+def check_run_path(path: str, where: str) -> None:
+    """A run or sweep directory as Hydra resolves it: no `..` (a recipe's `experiment`, part of
+    the default run dir name, could otherwise climb out of run_root)."""
+    from pathlib import PurePath
+
+    if ".." in PurePath(path).parts or "\0" in path:
+        raise ToplError(
+            f"the run directory {path} climbs out of its folder (`..`)",
+            where=where,
+            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir without `..` "
+            "(an absolute path if you mean another folder)",
+        )
+
+
+def spec_fields() -> set[str]:
+    from topl.launcher.spec.job import JobSpec
+
+    return {f.name for f in dataclasses.fields(JobSpec)}

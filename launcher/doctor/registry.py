@@ -1,0 +1,191 @@
+"""`topl doctor`: check the target stack where the job will run, before launch.
+
+Declared versions are not enough: a missing `batch_invariant_ops` only logs a warning and the run
+goes silently off-policy; a verl without the PP patch accepts the key and then raises. Each check
+looks at what is really installed (package metadata, importable modules, source markers, CANN's
+version file, environment as the job's processes see it: launcher/doctor/installed.py reads them).
+
+Checks are a registry like the contract's rules: `@check(id, what, when, fix, applies)` registers
+one; `topl rules --doctor` and docs/reference.md list them (id, what, when, fix). The checks
+themselves are in launcher/doctor/stack_checks.py and doctor_checks_job.py.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Callable
+
+from topl.launcher.base.errors import ERROR, OK, WARNING  # noqa: F401  (re-exported to the checks)
+from topl.launcher.doctor.installed import (  # noqa: F401  (public names stay importable from here)
+    _import_error,
+    _importable,
+    _pkg_file,
+    _version,
+    accelerator,
+    cann_version,
+    detected,
+    soc,
+    torch_pin,
+)
+from topl.launcher.run import backends
+from topl.launcher.spec.job import is_strict, on_npu
+
+if TYPE_CHECKING:
+    from topl.launcher.spec.job import JobSpec
+
+
+@dataclass
+class Finding:
+    id: str  # stable id, e.g. TOP-DOC-NPU-001
+    severity: str  # error | warning | ok
+    what: str  # what was checked
+    found: str  # what is there
+    needed: str  # what the spec needs
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str  # stable id users meet in doctor.json
+    what: str  # what is checked, in one line
+    when: str  # when it runs, in words (`applies` is the same condition in code)
+    fix: str  # the usual fix (a finding may name a more precise one)
+    applies: Callable[[Ctx], bool]
+    run: Callable[[Ctx], None]
+
+
+CHECKS: list[Check] = []
+
+
+def check(id: str, what: str, when: str, fix: str, applies: Callable | None = None):
+    """Register `fn(ctx)` as the doctor check `id`; it reports through `ctx.add(...)`."""
+
+    def deco(fn):
+        if any(c.id == id for c in CHECKS):
+            raise ValueError(f"duplicate doctor check id {id}")
+        CHECKS.append(Check(id, what, when, fix, applies or (lambda c: True), fn))
+        return fn
+
+    return deco
+
+
+class Ctx:
+    """What every check reads: the spec, the job's environment, where the doctor runs; and the
+    findings so far (`add` files one under the check that is running)."""
+
+    def __init__(self, spec, env: dict[str, str], node: bool):
+        self.spec, self.env, self.node = spec, env, node
+        self.v = spec.cluster.versions
+        self.npu, self.strict = on_npu(spec), is_strict(spec)
+        self.backend = backends.of(spec)
+        self.remote = self.backend.remote  # verl runs (not the reference engines)
+        self.torch_v = _version("torch")
+        self.verl_v = _version("verl")
+        self.va = _version("vllm-ascend") or _version("vllm_ascend")
+        self.npu_v = _version("torch_npu")
+        self.out: list[Finding] = []
+        self.current: Check | None = None
+
+    def add(self, ok, found, needed, what=None, fix=None, sev=ERROR, id=None) -> None:
+        c = self.current
+        fix = c.fix if fix is None else fix
+        f = Finding(id or c.id, OK if ok else sev, what or c.what, found, needed, "" if ok else fix)
+        self.out.append(f)
+
+
+def worker_env(spec) -> dict[str, str]:
+    """The environment a Ray worker of this job sees: the node's, plus what the rendered
+    invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
+    from topl.launcher.render.invocation import ray_worker_env
+
+    return {**os.environ, **ray_worker_env(spec)}
+
+
+def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> list[Finding]:
+    """Every check that applies to this spec, in registry order; `env` is the environment the
+    job's processes get (default: a Ray worker's, see `worker_env`); `node`: running inside a Ray
+    task on a node of the cluster."""
+    from topl.launcher.doctor import job_checks as doctor_checks_job  # noqa: F401  (registers the checks, in order)
+
+    ctx = Ctx(spec, worker_env(spec) if env is None else dict(env), node)
+    for c in CHECKS:
+        if c.applies(ctx):
+            ctx.current = c
+            c.run(ctx)
+    return ctx.out
+
+
+def nodes_here(spec: JobSpec) -> list[dict]:
+    """The doctor's report for this machine: [{node, findings}] (one node)."""
+    import socket
+
+    findings = [f.to_dict() for f in run_checks(spec)]
+    return [{"node": f"{socket.gethostname()} (local)", "findings": findings}]
+
+
+def report_nodes(spec: JobSpec, ray_address: str | None = None) -> list[dict]:
+    """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`."""
+    if ray_address:
+        from topl.launcher.run.backends.ray_doctor import on_ray
+
+        return on_ray(ray_address, spec)
+    return nodes_here(spec)
+
+
+def catalog() -> list[Check]:
+    from topl.launcher.doctor import job_checks as doctor_checks_job  # noqa: F401  (registers the checks, in order)
+
+    return sorted(CHECKS, key=lambda c: c.id)
+
+
+def checks_markdown() -> str:
+    lines = ["| check | what | when | fix |", "|---|---|---|---|"]
+    for c in catalog():
+        lines.append(f"| `{c.id}` | {c.what} | {c.when} | {c.fix} |")
+    return "\n".join(lines)
+
+
+def install_hint(v) -> str:
+    """How to get the verl the profile declares (docs/install.md has the whole stack)."""
+    if v.profile == "seed":
+        return (
+            f"install verl release/v{v.verl} from git with the seed's true_on_policy folder as "
+            "verl_ascend_recipe (docs/install.md, stack=seed); not topl[ascend], which is verl 0.9.1"
+        )
+    return f"pip install verl=={v.verl} (docs/install.md, stack={v.profile})"
+
+
+def verl_mismatch(spec) -> tuple[str, str] | None:
+    """(installed, declared) when this Python's verl (package metadata, never imported) is not the
+    version the spec's stack declares; None when it is, or when none is installed here."""
+    from topl.launcher.base.versions import parse
+
+    have, want = _version("verl"), spec.cluster.versions.verl
+    if have is None or parse(have) == parse(want):
+        return None
+    return have, want
+
+
+def patch_check(c, fid, patch, installed, what, fix):
+    """The installed package has fact `fid`; where a declared source patch provides it and the
+    patch module is importable, the patch lands at `import verl` (the seed git-applies it then):
+    a warning that the tree is still unpatched, not an error."""
+    if installed is None:
+        c.add(False, "package missing", "installed", what=what, fix=fix)
+        return
+    if detected(fid):
+        c.add(True, "present", "present", what=what)
+        return
+    v, mod = c.v, c.spec.cluster.external_modules
+    declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
+    at_import = declared and bool(mod) and _importable(mod)
+    found = f"absent; {mod} applies patch {patch} at import" if at_import else "absent"
+    c.add(False, found, "present", what=what, fix=fix, sev=WARNING if at_import else ERROR)
+
+
+def errors(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == ERROR]

@@ -1,0 +1,1 @@
+"""Sweeps: expand points exactly as Hydra does, give each a verdict fast (per-sweep reuse of sections and rendered commands), rank by a roofline cost, and `check --fix`'s search for the nearest accepted spec."""

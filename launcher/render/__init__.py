@@ -1,0 +1,1 @@
+"""The spec becomes the command verl receives: every key -> value with its source (topl's table, recipe overrides, env), spelled the way the declared verl spells it. Pure: no I/O beyond reading the spec."""

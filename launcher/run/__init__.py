@@ -1,0 +1,1 @@
+"""After the verdict: one launch (context, run directory written first, lifecycle and status file on every exit path), the backends (local reference engines, subprocess, Ray job + per-node doctor), and `topl watch`."""

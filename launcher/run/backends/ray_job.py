@@ -1,0 +1,295 @@
+"""The ray_job backend: submit the rendered verl command through the Ray Job Submission API."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from topl.launcher.base import redact
+from topl.launcher.base.errors import ToplError
+from topl.launcher.run.lifecycle import with_deadline
+
+if TYPE_CHECKING:
+    from topl.launcher.render.invocation import Invocation
+    from topl.launcher.spec.job import JobSpec
+
+
+def _call(fn, what: str, timeout: float):
+    """fn() bounded by `timeout`; any failure is one ToplError naming the head and the step."""
+    try:
+        return with_deadline(
+            fn,
+            timeout,
+            what,
+            fix="check cluster.ray_address (the dashboard, http://HEAD:8265) and that the "
+            "head is up (`ray status`); cluster.ray_timeout_s sets the wait",
+        )
+    except ToplError:
+        raise
+    except Exception as e:  # noqa: BLE001 - Ray raises several types for an unreachable head
+        raise ToplError(
+            f"{what}: {type(e).__name__}: {str(e)[:300]}",
+            where="cluster.ray_address",
+            fix="start the head (`ray start --head`) or fix cluster.ray_address",
+        ) from None
+
+
+def check_reachable(address: str | None, timeout: float) -> None:
+    """The head is named, Ray is here, and the head answers (a version handshake) within
+    `timeout`: before the doctor or a submit, and before a run directory is written."""
+    if not address:  # no silent target: shipped presets name no head
+        raise ToplError(
+            "backend=ray_job and no Ray head named: topl never guesses a cluster",
+            where="cluster.ray_address",
+            fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
+            "or cluster.backend=local",
+        )
+    try:
+        from ray.job_submission import JobSubmissionClient
+    except ImportError:
+        raise ToplError(
+            "backend=ray_job needs Ray, which is not installed here",
+            where="cluster.backend=ray_job",
+            fix="pip install 'ray[default]' (or topl's `ray` extra)",
+        ) from None
+
+    _call(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
+
+
+class Head:
+    """One Ray head through the Job Submission API; every call to it is bounded by `timeout`: Ray's
+    client sets none (ray@2.60.0:python/ray/dashboard/modules/dashboard_sdk.py:
+    SubmissionClient._do_request calls requests.request without one), so a head that accepts
+    connections and never answers would hang topl. The launch and the per-node doctor
+    (backends/ray_doctor.py) both talk to the head through this."""
+
+    def __init__(self, address: str, timeout: float):
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError:
+            raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+        self.address, self.timeout = address, timeout
+        self.client = self.call(lambda: JobSubmissionClient(address), "connect")
+
+    def call(self, fn, what: str):
+        return _call(fn, f"the Ray head at {self.address} ({what})", self.timeout)
+
+    def submit(self, **job) -> str:
+        """submit_job, retried while a just-started head has no job agent yet."""
+        return self.call(lambda: _submit(self.client, self.timeout, **job), "submit")
+
+    def status(self, job_id: str):
+        return self.call(lambda: self.client.get_job_status(job_id), "status")
+
+    def logs(self, job_id: str) -> str:
+        return self.call(lambda: self.client.get_job_logs(job_id), "logs")
+
+    def stop(self, job_id: str) -> None:
+        """Ask the head to stop the job; a head that does not answer is not an error here."""
+        with contextlib.suppress(Exception):
+            self.call(lambda: self.client.stop_job(job_id), "stop")
+            print(f"topl: asked Ray to stop job {job_id}", file=sys.stderr)
+
+    def wait(self, job_id: str, deadline: float, poll: float = 0.5):
+        """The job's terminal status, or one ToplError (the job stopped) at `deadline`
+        (time.monotonic())."""
+        from ray.job_submission import JobStatus
+
+        terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+        while (status := self.status(job_id)) not in terminal:
+            if time.monotonic() > deadline:
+                self.stop(job_id)
+                raise ToplError(
+                    f"Ray job {job_id} on {self.address} did not finish in time (still {status})",
+                    where="cluster.ray_address",
+                    fix="check the cluster (`ray status`, the dashboard's job page); "
+                    "cluster.ray_timeout_s sets the wait",
+                )
+            time.sleep(poll)
+        return status
+
+
+def job_env(invocation) -> dict[str, str]:
+    """The job's runtime_env env_vars: the whole rendered env, secrets included (they are on no
+    command line; Ray hands them to the driver and every worker of the job).
+
+    RAY_OVERRIDE_JOB_RUNTIME_ENV=1: verl's ray.init(runtime_env=...) repeats the non-secret vars
+    (the command's ray_kwargs), and Ray refuses a driver runtime_env that names a job env var
+    again unless this is set (ray@2.60.0:python/ray/_private/worker.py:init ->
+    python/ray/runtime_env/runtime_env.py:_merge_runtime_env returns None on a shared key)."""
+    return {**invocation.env, "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+
+
+def _submit(client, timeout: float, **job) -> str:
+    """submit_job, retried while a just-started head has no job agent yet: Ray answers HTTP 500
+    "No available agent to submit job" for the first seconds after `ray start --head`
+    (ray@2.60.0:python/ray/dashboard/modules/job/job_head.py:JobHead.submit_job, raised by
+    python/ray/dashboard/modules/dashboard_sdk.py:SubmissionClient._raise_error as RuntimeError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+class LogStream:
+    """A job's log as the driver writes it: Ray's websocket tail (from the log's start;
+    ray@2.60.0:python/ray/dashboard/modules/job/sdk.py:JobSubmissionClient.tail_job_logs,
+    dashboard/modules/job/utils.py:file_tail_iterator) in a thread, so a days-long run's log is
+    not fetched whole every second. If the tail fails, `take` falls back to get_job_logs and
+    returns what it has not yet returned."""
+
+    def __init__(self, client, job_id: str):
+        import queue  # here, not at the top: `topl check` imports this module for `remote`
+        import threading
+
+        self.chunks: queue.Queue[str] = queue.Queue()
+        self.done, self.error, self.given = threading.Event(), None, 0
+        threading.Thread(target=self._run, args=(client, job_id), daemon=True).start()
+
+    def _run(self, client, job_id: str) -> None:
+        async def tail():
+            async for chunk in client.tail_job_logs(job_id):
+                self.chunks.put(chunk)
+
+        import asyncio
+
+        try:
+            asyncio.run(tail())
+        except Exception as e:  # noqa: BLE001 - any failure: fall back to whole-log reads
+            self.error = e
+        finally:
+            self.done.set()
+
+    def take(self, whole_log, final: bool = False) -> str:
+        """What arrived since the last call; `final` (the job ended): the whole log's rest if the
+        tail has not closed by now."""
+        parts = []
+        while not self.chunks.empty():
+            parts.append(self.chunks.get_nowait())
+        text = "".join(parts)
+        if (self.error is not None and self.done.is_set()) or (final and not self.done.is_set()):
+            text = whole_log()[self.given :]  # the tail broke: read what it did not deliver
+        self.given += len(text)
+        return text
+
+
+class LineWriter:
+    """Redact whole lines only: a secret split across two chunks must not slip through."""
+
+    def __init__(self, log):
+        self.log, self.pending = log, ""
+
+    def _emit(self, text: str) -> None:
+        text = redact.text(text)
+        sys.stdout.write(text)
+        self.log.write(text)
+
+    def write(self, text: str) -> None:
+        lines, sep, self.pending = (self.pending + text).rpartition("\n")
+        if sep:
+            self._emit(lines + sep)
+
+    def close(self) -> None:
+        if self.pending:
+            self._emit(self.pending)
+        self.pending = ""
+
+
+def run_ray_job(
+    invocation,
+    run_dir: Path,
+    address: str,
+    follow: bool = False,
+    working_dir: str | None = None,
+    python: str = "python3",
+    timeout: float = 30.0,
+) -> int:
+    """Submit through the Ray Job Submission API; the env vars travel in runtime_env to every worker.
+
+    Every call to the head is bounded by `timeout` (see Head). Interrupting topl stops the Ray
+    job."""
+    import shlex
+
+    head = Head(address, timeout)  # first: without Ray, one message
+    from ray.job_submission import JobStatus
+
+    runtime_env = {"env_vars": job_env(invocation)}
+    if working_dir:
+        runtime_env["working_dir"] = working_dir
+    entry = " ".join(shlex.quote(a) for a in [python, *invocation.argv])
+    job_id = head.submit(
+        entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
+    )
+    from topl.launcher.run import rundir
+
+    rundir.write_file(run_dir / JOB_ID_FILE, job_id + "\n")
+    print(f"topl: submitted Ray job {job_id} to {address}")
+    if not follow:
+        return 0
+    terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+    stream = LogStream(head.client, job_id)
+    fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as log:
+        out = LineWriter(log)
+        try:
+            while True:
+                status = head.status(job_id)
+                if status in terminal:
+                    stream.done.wait(10.0)  # Ray closes the tail once the job has ended
+                out.write(stream.take(lambda: head.logs(job_id), final=status in terminal))
+                if status in terminal:
+                    break
+                time.sleep(1.0)
+            out.close()
+        except BaseException:  # interrupted (or the head stopped answering): stop the job
+            head.stop(job_id)
+            raise
+    print(f"topl: Ray job {job_id} {status.value}")
+    return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+JOB_ID_FILE = "ray_job_id"  # in the run directory: the Ray job's id (`topl watch` reads it)
+
+
+class RayJobBackend:
+    """verl's driver as a Ray job on a running cluster (cluster.ray_address, the dashboard)."""
+
+    name, remote, here, nodes = "ray_job", True, False, True
+
+    def preflight(self, spec: JobSpec) -> None:
+        check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
+
+    def doctor(self, spec: JobSpec) -> list[dict]:
+        from topl.launcher.run.backends.ray_doctor import on_ray
+
+        return on_ray(spec.cluster.ray_address, spec)
+
+    def start(self, spec: JobSpec, inv: Invocation, run_dir: Path, follow: bool) -> int:
+        return run_ray_job(
+            inv,
+            run_dir,
+            spec.cluster.ray_address,
+            follow,
+            python=spec.cluster.python,
+            timeout=spec.cluster.ray_timeout_s,
+        )
+
+    def detached(self, follow: bool) -> bool:
+        return not follow  # submitted: the job runs on after topl exits
+
+    def handle(self, run_dir: Path) -> str | None:
+        from topl.launcher.run import watch_io
+
+        text = watch_io.read_text(run_dir / JOB_ID_FILE, 4096)  # small, regular, or none
+        return None if text is None else text.strip()
+
+
+BACKEND = RayJobBackend()

@@ -1,0 +1,132 @@
+"""A launched run's life: signals stop the job, every exit path leaves a truthful status file.
+
+`run_recorded(run_dir, start)` marks the run `running`, calls `start()` (a backend) with SIGINT and
+SIGTERM turned into `Interrupted`, and then marks it `succeeded`, `failed` (exit code or signal) or
+`interrupted` (`submitted` when the backend only handed the job to Ray); the exit code it returns is
+non-zero for every failure (128 + N for signal N, as a shell reports it). `with_deadline` bounds a
+call that may never answer (a silent Ray head).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from topl.launcher.base.errors import ToplError
+
+
+class Interrupted(BaseException):
+    """SIGINT / SIGTERM reached topl while a job ran (a BaseException, like KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum, _frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """Within the block SIGINT and SIGTERM raise Interrupted (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def exit_code(returncode: int) -> int:
+    """A child's return code as a shell reports it: killed by signal N -> 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def status_of(returncode: int) -> dict:
+    if returncode == 0:
+        return {"state": "succeeded", "exit_code": 0}
+    if returncode < 0:
+        return {
+            "state": "failed",
+            "signal": signal.Signals(-returncode).name,
+            "exit_code": exit_code(returncode),
+        }
+    return {"state": "failed", "exit_code": returncode}
+
+
+def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False, **details) -> int:
+    """Run a backend under signal handling; status.json is right on every way out.
+
+    `start` returns the job's return code (negative: killed by that signal); it stops its job
+    itself when Interrupted passes through it. `detached`: a 0 only means the job was handed over
+    (a Ray job without --follow): the run is `submitted`, not `succeeded`."""
+    # imported here: `topl rules` imports this module and must not pay for omegaconf
+    from topl.launcher.run import rundir
+
+    state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
+    try:
+        with signals_interrupt():
+            # a dead pid on this host with the state still running: topl was killed (`topl watch`)
+            # with what proves it is this topl later (boot, start time, executable: watch_io)
+            from topl.launcher.run.watch_io import identity
+
+            rundir.set_status(run_dir, "running", **identity(), **details)
+            rc = start()
+        state = {**({"state": "submitted"} if detached and rc == 0 else status_of(rc)), **details}
+        return exit_code(rc)
+    except (Interrupted, KeyboardInterrupt) as e:
+        from topl.launcher.base import children
+
+        children.kill_all()  # the doctor's interpreter, still running in a deadline thread
+        signum = getattr(e, "signum", signal.SIGINT)
+        state = {
+            "state": "interrupted",
+            "signal": signal.Signals(signum).name,
+            "exit_code": 128 + signum,
+            **details,
+        }
+        print(
+            f"\ntopl: {signal.Signals(signum).name}: the job was stopped (run dir {run_dir})",
+            file=sys.stderr,
+        )
+        return 128 + signum
+    except ToplError as e:
+        state = {"state": "failed", "error": e.message, **details}
+        raise
+    except Exception as e:
+        state = {"state": "failed", "error": f"{type(e).__name__}: {e}", **details}
+        raise
+    finally:
+        s = state.pop("state")
+        rundir.set_status(run_dir, s, **state)
+        rundir.seal(run_dir)
+
+
+def with_deadline(fn: Callable, seconds: float, what: str, fix: str):
+    """fn() in a daemon thread; a ToplError when it has not answered within `seconds`.
+
+    Used for calls whose library has no timeout of its own; the stuck thread dies with the process."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True, name=f"topl-deadline:{what}")
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise ToplError(f"{what}: no answer within {seconds:g} s", fix=fix)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

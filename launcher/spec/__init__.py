@@ -1,0 +1,1 @@
+"""The typed job spec (what `conf/` composes into), the constraints declared next to its fields, the field reference, the read-recording view rules read through, backend traits as data, and memory estimates from the model's architecture facts."""
