@@ -28,8 +28,7 @@ from typing import Any
 
 import torch
 
-from topl.kernels.diagnose_stats import (  # noqa: F401  (re-exported)
-    ROUNDING_ULPS,
+from topl.kernels.diagnose_stats import (
     _nonfinite_text,
     compare_boundary,
     strict_json,

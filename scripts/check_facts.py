@@ -20,8 +20,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from topl.launcher.facts import FACTS, bounds, excerpts
+from topl.launcher.facts import bounds, excerpts
 from topl.launcher.facts.sources import Unreachable, found, read_all, releases
+from topl.launcher.facts.table import FACTS
 
 
 def _edges(rows: list[dict]) -> list[tuple]:

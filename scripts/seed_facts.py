@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from topl.launcher.importer.read import choose_launch
-from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text
+from topl.launcher.importer.read import choose_launch, read_script
+from topl.launcher.importer.recipe import build_recipe, recipe_text
 from topl.launcher.importer.resolve import resolve
 
 REPO = "psyloy/verl-ascend-recipe"

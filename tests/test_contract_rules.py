@@ -3,7 +3,8 @@
 import pytest
 from helpers import STRICT_A3
 
-from topl.launcher.contract import RULES, check
+from topl.launcher.contract import check
+from topl.launcher.contract.core import RULES
 
 B = STRICT_A3
 OFF = ["recipe=qwen3_4b_grpo_a3_off"]

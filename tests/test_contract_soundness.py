@@ -10,7 +10,8 @@ from helpers import STRICT_A3, run_topl, verl_config_dir
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.recipes import recipes_dir
-from topl.launcher.contract import RULES, check
+from topl.launcher.contract import check
+from topl.launcher.contract.core import RULES
 from topl.launcher.spec.view import Reads, View
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +115,7 @@ def test_env_that_agrees_with_the_spec_passes(compose):
 
 def test_env_reaches_render_only_after_the_contract(compose):
     """The same value the rule compares is what workers get (render's env = derived + cluster.env)."""
-    from topl.launcher.render.invocation import derived_env, env_vars
+    from topl.launcher.render.env import derived_env, env_vars
 
     spec = compose(STRICT_A3 + ["+cluster.env.VLLM_BATCH_INVARIANT=0"]).to_object()
     assert derived_env(spec)["VLLM_BATCH_INVARIANT"] == "1"

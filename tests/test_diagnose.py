@@ -10,7 +10,8 @@ from helpers import run_topl
 from topl.kernels import dump
 from topl.kernels import primitives as P
 from topl.kernels.alignment import Alignment
-from topl.kernels.diagnose import compare_boundary, diagnose, systematic, ulp_distance
+from topl.kernels.diagnose import diagnose
+from topl.kernels.diagnose_stats import compare_boundary, systematic, ulp_distance
 from topl.kernels.model import Model, sides
 from topl.kernels.probe import make_requests, probe
 from topl.kernels.training import TrainingEngine

@@ -10,7 +10,8 @@ from helpers import run_topl
 
 from topl.kernels import dump
 from topl.kernels.alignment import Alignment
-from topl.kernels.diagnose import compare_boundary, diagnose, systematic
+from topl.kernels.diagnose import diagnose
+from topl.kernels.diagnose_stats import compare_boundary, systematic
 from topl.kernels.model import Model
 from topl.kernels.probe import make_requests, probe
 

@@ -306,7 +306,7 @@ def test_readme_stack_table_matches_the_facts():
 
 
 def test_rules_cite_their_sources():
-    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import RULES
 
     by_id = {r.id: r for r in RULES}
     for rid in ("TOP-STACK-002", "TOP-GRAPH-001", "TOP-CACHE-001", "TOP-LOGP-002", "TOP-SEED-001"):

@@ -182,7 +182,7 @@ def test_random_rejected_specs_are_fixed_or_blocked(point):
 def test_what_blocks_lists_no_rule_a_candidate_clears():
     """No fix here (TOP-INIT-003, TOP-SCHEMA-005 stay); rollout.block_size=8 breaks TOP-ATTN-004,
     which rollout.block_size=128 (named in its fix text) clears alone: not a blocker (review #11)."""
-    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import RULES
 
     fix = find_fix(
         ["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8", "cluster.nodes=3", "train.pp=5"],

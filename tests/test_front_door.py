@@ -188,7 +188,7 @@ def _accelerator_with(tmp_path, files: dict) -> str:
     for rel, text in files.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
         (site / rel).write_text(text)
-    code = "from topl.launcher.doctor.registry import accelerator; print(accelerator())"
+    code = "from topl.launcher.doctor.installed import accelerator; print(accelerator())"
     r = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -12,7 +12,7 @@ ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
 
 @pytest.mark.parametrize("width", ["80", "120"])
 def test_tables_wrap_and_never_cut_ids(width, verl_imports_here):
-    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import RULES
 
     # in this process: the widths and the tables are the subject (rich reads both variables per call)
     as_terminal = {"FORCE_COLOR": "1", "COLUMNS": width}

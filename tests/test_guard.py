@@ -14,6 +14,7 @@ import pytest
 from helpers import STRICT_A3, run_topl
 
 from topl.launcher.compose.hydra import compose_job
+from topl.launcher.render import env as render_env
 from topl.launcher.render.invocation import render
 
 STRICT = {"strict": True, "env": {"VLLM_BATCH_INVARIANT": ["1", "TOP-ALN-001"]}, "modules": {}}
@@ -204,13 +205,15 @@ def test_every_rule_id_the_guard_reports_is_in_the_catalog():
 
     import topl.launcher.render.invocation as R
 
-    source = Path(R.__file__).parents[1].joinpath("guard.py").read_text()  # not imported: it would run
+    source = (
+        Path(R.__file__).parents[1].joinpath("guard.py").read_text()
+    )  # not imported: it would run
     own = set(re.findall(r'"(TOP-[A-Z]+-[0-9]+)"', source))
     manifest = json.loads(render(compose_job(STRICT_A3).to_object()).env["TOPL_GUARD"])
     from_spec = {rule for _, rule in [*manifest["env"].values(), *manifest["modules"].values()]}
     assert own == {"TOP-GUARD-001"} and {"TOP-ALN-001", "TOP-STACK-005"} <= from_spec
     rules = catalog()
-    assert own | from_spec | set(R.GUARDED_ENV.values()) <= set(rules)
+    assert own | from_spec | set(render_env.GUARDED_ENV.values()) <= set(rules)
     assert rules["TOP-GUARD-001"]["checked_by"] == "guard"  # run time, every verl process
     assert {rules[r]["checked_by"] for r in from_spec} == {"check"}  # also checked before launch
     assert set(rules["TOP-GUARD-001"]) == set(rules["TOP-ALN-001"])  # same fields for every row
@@ -218,7 +221,7 @@ def test_every_rule_id_the_guard_reports_is_in_the_catalog():
 
 def test_run_time_rules_are_listed_but_never_evaluated_by_topl_check():
     from topl.launcher.cli.rules import rules_markdown
-    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import RULES
 
     assert "TOP-GUARD-001" not in {r.id for r in RULES}  # check / plan / sweeps iterate RULES
     env = {"TOPL_GUARD": "not json", "VERL_USE_EXTERNAL_MODULES": "topl.launcher.guard"}

@@ -18,7 +18,8 @@ from omegaconf import OmegaConf
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
-from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text, same
+from topl.launcher.importer.read import read_script
+from topl.launcher.importer.recipe import build_recipe, recipe_text, same
 from topl.launcher.render.invocation import render
 
 CORPUS = Path(__file__).parent / "data" / "scripts" / "verl"
@@ -215,7 +216,8 @@ def test_corpus_import(name, tmp_path, monkeypatch):
     except ToplError as e:  # keys no verl topl ships has: refused by the renderer, by name
         assert refused and all(k in e.message for k in refused), e.message
         assert {k.lstrip("+") for k in spec.verl_overrides} >= refused  # kept, as written
-        from topl.launcher.render.invocation import argv_env, env_vars, fmt, overrides
+        from topl.launcher.render.env import argv_env, env_vars
+        from topl.launcher.render.invocation import fmt, overrides
         from topl.launcher.render.spelling import expand
 
         everything = overrides(spec) + [(f"{FORWARD}{k}", v) for k, v in argv_env(spec).items()]

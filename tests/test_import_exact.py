@@ -10,7 +10,8 @@ from helpers import run_topl_inproc
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.importer.exact import trip_text
-from topl.launcher.importer.recipe import build_recipe, read_script
+from topl.launcher.importer.read import read_script
+from topl.launcher.importer.recipe import build_recipe
 
 SCRIPTS = Path(__file__).parent / "data" / "scripts"
 CORPUS = SCRIPTS / "verl"

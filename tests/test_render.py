@@ -138,7 +138,7 @@ def test_render_cli_json():
 
 def test_env_values_are_spelt_as_the_shell_and_yaml_write_them(compose):
     """`+cluster.env.X=false` once reached the workers as Python's `False`."""
-    from topl.launcher.render.invocation import env_vars
+    from topl.launcher.render.env import env_vars
 
     spec = compose(["+cluster.env.X=false", "+cluster.env.Y=true", "+cluster.env.N=8"]).to_object()
     inv = render(spec)

@@ -12,7 +12,8 @@ from helpers import run_topl
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
-from topl.launcher.importer.recipe import build_recipe, read_script, recipe_text, same
+from topl.launcher.importer.read import read_script
+from topl.launcher.importer.recipe import build_recipe, recipe_text, same
 from topl.launcher.importer.resolve import resolve
 from topl.launcher.render.invocation import render
 
@@ -113,7 +114,7 @@ def test_import_round_trips(script, env, args, tmp_path):
             st.line,
             got[key],
         )
-    from topl.launcher.render.invocation import without_guard
+    from topl.launcher.render.env import without_guard
 
     script_env = without_guard(inv.env)  # modulo topl's guard (appended to the module list)
     for name, it in s.env.items():

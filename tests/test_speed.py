@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from topl.launcher.compose import sources
 from topl.launcher.spec.view import unwrap as _plain  # another name: no source scan sees it
 
 # Heavy stacks the launcher must never load to validate or render: torch (seconds of import),
@@ -175,8 +176,7 @@ def test_points_share_what_they_do_not_change():
 
 def test_a_rule_reading_outside_the_view_is_found_by_probing(compose):
     """Whole-spec rules are found by running them, not only by reading their source."""
-    from topl.launcher.contract import RULES
-    from topl.launcher.contract.core import Rule
+    from topl.launcher.contract.core import RULES, Rule
     from topl.launcher.plan.memo import _reads_whole_spec
 
     spec = compose([]).to_object()
@@ -229,7 +229,7 @@ def test_cached_sources_equal_a_fresh_replay_and_follow_the_recipe_bytes(tmp_pat
         got = C.compose_job(ovs).sources
         hyd, root = C.split_recipe(ovs)
         try:
-            fresh = C._file_sources(C.loader_for(root), hyd, root)
+            fresh = sources._file_sources(C.loader_for(root), hyd, root)
         finally:
             if root is not None:
                 root.cleanup()

@@ -11,7 +11,7 @@ import pytest
 from helpers import run_topl, run_topl_inproc
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.compose import untrusted
+from topl.launcher.compose import untrusted, untrusted_yaml
 
 CANARY_MODULE = """
 import logging, os
@@ -192,7 +192,7 @@ def test_the_validated_bytes_are_what_hydra_loads(tmp_path, compose, monkeypatch
     "text,match",
     [
         (
-            "a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(untrusted.MAX_ALIASES + 1)),
+            "a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(untrusted_yaml.MAX_ALIASES + 1)),
             "aliases",
         ),
         ("x: " + "y" * (untrusted.MAX_BYTES + 1), "limit"),

@@ -15,7 +15,7 @@ import pytest
 from helpers import run_topl
 
 from topl.launcher.cli import main as topl
-from topl.launcher.run import lifecycle, watch, watch_io
+from topl.launcher.run import lifecycle, watch, watch_io, watch_status
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def running(**fields) -> dict:
     ],
 )
 def test_watch_signals_nothing_it_cannot_prove_is_its_topl(tmp_path, kills, stranger, make):
-    how = watch.stop_job(tmp_path, make(stranger))
+    how = watch_status.stop_job(tmp_path, make(stranger))
     assert kills == [] and stranger.poll() is None, how
     assert "nothing stopped" in how or "not stopped" in how
 
@@ -67,13 +67,13 @@ def test_watch_signals_nothing_it_cannot_prove_is_its_topl(tmp_path, kills, stra
 def test_watch_signals_the_recorded_topl(tmp_path, kills, stranger):
     status = {**watch_io.identity(stranger.pid), "state": "running"}
     assert watch_io.prove(status)[0] == "same"
-    assert watch.stop_job(tmp_path, status) == f"SIGTERM to topl (pid {stranger.pid})"
+    assert watch_status.stop_job(tmp_path, status) == f"SIGTERM to topl (pid {stranger.pid})"
     assert kills == [(stranger.pid, signal.SIGTERM)]
 
 
 def test_launch_records_what_proves_its_topl(tmp_path):
     seen = {}
-    lifecycle.run_recorded(tmp_path, lambda: seen.update(watch.read_status(tmp_path)) or 0)
+    lifecycle.run_recorded(tmp_path, lambda: seen.update(watch_status.read_status(tmp_path)) or 0)
     assert seen["pid"] == os.getpid() and seen["pid_start"] and seen["boot_id"]
     assert seen["exe"] == os.path.realpath(sys.executable) or seen["exe"]
     assert watch_io.prove(seen)[0] == "same"
@@ -81,7 +81,7 @@ def test_launch_records_what_proves_its_topl(tmp_path):
 
 def test_a_reused_pid_is_a_gone_topl_not_a_live_one(tmp_path, stranger):
     status = {**watch_io.identity(stranger.pid), "state": "running", "pid_start": 1}
-    assert watch.topl_gone(status)
+    assert watch_status.topl_gone(status)
 
 
 def _run_dir(tmp_path, status: dict):
@@ -151,7 +151,7 @@ def test_a_fifo_status_json_is_no_status(tmp_path):
     d.mkdir()
     os.mkfifo(d / "status.json")
     box = []
-    t = threading.Thread(target=lambda: box.append(watch.read_status(d)), daemon=True)
+    t = threading.Thread(target=lambda: box.append(watch_status.read_status(d)), daemon=True)
     t.start()
     t.join(10)  # a blocking read of the FIFO would wait for a writer forever
     assert box == [{}]

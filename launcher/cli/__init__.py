@@ -12,7 +12,7 @@ import signal
 import sys
 
 from topl.launcher.base import redact
-from topl.launcher.base.errors import (  # noqa: F401  (LOCAL_EXTRA, local_extra_error: old imports)
+from topl.launcher.base.errors import (
     LOCAL_EXTRA,
     ToplError,
     local_extra_error,

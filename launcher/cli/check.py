@@ -8,8 +8,9 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
+from topl.launcher.base.console import print_violations
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import print_json, print_violations
+from topl.launcher.cli.output import print_json
 from topl.launcher.run import backends
 
 if TYPE_CHECKING:

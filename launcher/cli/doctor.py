@@ -5,14 +5,6 @@ from __future__ import annotations
 import sys
 
 # The per-node Ray doctor lives with the backends; these names stay importable from here.
-from topl.launcher.run.backends.ray_doctor import (  # noqa: E402,F401
-    MARK,
-    NO_TOPL,
-    node_entry,
-    node_task,
-    spec_from_json,
-    spec_to_json,
-)
 
 
 def run(spec, ray_address: str | None = None) -> list[dict]:
@@ -25,7 +17,8 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
 def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -> int:
     """Summary first, then what is wrong (errors, then warnings) with its fix; every check as a
     table with --verbose; --json for machines."""
-    from topl.launcher.cli.output import fit, make_console, print_json, print_table
+    from topl.launcher.base.console import fit, make_console
+    from topl.launcher.cli.output import print_json, print_table
 
     bad = any(f["severity"] == "error" for n in nodes for f in n["findings"])
     if as_json:

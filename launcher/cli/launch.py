@@ -11,9 +11,9 @@ import sys
 
 from omegaconf import DictConfig
 
+from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import print_violations
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG

@@ -13,8 +13,9 @@ import math
 import sys
 from json.encoder import encode_basestring_ascii as _str  # what json.dumps writes a str as
 
+from topl.launcher.base.console import make_console
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import make_console, print_table
+from topl.launcher.cli.output import print_table
 
 SHOWN = 200  # rows printed without --all
 

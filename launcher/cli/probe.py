@@ -62,7 +62,8 @@ def progress(msg: str) -> None:
 
 def preflight(composed) -> tuple[object, list[str], dict]:
     """(spec, notes, contract summary), or ToplError with check's messages when the probe refuses."""
-    from topl.launcher.contract import ERROR, check
+    from topl.launcher.base.errors import ERROR
+    from topl.launcher.contract import check
 
     vs = check(composed)
     blocking = [v for v in vs if v.severity == ERROR and not _runs_past(v.rule)]

@@ -11,6 +11,7 @@ from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose import recipes
 from topl.launcher.importer import recipe as script_import
+from topl.launcher.importer.read import read_script
 
 
 def resolved(name: str, env: dict | None = None) -> dict:
@@ -46,7 +47,7 @@ def _import(script: str, env: dict, args: list[str], choices: dict, launch: int 
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise ToplError(f"script {script!r} cannot be read: {e.strerror}") from None
-    s = script_import.read_script(text, env, args, launch)
+    s = read_script(text, env, args, launch)
     return script_import.build_recipe(s, choices)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 
+from topl.launcher.base.console import print_violations
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import print_json, print_violations
+from topl.launcher.cli.output import print_json
 
 
 def main(args: list[str]) -> int:

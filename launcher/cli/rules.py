@@ -13,7 +13,7 @@ RUN_TIME = "run time: topl's guard checks it in every verl process, not `topl ch
 
 def catalog(by_id: bool = True) -> list:
     """(rule, checked_by) for every rule a user can meet: the contract's, then the run-time ones."""
-    from topl.launcher.contract import RULES
+    from topl.launcher.contract.core import RULES
     from topl.launcher.contract.runtime import CHECK, RUNTIME_RULES
 
     rows = [(r, CHECK) for r in RULES] + [(r, r.checked_by) for r in RUNTIME_RULES]

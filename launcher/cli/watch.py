@@ -17,6 +17,7 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.run import watch_ray, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
@@ -29,15 +30,17 @@ def main(args: list[str]) -> int:
         args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}
     )
     run_dir = _run_dir(rest)
-    status = watch.read_status(run_dir)
+    status = watch_status.read_status(run_dir)
     if status.get("state") == "dry_run":
         return _dry_run(run_dir, flags.json)
-    strict = (flags.strict or watch.is_strict_run(run_dir)) and not flags.no_stop
-    w = watch.Watcher(run_dir, strict, ray=watch.ray_job(run_dir))
+    strict = (flags.strict or watch_status.is_strict_run(run_dir)) and not flags.no_stop
+    w = watch.Watcher(run_dir, strict, ray=watch_ray.ray_job(run_dir))
     stopped = {}
 
     def on_stop(reason: str) -> None:
-        stopped["how"] = how = watch.stop_job(run_dir, watch.read_status(run_dir), w.ray)
+        stopped["how"] = how = watch_status.stop_job(
+            run_dir, watch_status.read_status(run_dir), w.ray
+        )
         watch.mark(run_dir, reason, how)
         print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
@@ -47,7 +50,7 @@ def main(args: list[str]) -> int:
         w, out=out, interval=float(flags.interval), on_stop=on_stop, done=done, quiet=flags.json
     )
     png = watch.plot(w.steps, run_dir / "watch.png") if w.steps else None
-    end = watch.read_status(run_dir)
+    end = watch_status.read_status(run_dir)
     state = end.get("state")
     if flags.json:
         print(

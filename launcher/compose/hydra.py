@@ -22,10 +22,8 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.tree import flatten
 from topl.launcher.compose import did_you_mean, recipes, untrusted
-from topl.launcher.compose.composed import SCHEMA_SOURCE, Composed  # noqa: F401  (re-exported)
-from topl.launcher.compose.sources import (  # noqa: F401  (re-exported)
-    GROUPS,
-    _file_sources,
+from topl.launcher.compose.composed import Composed
+from topl.launcher.compose.sources import (
     _record_defaults,
     _sources,
 )

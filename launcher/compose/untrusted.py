@@ -17,11 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.compose.untrusted_yaml import (  # noqa: F401 - the limits, importable from here
-    MAX_ALIASES,
+from topl.launcher.compose.untrusted_yaml import (
     MAX_BYTES,
-    MAX_DEPTH,
-    MAX_NODES,
     load_yaml,
     read_capped,
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract import (  # noqa: F401  (register rules)
     algorithm,
     consistency,
@@ -25,7 +26,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     verl_startup,
     verl_version,
 )
-from topl.launcher.contract.core import ERROR, RULES, WARNING, Rule, Violation
+from topl.launcher.contract.core import RULES, Rule, Violation
 from topl.launcher.contract.fields import FIELD_RULE, field_problems
 from topl.launcher.spec.view import Reads, View
 

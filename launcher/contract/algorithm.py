@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.contract.core import ERROR, rule
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import rule
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

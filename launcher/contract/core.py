@@ -6,9 +6,6 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from topl.launcher.base.errors import ERROR, WARNING  # noqa: F401  (re-exported to the rules)
-from topl.launcher.spec.job import is_moe, is_strict, on_npu, world_size  # noqa: F401  (same)
-
 if TYPE_CHECKING:
     from topl.launcher.spec.job import JobSpec
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule, world_size
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
 from topl.launcher.render.command import command, note
 from topl.launcher.run import backends
+from topl.launcher.spec.job import is_strict, world_size
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

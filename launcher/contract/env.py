@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
-from topl.launcher.render.invocation import derived_env, env_value
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
+from topl.launcher.render.env import derived_env, env_value
 from topl.launcher.render.tables import ENV_OWNERS
+from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:

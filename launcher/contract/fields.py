@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, RULES, rule
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import RULES, rule
 from topl.launcher.spec.constraints import fields, problems
 from topl.launcher.spec.job import JobSpec
 from topl.launcher.spec.view import unwrap

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.contract.core import ERROR, WARNING, rule
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
 from topl.launcher.spec.memory import GB, rollout_fit, train_bytes
 
 if TYPE_CHECKING:

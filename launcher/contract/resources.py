@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, WARNING, is_moe, rule, world_size
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
 from topl.launcher.run import backends
+from topl.launcher.spec.job import is_moe, world_size
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

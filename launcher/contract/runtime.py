@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topl.launcher.contract.core import ERROR
+from topl.launcher.base.errors import ERROR
 
 GUARD = "guard"  # `checked_by` in `topl rules --json`: topl's guard, in every verl process
 CHECK = "check"  # the contract's rules: `topl check` (and launch, plan) before launch

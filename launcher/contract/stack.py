@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
-from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, on_npu, rule
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
 from topl.launcher.facts.stacks import shipped_version
 from topl.launcher.run import backends
+from topl.launcher.spec.job import is_moe, is_strict, on_npu
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, WARNING, is_moe, is_strict, rule
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
+from topl.launcher.spec.job import is_moe, is_strict
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.contract.core import ERROR, WARNING, is_strict, on_npu, rule
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
+from topl.launcher.spec.job import is_strict, on_npu
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -14,10 +14,12 @@ import functools
 import typing
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.contract.core import ERROR, WARNING, is_strict, rule
+from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_keys import MIRRORS, _strict_problem, same
 from topl.launcher.render.command import command, note
 from topl.launcher.render.invocation import fmt
+from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.contract.core import ERROR, rule
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_startup import actor_dp
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render.command import command, note

@@ -14,13 +14,15 @@ import json
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from topl.launcher.base.errors import ERROR
 from topl.launcher.compose.did_you_mean import verl_key
-from topl.launcher.contract.core import ERROR, is_strict, rule
+from topl.launcher.contract.core import rule
 from topl.launcher.render.command import Command, Entry, command, note
 from topl.launcher.render.invocation import fmt
 from topl.launcher.render.spelling import spell
 from topl.launcher.render.tables import ARR, VLLM
 from topl.launcher.run import backends
+from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:

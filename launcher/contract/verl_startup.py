@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from topl.launcher.contract.core import ERROR, is_moe, is_strict, rule
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import rule
 from topl.launcher.render.command import Command, command, note
 from topl.launcher.render.tables import ARR
+from topl.launcher.spec.job import is_moe, is_strict
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.contract.core import ERROR, is_strict, rule
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import rule
 from topl.launcher.run import backends
+from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import unwrap
 
 if TYPE_CHECKING:

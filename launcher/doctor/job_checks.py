@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 
 from topl.launcher import __version__
-from topl.launcher.doctor.registry import WARNING, _import_error, check
+from topl.launcher.base.errors import WARNING
+from topl.launcher.doctor.installed import _import_error
+from topl.launcher.doctor.registry import check
 from topl.launcher.doctor.stack_checks import ALWAYS
 
 
@@ -14,7 +16,7 @@ def _guarded(c) -> bool:
     """Strict runs name topl's guard in VERL_USE_EXTERNAL_MODULES, and verl imports every module
     named there in the driver and every Ray worker, an exception stopping the process
     (verl@0.9.1:verl/__init__.py -> verl/utils/import_utils.py:import_external_libs)."""
-    from topl.launcher.render.invocation import GUARD_MODULE, env_vars
+    from topl.launcher.render.env import GUARD_MODULE, env_vars
 
     return GUARD_MODULE in env_vars(c.spec).get("VERL_USE_EXTERNAL_MODULES", "").split(",")
 
@@ -35,7 +37,7 @@ def _guard_fix(where: str) -> str:
     lambda c: not c.node and c.backend.nodes and _guarded(c),
 )
 def guard_remote(c):
-    from topl.launcher.render.invocation import GUARD_MODULE
+    from topl.launcher.render.env import GUARD_MODULE
 
     c.add(
         False,
@@ -55,7 +57,7 @@ def guard_remote(c):
     lambda c: (c.node or c.backend.here) and _guarded(c),
 )
 def guard_here(c):
-    from topl.launcher.render.invocation import GUARD_MODULE, without_guard
+    from topl.launcher.render.env import GUARD_MODULE, without_guard
 
     python = sys.executable if c.node else c.spec.cluster.python  # a Ray worker runs this Python
     env = {k: v for k, v in without_guard(dict(c.env)).items() if k != "TOPL_GUARD_DIR"}
@@ -76,7 +78,7 @@ def guard_here(c):
     "forward the variable to every worker (runtime_env env_vars)",
 )
 def env(c):
-    from topl.launcher.render.invocation import env_vars
+    from topl.launcher.render.env import env_vars
 
     for k, want in env_vars(c.spec).items():
         seen = c.env.get(k)

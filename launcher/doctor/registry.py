@@ -16,17 +16,11 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
-from topl.launcher.base.errors import ERROR, OK, WARNING  # noqa: F401  (re-exported to the checks)
-from topl.launcher.doctor.installed import (  # noqa: F401  (public names stay importable from here)
-    _import_error,
+from topl.launcher.base.errors import ERROR, OK, WARNING
+from topl.launcher.doctor.installed import (
     _importable,
-    _pkg_file,
     _version,
-    accelerator,
-    cann_version,
     detected,
-    soc,
-    torch_pin,
 )
 from topl.launcher.run import backends
 from topl.launcher.spec.job import is_strict, on_npu
@@ -100,7 +94,7 @@ class Ctx:
 def worker_env(spec) -> dict[str, str]:
     """The environment a Ray worker of this job sees: the node's, plus what the rendered
     invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
-    from topl.launcher.render.invocation import ray_worker_env
+    from topl.launcher.render.env import ray_worker_env
 
     return {**os.environ, **ray_worker_env(spec)}
 

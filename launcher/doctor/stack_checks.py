@@ -9,22 +9,19 @@ import platform
 import sys
 
 from topl.launcher import facts
+from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.base.versions import parse as _v
 from topl.launcher.base.versions import problem
-from topl.launcher.doctor.registry import (
-    ERROR,
-    WARNING,
+from topl.launcher.doctor.installed import (
     _import_error,
     _importable,
     accelerator,
     cann_version,
-    check,
     detected,
-    install_hint,
-    patch_check,
     soc,
     torch_pin,
 )
+from topl.launcher.doctor.registry import check, install_hint, patch_check
 
 ALWAYS = "always"
 REMOTE = "backend is subprocess or ray_job (verl runs)"
@@ -87,7 +84,7 @@ def _job_python(c):
     lambda c: c.remote and bool(c.verl_v or _job_python(c)),
 )
 def verl_imports(c):
-    from topl.launcher.render.invocation import without_guard
+    from topl.launcher.render.env import without_guard
 
     py = _job_python(c)
     env = {k: v for k, v in without_guard(dict(os.environ)).items() if k != "TOPL_GUARD_DIR"}

@@ -20,7 +20,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from topl.launcher.base.versions import VersionError, parse, problem
-from topl.launcher.facts.table import FACTS, Evidence, Fact
+from topl.launcher.facts.evidence import Evidence, Fact
+from topl.launcher.facts.table import FACTS
 
 BY_ID: dict[str, Fact] = {f.id: f for f in FACTS}
 # the cluster.versions keys that hold a version (the others: profile name, patch lists, flags)

@@ -30,7 +30,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from topl.launcher.facts.table import COMMITS, Evidence
+from topl.launcher.facts.evidence import COMMITS, Evidence
 
 RAW = "https://raw.githubusercontent.com"
 

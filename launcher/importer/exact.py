@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from topl.launcher.render.invocation import without_guard
+from topl.launcher.render.env import without_guard
 
 # bash_expand's notes for text it keeps literally where bash would compute a value
 _LITERAL = re.compile(

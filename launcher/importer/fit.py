@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.render.invocation import ARR
+from topl.launcher.render.tables import ARR
 
 MODEL_KEY = f"{ARR}.model.path"
 _MISSING = object()

@@ -15,6 +15,7 @@ from typing import Any
 
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.importer.exact import dropped_rows
+from topl.launcher.importer.expand import Item
 from topl.launcher.importer.fit import (
     _MISSING as MISSING,
 )
@@ -28,9 +29,8 @@ from topl.launcher.importer.fit import (
     topl_adds,
     verl_default,
 )
-from topl.launcher.importer.groups import guess_groups, on_npu_script  # noqa: F401
-from topl.launcher.importer.read import Script, Setting, choose_launch, read_script  # noqa: F401
-from topl.launcher.importer.resolve import Item
+from topl.launcher.importer.groups import guess_groups
+from topl.launcher.importer.read import Script
 from topl.launcher.importer.version import (
     command_line,
     command_line_rows,
@@ -40,6 +40,7 @@ from topl.launcher.importer.version import (
     unknown_keys,
     version_rows,
 )
+from topl.launcher.render import env as render_env
 from topl.launcher.render import invocation as R
 from topl.launcher.render.command import DERIVED_WHEN_SET
 
@@ -334,7 +335,9 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
             trip.append(
                 {"line": None, "key": key, "script": f"(not set; verl: {verl})", "rendered": v}
             )
-    as_script = R.without_guard(env_r)  # the guard is topl's addition, as the `+` and forwarding
+    as_script = render_env.without_guard(
+        env_r
+    )  # the guard is topl's addition, as the `+` and forwarding
     adds += [
         {"key": f"env {k}", "value": v, "why": _env_why(k)}
         for k, v in env_r.items()

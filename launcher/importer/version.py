@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from topl.launcher.render.spelling import GRAD_IN_PARAM, GRAD_OFFLOAD, PARAM_OFFLOAD, respell, spell
+from topl.launcher.render.spelling import GRAD_IN_PARAM, respell, spell
+from topl.launcher.render.tables import GRAD_OFFLOAD, PARAM_OFFLOAD
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy"
 # The config a trainer main loads when the script gives no --config-name (its @hydra.main).

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import cast as typed_as
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ERROR, ToplError
 from topl.launcher.base.tree import parent_of
-from topl.launcher.compose.hydra import GROUPS, compose_job
-from topl.launcher.contract import ERROR, RULES, evaluate
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.compose.sources import GROUPS
+from topl.launcher.contract import evaluate
+from topl.launcher.contract.core import RULES
 from topl.launcher.plan.interp import collect, resolve, stale
 from topl.launcher.plan.memo import copy_on_write
 from topl.launcher.plan.sweep import Item, Planner, expand_items

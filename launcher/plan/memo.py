@@ -19,8 +19,9 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from topl.launcher.base.errors import ERROR
 from topl.launcher.base.tree import overlap
-from topl.launcher.contract import ERROR, RULES
+from topl.launcher.contract.core import RULES
 from topl.launcher.contract.fields import FIELD_RULE
 from topl.launcher.contract.memory_fit import MODEL_SIZE_KEYS, ROLLOUT_FIT_KEYS
 from topl.launcher.plan.trace import Traced

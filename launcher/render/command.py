@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 from topl.launcher.base.tree import flatten
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render import invocation as R
+from topl.launcher.render import tables
 from topl.launcher.render.spelling import respell, spell
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ DERIVED = {
     f"{R.ARR}.rollout.log_prob_use_dynamic_bsz": "train.use_dynamic_bsz",
     f"{R.ARR}.ref.log_prob_micro_batch_size_per_gpu": "train.log_prob_micro_batch_size_per_gpu",
     f"{R.ARR}.rollout.enforce_eager": "rollout.graph_mode",
-    f"{R.VLLM}.compilation_config": "rollout.graph_mode",
+    f"{tables.VLLM}.compilation_config": "rollout.graph_mode",
     f"{R.ARR}.rollout.per_request_seed": "rollout.per_request_seed",
     f"{R.ARR}.rollout.dtype": "train.dtype",  # the ref and the rollout get the actor's dtype
     f"{R.ARR}.ref.megatron.dtype": "train.dtype",
@@ -40,7 +41,7 @@ DERIVED = {
 DERIVED_WHEN_SET = {"data.train_files": "train_files", "data.val_files": "val_files"}
 DERIVED_PREFIXES = {  # key prefix -> spec field (strict switches, rollout correction)
     f"{R.ARR}.actor.megatron.override_transformer_config.": "alignment.mode",
-    f"{R.VLLM}.additional_config.": "alignment.mode",
+    f"{tables.VLLM}.additional_config.": "alignment.mode",
     "algorithm.rollout_correction.": "alignment.rollout_correction",
 }
 
@@ -228,7 +229,7 @@ def _env_entries(s: JobSpec) -> dict[str, Entry]:
     out, set_env = {}, s.cluster.env
     for name, value in R.argv_env(s).items():
         key = ENV_PREFIX + name
-        origin = f"cluster.env.{name}" if name in set_env else R.ENV_OWNERS.get(name, ("",))[0]
+        origin = f"cluster.env.{name}" if name in set_env else tables.ENV_OWNERS.get(name, ("",))[0]
         out[key] = Entry(key, value, _prefix(key, schema_for(s)), "env", origin)
     return out
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.base.redact import secret_entry
-from topl.launcher.render.tables import ENV_OWNERS  # noqa: F401  (re-exported: render's names)
 from topl.launcher.spec.job import is_strict, on_npu
 
 if TYPE_CHECKING:

@@ -18,37 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
-from topl.launcher.base.tree import get_path  # noqa: F401  (render's table reads dotted spec paths)
 from topl.launcher.facts.verl_schema import schema_for
-from topl.launcher.render.env import (  # noqa: F401  (re-exported: render's public names)
-    ENV_OWNERS,
-    GUARD_MODULE,
-    GUARDED_ENV,
-    argv_env,
-    derived_env,
-    env_value,
-    env_vars,
-    guard_env,
-    ray_worker_env,
-    secret_names,
-    without_guard,
-)
+from topl.launcher.render.env import argv_env, env_vars, secret_names
 from topl.launcher.render.spelling import expand, respell, spell, unset_vars, unspellable
-from topl.launcher.render.stack import (  # noqa: F401  (re-exported: render's public names)
+from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
+from topl.launcher.render.tables import (
     ARR,
-    CUDAGRAPH_MODE,
-    GATED_ON_NPU,
-    VLLM,
-    graph_overrides,
-    logprobs_mode,
-    rendered_value,
-    renders,
-    sampling_seed,
-    stack_overrides,
-)
-from topl.launcher.render.tables import (  # noqa: F401  (re-exported: render's public names)
     CODE_KEYS,
-    FREE_FORM,
     FSDP_KEYS,
     MEGATRON_KEYS,
     VERL_KEYS,

@@ -25,16 +25,10 @@ from typing import Callable, Iterator
 
 from topl.launcher.run import watch_io
 from topl.launcher.run.watch_io import clean
-from topl.launcher.run.watch_ray import RAY_ENDS, RayJob, ray_job  # noqa: F401 - watch.ray_job
-from topl.launcher.run.watch_status import (  # noqa: F401 - the run's state; importable from here
-    _update,
+from topl.launcher.run.watch_ray import RayJob
+from topl.launcher.run.watch_status import (
     ended,
-    is_strict_run,
     mark,
-    read_status,
-    stop_job,
-    topl_gone,
-    yaml_error,
 )
 
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)

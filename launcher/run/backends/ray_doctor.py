@@ -42,7 +42,8 @@ def node_entry(result: dict, address: str) -> dict:
     node = f"{result['node']} ({address})"
     if "findings" in result:
         return {"node": node, "findings": result["findings"]}
-    from topl.launcher.doctor.registry import ERROR, Finding
+    from topl.launcher.base.errors import ERROR
+    from topl.launcher.doctor.registry import Finding
 
     python, err = result.get("python", "its Python"), result["error"]
     fix = (
