@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from topl.kernels.diagnose_stats import (
-    _nonfinite_text,
     compare_boundary,
+    nonfinite_text,
     strict_json,
     systematic,
     ulp_distance,
@@ -257,7 +257,7 @@ def _verdict(
             return (
                 "equal",
                 f"every mapped boundary is bitwise equal, non-finite values included (first at "
-                f"{nf[0]['boundary']}: {_nonfinite_text(nf[0])})",
+                f"{nf[0]['boundary']}: {nonfinite_text(nf[0])})",
                 "both engines produce the same NaN / inf: look upstream of "
                 f"{nf[0]['boundary']} on both",
                 [],
@@ -268,7 +268,7 @@ def _verdict(
         return (
             "non-finite values",
             f"{first}: {r['nonfinite_mismatch']} of {r['elements']} elements are NaN / inf on "
-            f"one side only ({_nonfinite_text(r)})",
+            f"one side only ({nonfinite_text(r)})",
             f"find what overflows or divides by zero at {first} on that side (fp16 range, a fully "
             "masked softmax row, an epsilon)",
             [],

@@ -132,7 +132,7 @@ def systematic(r: dict[str, Any]) -> str | None:
     return None
 
 
-def _nonfinite_text(r: dict[str, Any]) -> str:
+def nonfinite_text(r: dict[str, Any]) -> str:
     """'3 NaN, 0 inf in A (first at token [2, 5], element 17); B: none' for a boundary row."""
     nf = r.get("nonfinite", {})
     parts = []

@@ -48,7 +48,7 @@ HYDRA_FLOOR = (
 )
 HYDRA_TOPL = (
     "from hydra import compose, initialize_config_dir\n"
-    "from topl.launcher.compose.hydra import conf_dir\n"
+    "from topl.launcher.compose.sources import conf_dir\n"
     "from topl.launcher.spec.job import register_configs\n"
     "register_configs()\n"
     "with initialize_config_dir(config_dir=str(conf_dir()), version_base=None):\n"

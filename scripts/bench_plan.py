@@ -14,7 +14,8 @@ import time
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from topl.launcher.compose.hydra import conf_dir, split_recipe
+from topl.launcher.compose.hydra import split_recipe
+from topl.launcher.compose.sources import conf_dir
 from topl.launcher.plan.sweep import Planner, expand, expand_items
 from topl.launcher.spec.job import register_configs
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from topl.launcher.cli.rules import rules_markdown
-from topl.launcher.doctor.registry import checks_markdown
+from topl.launcher.doctor.report import checks_markdown
 from topl.launcher.facts.stacks import stacks_markdown
 from topl.launcher.spec.constraints import table as constraints_table
 from topl.launcher.spec.fields import fields_markdown

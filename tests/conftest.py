@@ -159,10 +159,10 @@ def verl_imports_here(monkeypatch):
     test_doctor.py and test_front_door.py run it)."""
     from topl.launcher.doctor import stack_checks as doctor_checks
 
-    real = doctor_checks._import_error
+    real = doctor_checks.import_error
     monkeypatch.setattr(
         doctor_checks,
-        "_import_error",
+        "import_error",
         lambda module, *a, **k: None if module == "verl" else real(module, *a, **k),
     )
 

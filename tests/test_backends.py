@@ -9,6 +9,7 @@ import pytest
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.run import backends
+from topl.launcher.spec.backend_traits import NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "launcher"
@@ -18,15 +19,15 @@ def test_cluster_backend_choices_are_the_registry():
     from topl.launcher.spec.job import ClusterSpec
 
     (f,) = [f for f in dataclasses.fields(ClusterSpec) if f.name == "backend"]
-    assert tuple(f.metadata["one_of"]) == backends.NAMES
+    assert tuple(f.metadata["one_of"]) == NAMES
 
 
-@pytest.mark.parametrize("name", backends.NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_each_backend_is_one_module_with_the_interface(name):
     b = backends.get(name)
-    assert b.name == name and (LAUNCHER / "run" / "backends" / f"{name}.py").is_file()
+    assert b.traits.name == name and (LAUNCHER / "run" / "backends" / f"{name}.py").is_file()
     for attr in ("remote", "here", "nodes"):
-        assert isinstance(getattr(b, attr), bool), attr
+        assert isinstance(getattr(b.traits, attr), bool), attr
     for method in ("preflight", "doctor", "start", "detached", "handle"):
         assert callable(getattr(b, method)), method
 
@@ -49,7 +50,7 @@ def test_no_module_branches_on_the_backend_name():
             if isinstance(node, ast.Compare):
                 names = [node.left, *node.comparators]
                 if any(isinstance(n, ast.Attribute) and n.attr == "backend" for n in names) and any(
-                    isinstance(n, ast.Constant) and n.value in backends.NAMES for n in names
+                    isinstance(n, ast.Constant) and n.value in NAMES for n in names
                 ):
                     hits.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not hits, hits
@@ -57,8 +58,9 @@ def test_no_module_branches_on_the_backend_name():
 
 def test_what_each_backend_says_about_itself():
     local, sub, ray = (backends.get(n) for n in ("local", "subprocess", "ray_job"))
-    assert (local.remote, sub.remote, ray.remote) == (False, True, True)
-    assert (sub.here, ray.here, ray.nodes, sub.nodes) == (True, False, True, False)
+    local_t, sub_t, ray_t = local.traits, sub.traits, ray.traits
+    assert (local_t.remote, sub_t.remote, ray_t.remote) == (False, True, True)
+    assert (sub_t.here, ray_t.here, ray_t.nodes, sub_t.nodes) == (True, False, True, False)
     assert ray.detached(follow=False) and not ray.detached(follow=True)
     assert not sub.detached(follow=False) and not local.detached(follow=False)
 

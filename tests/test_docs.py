@@ -30,7 +30,7 @@ def test_reference_rule_table_matches_the_code():
 
 
 def test_reference_doctor_table_is_the_registry():
-    from topl.launcher.doctor.registry import catalog, checks_markdown
+    from topl.launcher.doctor.report import catalog, checks_markdown
 
     got = between(REFERENCE.read_text(), "doctor")
     assert got == checks_markdown().strip(), "regenerate: python scripts/regen_docs.py"

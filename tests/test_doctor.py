@@ -315,7 +315,7 @@ def test_a_verl_other_than_the_profiles_is_a_wrong_version_error(stack):
 def test_doctor_checks_are_a_registry_listed_with_id_what_when_fix():
     import re
 
-    from topl.launcher.doctor.registry import catalog
+    from topl.launcher.doctor.report import catalog
 
     checks = catalog()
     assert len({c.id for c in checks}) == len(checks) >= 20
@@ -333,7 +333,7 @@ def test_doctor_checks_are_a_registry_listed_with_id_what_when_fix():
 
 
 def test_every_finding_comes_from_a_registered_check(compose, verl_imports_here):
-    from topl.launcher.doctor.registry import catalog, run_checks
+    from topl.launcher.doctor.report import catalog, run_checks
 
     known = {c.id for c in catalog()}
     for args in ([], STRICT_A3, [*STRICT_A3, "cluster.backend=subprocess"]):

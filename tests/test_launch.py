@@ -148,7 +148,7 @@ def test_ray_job_backend_runs_for_real(tmp_path, fake_entry, ray_head):
 def test_ray_submit_waits_for_a_starting_job_agent():
     """A head started seconds ago answers 'No available agent' (HTTP 500) until its job agent is
     up: the submit is retried within cluster.ray_timeout_s; any other error is raised at once."""
-    from topl.launcher.run.backends.ray_job import _submit
+    from topl.launcher.run.backends.ray_client import submit_retrying
 
     class Client:
         def __init__(self, errors):
@@ -162,13 +162,13 @@ def test_ray_submit_waits_for_a_starting_job_agent():
 
     busy = "Request failed with status code 500: No available agent to submit job, please try again later.."
     c = Client([busy, busy])
-    assert _submit(c, 10.0, entrypoint="x") == "raysubmit_1" and c.calls == 3
+    assert submit_retrying(c, 10.0, entrypoint="x") == "raysubmit_1" and c.calls == 3
     c = Client(["Request failed with status code 400: bad runtime_env."])
     with pytest.raises(RuntimeError, match="400"):
-        _submit(c, 10.0, entrypoint="x")
+        submit_retrying(c, 10.0, entrypoint="x")
     assert c.calls == 1
     with pytest.raises(RuntimeError, match="No available agent"):
-        _submit(Client([busy] * 100), 0.0, entrypoint="x")
+        submit_retrying(Client([busy] * 100), 0.0, entrypoint="x")
 
 
 def test_ray_follow_streams_the_log_and_redacts_whole_lines(tmp_path, capsys, monkeypatch):

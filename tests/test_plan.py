@@ -9,7 +9,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.compose.hydra import loader_for
+from topl.launcher.compose.sources import loader_for
 from topl.launcher.contract import check, errors
 from topl.launcher.plan.sweep import expand, plan
 

@@ -229,7 +229,7 @@ def test_cached_sources_equal_a_fresh_replay_and_follow_the_recipe_bytes(tmp_pat
         got = C.compose_job(ovs).sources
         hyd, root = C.split_recipe(ovs)
         try:
-            fresh = sources._file_sources(C.loader_for(root), hyd, root)
+            fresh = sources.file_sources(sources.loader_for(root), hyd, root)
         finally:
             if root is not None:
                 root.cleanup()

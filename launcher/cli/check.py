@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from topl.launcher.base.console import print_violations
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Violation
@@ -91,7 +91,9 @@ def installed_verl(spec: JobSpec) -> list[Violation]:
     from topl.launcher.doctor.registry import install_hint, verl_mismatch
 
     name = spec.cluster.backend  # TOP-SPEC-001 has refused a name outside the registry
-    got = name in backends.NAMES and backends.get(name).remote and verl_mismatch(spec)
+    got = (
+        name in backend_traits.NAMES and backend_traits.traits(name).remote and verl_mismatch(spec)
+    )
     if not got:
         return []
     have, want = got

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sys
 
-# The per-node Ray doctor lives with the backends; these names stay importable from here.
-
 
 def run(spec, ray_address: str | None = None) -> list[dict]:
-    """[{node, findings}] for this machine, or for every node of the Ray cluster."""
-    from topl.launcher.doctor.registry import report_nodes
+    """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`
+    (a Ray job per node: launcher/run/backends/ray_doctor.py)."""
+    if ray_address:
+        from topl.launcher.run.backends.ray_doctor import on_ray  # here: Ray only for --ray
 
-    return report_nodes(spec, ray_address)
+        return on_ray(ray_address, spec)
+    from topl.launcher.doctor.report import nodes_here  # here: the checks only for this command
+
+    return nodes_here(spec)
 
 
 def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -> int:
@@ -70,7 +73,7 @@ SEVERITIES = ("error", "warning", "ok")
 def list_checks(as_json: bool, markdown: bool = False) -> int:
     """The doctor's registry: id, what, when, fix (`topl rules --doctor`, `topl doctor --list`)."""
     from topl.launcher.cli.output import print_json, print_table
-    from topl.launcher.doctor.registry import catalog, checks_markdown
+    from topl.launcher.doctor.report import catalog, checks_markdown
 
     if as_json:
         print_json([{"id": c.id, "what": c.what, "when": c.when, "fix": c.fix} for c in catalog()])

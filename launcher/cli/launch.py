@@ -101,7 +101,8 @@ def main(args: list[str]) -> int:
 def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> int:
     import hydra
 
-    from topl.launcher.compose.hydra import compose_job, conf_dir, output_dirs
+    from topl.launcher.compose.hydra import compose_job, output_dirs
+    from topl.launcher.compose.sources import conf_dir
     from topl.launcher.contract import check, errors
     from topl.launcher.run import rundir
     from topl.launcher.spec.job import register_configs

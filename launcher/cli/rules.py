@@ -72,7 +72,7 @@ def main(args: list[str]) -> int:
             f"+ {n_run} checked at run time by topl's guard"
         )
         console = print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
-        from topl.launcher.doctor.registry import catalog as doctor_checks
+        from topl.launcher.doctor.report import catalog as doctor_checks
 
         console.print(
             f"and {len(doctor_checks())} doctor checks of the installed stack: topl rules --doctor",

@@ -45,7 +45,7 @@ def main(args: list[str]) -> int:
         print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout
-    done = (lambda: watch.ended(w) or True) if flags.once else None
+    done = (lambda: w.ended() or True) if flags.once else None
     watch.follow(
         w, out=out, interval=float(flags.interval), on_stop=on_stop, done=done, quiet=flags.json
     )

@@ -223,7 +223,7 @@ def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
         OmegaConf.to_object(cfg)  # resolves interpolations (the environment's too) now
         untrusted.check_no_secret_on_argv(OmegaConf.to_container(cfg, resolve=True), where)
     except OmegaConfBaseException as e:
-        from topl.launcher.compose.hydra import _friendly
+        from topl.launcher.compose.hydra import friendly_error
 
-        raise _friendly(e, user) from None
+        raise friendly_error(e, user) from None
     return Composed(cfg, entry["sources"], user, entry["choices"], entry["recipe"])

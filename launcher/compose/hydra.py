@@ -7,7 +7,6 @@ in composition order, then the command-line overrides; the last writer of a key 
 from __future__ import annotations
 
 import re
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,27 +19,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
-from topl.launcher.base.tree import flatten
 from topl.launcher.compose import did_you_mean, recipes, untrusted
 from topl.launcher.compose.composed import Composed
-from topl.launcher.compose.sources import (
-    _record_defaults,
-    _sources,
-)
+from topl.launcher.compose.sources import conf_dir, record_defaults, sources_of
 from topl.launcher.spec.job import JobSpec, register_configs
 
 if TYPE_CHECKING:
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-
-def conf_dir() -> Path:
-    return Path(str(files("topl.conf")))
-
-
-def _value_keys(data: Any, package: str) -> list[str]:
-    """Dotted keys a config file sets (its `defaults` list and `hydra` section are not values)."""
-    values = {k: v for k, v in data.items() if package or k not in ("defaults", "hydra")}
-    return list(flatten(values, package))
+    pass
 
 
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
@@ -116,7 +101,7 @@ def _recipe_sweep(override: str) -> list[str] | None:
     return [str(v) for v in ov.sweep_string_iterator()]
 
 
-def _friendly(e: Exception, overrides: list[str]) -> ToplError:
+def friendly_error(e: Exception, overrides: list[str]) -> ToplError:
     """Turn Hydra / OmegaConf composition errors into one readable message."""
     msg = str(e).strip()
     cause = e.__cause__ or e.__context__
@@ -210,15 +195,15 @@ def _compose(
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="topl"):
             hydra = GlobalHydra.instance().hydra
             assert hydra is not None  # initialize_config_dir just set it
-            seen = _record_defaults(hydra.config_loader, hydra_overrides, root)
+            seen = record_defaults(hydra.config_loader, hydra_overrides, root)
             cfg = compose(
                 "config",
                 overrides=hydra_overrides + _unused_hydra(hydra_overrides),
                 return_hydra_config=True,
             )
-            sources = _sources(None, hydra_overrides, root, seen)
+            sources = sources_of(None, hydra_overrides, root, seen)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        raise _friendly(e, overrides) from None
+        raise friendly_error(e, overrides) from None
     finally:
         GlobalHydra.instance().clear()
     choices = {
@@ -239,7 +224,7 @@ def _compose(
             f"overrides: {' '.join(overrides) or '(none)'}",
         )
     except OmegaConfBaseException as e:
-        raise _friendly(e, overrides) from None
+        raise friendly_error(e, overrides) from None
     return Composed(cfg, sources, overrides, choices, str(root.source) if root else None)
 
 
@@ -283,7 +268,7 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
             cfg = compose("config", overrides=plain, return_hydra_config=True)
             dirs = str(cfg.hydra.run.dir), str(cfg.hydra.sweep.dir)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        raise _friendly(e, plain) from None
+        raise friendly_error(e, plain) from None
     finally:
         GlobalHydra.instance().clear()
     for d in dirs:
@@ -306,18 +291,6 @@ def from_hydra_job(
         OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
     )
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
-    sources = _sources(None, hydra_overrides, root)
+    sources = sources_of(None, hydra_overrides, root)
     recipe = str(root.source_of(chosen.get("recipe"))) if root else None
     return Composed(typed, sources, user_overrides, chosen, recipe)
-
-
-def loader_for(root: recipes.RecipeRoot | None) -> ConfigLoaderImpl:
-    """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-
-    path = create_config_search_path(str(conf_dir()))
-    if root is not None:  # before the structured-config ("schema") source, which Hydra expects last
-        path.append("topl-recipe", f"file://{root.dir}", anchor=SearchPathQuery(provider="main"))
-    return ConfigLoaderImpl(config_search_path=path)

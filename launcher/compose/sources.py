@@ -4,6 +4,7 @@ per process by the inputs that decide it; `compose` asks for it after every comp
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from topl.launcher.base.tree import flatten
 from topl.launcher.compose import recipes, untrusted
 
 if TYPE_CHECKING:
@@ -19,9 +21,25 @@ if TYPE_CHECKING:
 
 
 def conf_dir() -> Path:
-    from topl.launcher.compose.hydra import conf_dir as d  # compose imports this module at its top
+    return Path(str(files("topl.conf")))
 
-    return d()
+
+def value_keys(data: Any, package: str) -> list[str]:
+    """Dotted keys a config file sets (its `defaults` list and `hydra` section are not values)."""
+    values = {k: v for k, v in data.items() if package or k not in ("defaults", "hydra")}
+    return list(flatten(values, package))
+
+
+def loader_for(root: recipes.RecipeRoot | None) -> ConfigLoaderImpl:
+    """A Hydra config loader over conf/ (+ the recipe root), independent of Hydra's global state."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    path = create_config_search_path(str(conf_dir()))
+    if root is not None:  # before the structured-config ("schema") source, which Hydra expects last
+        path.append("topl-recipe", f"file://{root.dir}", anchor=SearchPathQuery(provider="main"))
+    return ConfigLoaderImpl(config_search_path=path)
 
 
 # Each file's keys by the inputs that decide them: Hydra's defaults list and the files it names
@@ -32,7 +50,7 @@ _FILE_SOURCES_MAX = 256
 
 
 def _sources_key(hydra_overrides: list[str], root: recipes.RecipeRoot | None) -> tuple[Any, ...]:
-    """What the file part of `_sources` depends on: the overrides that may choose files, the conf/
+    """What the file part of `sources_of` depends on: the overrides that may choose files, the conf/
     tree and the recipe root's files (names, sources, bytes), each by content or stat."""
     rdir = str(root.dir) if root is not None else None
     choosing = []
@@ -57,10 +75,10 @@ def _sources_key(hydra_overrides: list[str], root: recipes.RecipeRoot | None) ->
     return (tuple(choosing), named, str(conf_dir()), tuple(files))
 
 
-def _record_defaults(
+def record_defaults(
     loader: Any, hydra_overrides: list[str], root: recipes.RecipeRoot | None
 ) -> list[Any]:
-    """The defaults list this compose's loader builds, so that `_sources` need not build it a
+    """The defaults list this compose's loader builds, so that `sources_of` need not build it a
     second time; and, where the cache lacks them, each file's keys read from the compose's own
     caching repository (every file already parsed) before the merge: Hydra merges with
     `no_deepcopy_set_nodes`, so afterwards a file's nodes may carry the overrides' edits
@@ -72,7 +90,7 @@ def _record_defaults(
     def recording(defaults: Any, repo: Any) -> Any:
         seen[:] = defaults
         if seen.fkey not in _FILE_SOURCES:
-            _remember(seen.fkey, _file_sources(None, hydra_overrides, root, defaults, repo))
+            _remember(seen.fkey, file_sources(None, hydra_overrides, root, defaults, repo))
         return real(defaults=defaults, repo=repo)
 
     loader._compose_config_from_defaults_list = recording  # this compose's loader only
@@ -91,7 +109,7 @@ def _remember(fkey: tuple[Any, ...], file_sources: dict[str, str]) -> None:
     _FILE_SOURCES[fkey] = file_sources
 
 
-def _sources(
+def sources_of(
     loader: Any,
     hydra_overrides: list[str],
     root: recipes.RecipeRoot | None,
@@ -99,7 +117,7 @@ def _sources(
 ) -> dict[str, str]:
     fkey = getattr(defaults, "fkey", None) or _sources_key(hydra_overrides, root)
     if fkey not in _FILE_SOURCES:
-        _remember(fkey, _file_sources(loader or _loader_for(root), hydra_overrides, root, defaults))
+        _remember(fkey, file_sources(loader or loader_for(root), hydra_overrides, root, defaults))
     sources = dict(_FILE_SOURCES[fkey])
     parser = OverridesParser.create()
     for ov in parser.parse_overrides([o for o in hydra_overrides if not o.startswith("hydra.")]):
@@ -114,7 +132,7 @@ def _sources(
     return sources
 
 
-def _file_sources(
+def file_sources(
     loader: Any,
     hydra_overrides: list[str],
     root: recipes.RecipeRoot | None,
@@ -149,7 +167,7 @@ def _file_sources(
             label = f"conf/{d.config_path}.yaml" if str(file).startswith(str(conf)) else str(file)
         package = d.package or ""
         data = OmegaConf.to_container(result.config, resolve=False)
-        for key in _value_keys(data, package if package not in ("_global_",) else ""):
+        for key in value_keys(data, package if package not in ("_global_",) else ""):
             sources[key] = label
     return sources
 
@@ -168,15 +186,3 @@ def _repo(loader: ConfigLoaderImpl, root: recipes.RecipeRoot | None) -> ConfigRe
     from hydra._internal.config_repository import ConfigRepository
 
     return ConfigRepository(config_search_path=loader.get_search_path())
-
-
-def _loader_for(root: recipes.RecipeRoot | None) -> ConfigLoaderImpl:
-    from topl.launcher.compose.hydra import loader_for
-
-    return loader_for(root)
-
-
-def _value_keys(data: Any, package: str) -> list[str]:
-    from topl.launcher.compose.hydra import _value_keys as keys
-
-    return keys(data, package)

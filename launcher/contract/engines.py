@@ -8,7 +8,7 @@ from topl.launcher import facts
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
 from topl.launcher.render.command import command, note
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict, world_size
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def unchunked_budget(s: JobSpec) -> Outcome:
     vLLMHttpServer._validate_configs), logging a warning in the worker only: vLLM then profiles
     and schedules prefills for that many tokens, not the value set. verl 0.8.0/0.9.0 pass it on."""
     r = s.rollout
-    if not backends.of(s).remote or r.chunked_prefill:
+    if not backend_traits.of(s).remote or r.chunked_prefill:
         return None  # the embedded engines run the value as set
     # verl compares against rollout.max_model_len, which a recipe may set in verl_overrides (the
     # final command holds it); only when unset does verl take max_position_embeddings.
@@ -207,5 +207,5 @@ def local_steps(s: JobSpec) -> Outcome:
     """backend=local runs topl's reference RL loop for train.steps optimizer steps
     (kernels/rl_loop.py:run, `range(1, steps + 1)`); null means verl's own default
     (trainer.total_training_steps unset: total_epochs bounds the run), which that loop has not."""
-    if not backends.of(s).remote and s.train.steps is None:
+    if not backend_traits.of(s).remote and s.train.steps is None:
         return "cluster.backend=local with train.steps=null: the embedded loop runs a set number of steps"

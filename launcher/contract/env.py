@@ -10,7 +10,7 @@ from topl.launcher.contract.core import rule
 from topl.launcher.render.env import derived_env, env_value
 from topl.launcher.render.tables import ENV_OWNERS
 from topl.launcher.spec.job import is_strict
-from topl.launcher.spec.view import unwrap
+from topl.launcher.spec.view import WHOLE, unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -29,7 +29,7 @@ def _overrides(s: JobSpec) -> list[tuple[str, str, str | None]]:
         if name not in ENV_OWNERS:
             continue
         if derived is None:  # computed, not read: only the owners below count as reads
-            derived = derived_env(unwrap(s))
+            derived = derived_env(unwrap(s, WHOLE))
         if env_value(value) != derived.get(name):
             for field in ENV_OWNERS[name]:  # read the owning fields: their sources get reported
                 part = s

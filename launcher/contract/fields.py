@@ -8,7 +8,7 @@ from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import RULES, rule
 from topl.launcher.spec.constraints import fields, problems
 from topl.launcher.spec.job import JobSpec
-from topl.launcher.spec.view import unwrap
+from topl.launcher.spec.view import WHOLE, unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def field_constraints(s: JobSpec) -> Outcome:
     """Sizes >= 1, probabilities in range, names from a fixed set: Megatron, vLLM and verl reject
     anything else at start-up or at the first step, after the cluster has been allocated."""
-    probs = problems(unwrap(s))
+    probs = problems(unwrap(s, WHOLE))
     if probs:
         return "; ".join(p.message for p in probs)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_moe, world_size
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def local_model_size(s: JobSpec) -> Outcome:
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
     from topl.launcher.spec.memory import param_counts
 
-    if not backends.of(s).remote:  # the reference engines, here
+    if not backend_traits.of(s).remote:  # the reference engines, here
         total = param_counts(s.model)["total"]
         if total > LOCAL_MAX_PARAMS:
             return f"{s.model.name} has {total / 1e9:.1f}B parameters; the local backend takes at most 50M"

@@ -9,7 +9,7 @@ from topl.launcher.align import targets as align_targets
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
 from topl.launcher.facts.stacks import shipped_version
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_moe, is_strict, on_npu
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def per_request_seed(s: JobSpec) -> Outcome:
 def ray_address(s: JobSpec) -> Outcome:
     """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
-    if backends.of(s).nodes and not s.cluster.ray_address:
+    if backend_traits.of(s).nodes and not s.cluster.ray_address:
         return f"backend={s.cluster.backend} without cluster.ray_address"
 
 

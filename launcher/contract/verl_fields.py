@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
-from topl.launcher.contract.verl_keys import MIRRORS, _strict_problem, same
+from topl.launcher.contract.verl_keys import MIRRORS, same, strict_problem
 from topl.launcher.render.command import command, note
 from topl.launcher.render.invocation import fmt
 from topl.launcher.spec.job import is_strict
@@ -100,7 +100,7 @@ def override_beats_field(s: JobSpec) -> Outcome:
         own = _renders(cmd, e.key, ref)
         if own is None or not own.origin or same(own.value, e.value):
             continue
-        if strict and _strict_problem(cmd, e, ref) is not None:
+        if strict and strict_problem(cmd, e, ref) is not None:
             continue  # TOP-VERL-002 reports it
         path = own.origin
         leaf = f"{path}.{own.key.rsplit('.', 1)[1]}"  # a section renders its fields by name

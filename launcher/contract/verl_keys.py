@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.base.errors import ERROR
 from topl.launcher.compose.did_you_mean import verl_key
 from topl.launcher.contract.core import rule
+from topl.launcher.facts.verl_schema import SCHEMA_KEYS
 from topl.launcher.render.command import Command, Entry, command, note
 from topl.launcher.render.invocation import fmt
 from topl.launcher.render.spelling import spell
 from topl.launcher.render.tables import ARR, VLLM
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import unwrap
 
@@ -176,7 +177,7 @@ def verl_schema(s: JobSpec) -> Schema:
     its declared patches, its trainer config): `.has`, `.free_form`, `.version`."""
     from topl.launcher.facts.verl_schema import schema_for
 
-    return schema_for(unwrap(s))
+    return schema_for(unwrap(s, *SCHEMA_KEYS))
 
 
 @rule(
@@ -217,7 +218,7 @@ def same(a: Any, b: Any) -> bool:
     return fmt(a) == fmt(b)
 
 
-def _strict_problem(cmd: Command, e: Entry, ref: bool) -> tuple[Entry | None, str] | None:
+def strict_problem(cmd: Command, e: Entry, ref: bool) -> tuple[Entry | None, str] | None:
     """(the entry that says what strict mode needs, why) when a user-set entry breaks it."""
     if _under(e.key, HARD_OWNED):
         return None, "owned by strict mode: no recipe or override may set it"
@@ -279,7 +280,7 @@ def verl_collision(s: JobSpec) -> Outcome:
                 continue
         if not strict:
             continue
-        problem = _strict_problem(cmd, e, ref)
+        problem = strict_problem(cmd, e, ref)
         if problem is not None:
             note(s, e, problem[0])
             bad.append(f"{e.describe()}: {problem[1]}")
@@ -342,7 +343,7 @@ def verl_value_types(s: JobSpec) -> Outcome:
             and e.key.endswith(".max_model_len")
             and type(e.value) is int
             and e.value > s.model.max_position_embeddings
-            and backends.of(s).remote
+            and backend_traits.of(s).remote
         ):
             note(s, e)
             bad.append(

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from topl.launcher import facts
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
-from topl.launcher.run import backends
+from topl.launcher.facts.verl_schema import SCHEMA_KEYS
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
-from topl.launcher.spec.view import unwrap
+from topl.launcher.spec.view import RENDERED, unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -32,8 +33,8 @@ def _rendered(s: JobSpec) -> tuple[Command, Schema] | None:
     from topl.launcher.facts.verl_schema import schema_for
     from topl.launcher.render.command import command
 
-    plain = unwrap(s)
-    if not backends.of(plain).remote:  # the reference engines run no verl command
+    plain = unwrap(s, *SCHEMA_KEYS, "cluster.backend", RENDERED)
+    if not backend_traits.of(plain).remote:  # the reference engines run no verl command
         return None
     return command(plain), schema_for(plain)
 
@@ -82,7 +83,7 @@ def grad_offload(s: JobSpec) -> Outcome:
     t = s.train
     if t.engine != "megatron" or t.grad_offload is None:
         return None
-    sch = schema_for(unwrap(s))
+    sch = schema_for(unwrap(s, *SCHEMA_KEYS))
     if sch.has(GRAD_OFFLOAD) or t.grad_offload == t.param_offload:
         return None
     return (
@@ -106,7 +107,7 @@ def mindspeed_repatch(s: JobSpec) -> Outcome:
     if not (is_strict(s) and s.train.engine == "megatron"):
         return None
     vs = s.cluster.versions
-    if facts.supports("mindspeed_bi_repatch", unwrap(vs)):
+    if facts.supports("mindspeed_bi_repatch", unwrap(vs, "cluster.versions")):
         return None
     return (
         f"verl {vs.verl} (verl_patches {list(vs.verl_patches)}) sets MindSpeed's use_flash_attn "

@@ -18,21 +18,21 @@ from pathlib import Path
 from topl.launcher import facts
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
 
 
-def _importable(module: str) -> bool:
+def importable(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
 
-def _import_error(
+def import_error(
     module: str, python: str | None = None, env: dict[str, str] | None = None
 ) -> str | None:
     """None when `import module` works in a fresh interpreter (`python`, default this one, with
@@ -51,7 +51,7 @@ def _import_error(
     return None if r.returncode == 0 else (lines[-1] if lines else f"exit code {r.returncode}")
 
 
-def _pkg_file(module: str, rel: str) -> str | None:
+def pkg_file(module: str, rel: str) -> str | None:
     """Text of a file inside an installed package, without importing it; None when absent."""
     try:
         spec = importlib.util.find_spec(module)
@@ -68,7 +68,7 @@ def detected(fid: str) -> bool:
     """Whether the installed package has fact `fid`, found the way that package gates it (the
     file and symbol the fact's `detect` names, e.g. attention/fa3_v1.py: class AscendFABackend)."""
     module, rel, needle = facts.fact(fid).detect
-    return needle in (_pkg_file(module, rel) or "")
+    return needle in (pkg_file(module, rel) or "")
 
 
 def torch_pin(dist: str = "torch_npu") -> str | None:
@@ -104,11 +104,11 @@ def cann_version() -> str | None:
 def accelerator() -> str:
     """npu | cuda | cpu: what torch (with torch_npu for NPUs) sees here; without torch, the device
     nodes the drivers create (/dev/davinci* for Ascend, /dev/nvidia* for NVIDIA)."""
-    if _importable("torch"):
+    if importable("torch"):
         try:
             import torch
 
-            if _importable("torch_npu"):
+            if importable("torch_npu"):
                 import torch_npu  # noqa: F401  (registers torch.npu)
 
                 if torch.npu.is_available():
@@ -128,7 +128,7 @@ def accelerator() -> str:
 
 def soc() -> str | None:
     """A2 / A3 from the NPU's name, when torch_npu and a device are visible."""
-    if not _importable("torch_npu"):
+    if not importable("torch_npu"):
         return None
     try:
         import torch_npu  # noqa: F401

@@ -7,7 +7,7 @@ import sys
 
 from topl.launcher import __version__
 from topl.launcher.base.errors import WARNING
-from topl.launcher.doctor.installed import _import_error
+from topl.launcher.doctor.installed import import_error
 from topl.launcher.doctor.registry import check
 from topl.launcher.doctor.stack_checks import ALWAYS
 
@@ -61,7 +61,7 @@ def guard_here(c):
 
     python = sys.executable if c.node else c.spec.cluster.python  # a Ray worker runs this Python
     env = {k: v for k, v in without_guard(dict(c.env)).items() if k != "TOPL_GUARD_DIR"}
-    err = _import_error(GUARD_MODULE, python, env)
+    err = import_error(GUARD_MODULE, python, env)
     c.add(
         err is None,
         err or "yes",

@@ -7,7 +7,8 @@ version file, environment as the job's processes see it: launcher/doctor/install
 
 Checks are a registry like the contract's rules: `@check(id, what, when, fix, applies)` registers
 one; `topl rules --doctor` and docs/reference.md list them (id, what, when, fix). The checks
-themselves are in launcher/doctor/stack_checks.py and doctor_checks_job.py.
+themselves are in launcher/doctor/stack_checks.py and job_checks.py; launcher/doctor/report.py runs
+them. This module imports no check.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from typing import TYPE_CHECKING, Callable
 
 from topl.launcher.base.errors import ERROR, OK, WARNING
 from topl.launcher.doctor.installed import (
-    _importable,
-    _version,
     detected,
+    dist_version,
+    importable,
 )
-from topl.launcher.run import backends
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict, on_npu
 
 if TYPE_CHECKING:
-    from topl.launcher.spec.job import JobSpec
+    pass
 
 
 @dataclass
@@ -75,12 +76,12 @@ class Ctx:
         self.spec, self.env, self.node = spec, env, node
         self.v = spec.cluster.versions
         self.npu, self.strict = on_npu(spec), is_strict(spec)
-        self.backend = backends.of(spec)
+        self.backend = backend_traits.of(spec)
         self.remote = self.backend.remote  # verl runs (not the reference engines)
-        self.torch_v = _version("torch")
-        self.verl_v = _version("verl")
-        self.va = _version("vllm-ascend") or _version("vllm_ascend")
-        self.npu_v = _version("torch_npu")
+        self.torch_v = dist_version("torch")
+        self.verl_v = dist_version("verl")
+        self.va = dist_version("vllm-ascend") or dist_version("vllm_ascend")
+        self.npu_v = dist_version("torch_npu")
         self.out: list[Finding] = []
         self.current: Check | None = None
 
@@ -99,50 +100,6 @@ def worker_env(spec) -> dict[str, str]:
     return {**os.environ, **ray_worker_env(spec)}
 
 
-def run_checks(spec, env: dict[str, str] | None = None, node: bool = False) -> list[Finding]:
-    """Every check that applies to this spec, in registry order; `env` is the environment the
-    job's processes get (default: a Ray worker's, see `worker_env`); `node`: running inside a Ray
-    task on a node of the cluster."""
-    from topl.launcher.doctor import job_checks as doctor_checks_job  # noqa: F401  (registers the checks, in order)
-
-    ctx = Ctx(spec, worker_env(spec) if env is None else dict(env), node)
-    for c in CHECKS:
-        if c.applies(ctx):
-            ctx.current = c
-            c.run(ctx)
-    return ctx.out
-
-
-def nodes_here(spec: JobSpec) -> list[dict]:
-    """The doctor's report for this machine: [{node, findings}] (one node)."""
-    import socket
-
-    findings = [f.to_dict() for f in run_checks(spec)]
-    return [{"node": f"{socket.gethostname()} (local)", "findings": findings}]
-
-
-def report_nodes(spec: JobSpec, ray_address: str | None = None) -> list[dict]:
-    """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`."""
-    if ray_address:
-        from topl.launcher.run.backends.ray_doctor import on_ray
-
-        return on_ray(ray_address, spec)
-    return nodes_here(spec)
-
-
-def catalog() -> list[Check]:
-    from topl.launcher.doctor import job_checks as doctor_checks_job  # noqa: F401  (registers the checks, in order)
-
-    return sorted(CHECKS, key=lambda c: c.id)
-
-
-def checks_markdown() -> str:
-    lines = ["| check | what | when | fix |", "|---|---|---|---|"]
-    for c in catalog():
-        lines.append(f"| `{c.id}` | {c.what} | {c.when} | {c.fix} |")
-    return "\n".join(lines)
-
-
 def install_hint(v) -> str:
     """How to get the verl the profile declares (docs/install.md has the whole stack)."""
     if v.profile == "seed":
@@ -158,7 +115,7 @@ def verl_mismatch(spec) -> tuple[str, str] | None:
     version the spec's stack declares; None when it is, or when none is installed here."""
     from topl.launcher.base.versions import parse
 
-    have, want = _version("verl"), spec.cluster.versions.verl
+    have, want = dist_version("verl"), spec.cluster.versions.verl
     if have is None or parse(have) == parse(want):
         return None
     return have, want
@@ -176,7 +133,7 @@ def patch_check(c, fid, patch, installed, what, fix):
         return
     v, mod = c.v, c.spec.cluster.external_modules
     declared = patch in [*v.verl_patches, *v.vllm_ascend_patches]
-    at_import = declared and bool(mod) and _importable(mod)
+    at_import = declared and bool(mod) and importable(mod)
     found = f"absent; {mod} applies patch {patch} at import" if at_import else "absent"
     c.add(False, found, "present", what=what, fix=fix, sev=WARNING if at_import else ERROR)
 

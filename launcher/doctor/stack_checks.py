@@ -13,11 +13,11 @@ from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.base.versions import parse as _v
 from topl.launcher.base.versions import problem
 from topl.launcher.doctor.installed import (
-    _import_error,
-    _importable,
     accelerator,
     cann_version,
     detected,
+    import_error,
+    importable,
     soc,
     torch_pin,
 )
@@ -88,7 +88,7 @@ def verl_imports(c):
 
     py = _job_python(c)
     env = {k: v for k, v in without_guard(dict(os.environ)).items() if k != "TOPL_GUARD_DIR"}
-    err = _import_error("verl", py, env=env)  # the guard has its own check (TOP-DOC-GUARD-001)
+    err = import_error("verl", py, env=env)  # the guard has its own check (TOP-DOC-GUARD-001)
     what = f"verl imports with {py}" if py else "verl imports"
     fix = (
         f"install verl=={c.v.verl} with its dependencies into {py or 'this Python'} (not --no-deps)"
@@ -240,7 +240,7 @@ def fa3_selection(c):
 def _module_check(id_, module, what, fix, when=STRICT_NPU, applies=_strict_npu):
     @check(id_, what, when, fix, applies)
     def run(c):
-        ok = _importable(module)
+        ok = importable(module)
         c.add(ok, "yes" if ok else "no", "yes")
 
 
@@ -271,7 +271,7 @@ def _megatron(c) -> bool:
 )
 def mindspeed(c):
     ms = detected("mindspeed_bi_switches")
-    found = "yes" if ms else ("no" if _importable("mindspeed") else "MindSpeed missing")
+    found = "yes" if ms else ("no" if importable("mindspeed") else "MindSpeed missing")
     c.add(ms, found, "MindSpeed core_r0.16.0")
 
 
@@ -294,7 +294,7 @@ _module_check(
 )
 def patch_module(c):
     mod = c.spec.cluster.external_modules
-    ok = _importable(mod)
+    ok = importable(mod)
     c.add(ok, "yes" if ok else "no", "yes", what=f"patch module {mod} importable")
 
 

@@ -17,12 +17,20 @@ import functools
 import json
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from packaging.version import Version
 
-if TYPE_CHECKING:
-    from topl.launcher.spec.job import JobSpec
+
+class DeclaresVerl(Protocol):
+    """A job spec, as far as its verl goes (facts sit below the spec: no import of it)."""
+
+    @property
+    def cluster(self) -> Any: ...  # .versions.verl, .versions.verl_patches
+
+    @property
+    def algorithm(self) -> Any: ...  # .config_name
+
 
 KNOWN = ("0.8.0", "0.9.0", "0.9.1")
 # declared verl patch -> the facts whose `value` maps verl key -> [type, default] it adds. The
@@ -140,8 +148,11 @@ def schema(version: str, patches: tuple[str, ...] = (), config: str = "ppo_train
     )
 
 
-def schema_for(spec: JobSpec) -> Schema:
+SCHEMA_KEYS = ("cluster.versions", "algorithm.config_name")  # what schema_for reads of a spec
+
+
+def schema_for(job: DeclaresVerl) -> Schema:
     """The schema of the verl the spec declares (cluster.versions), for its trainer config."""
-    vs = spec.cluster.versions
-    config = getattr(spec.algorithm, "config_name", None) or "ppo_trainer"
+    vs = job.cluster.versions
+    config = getattr(job.algorithm, "config_name", None) or "ppo_trainer"
     return schema(str(vs.verl), tuple(vs.verl_patches or ()), config)

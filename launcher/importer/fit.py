@@ -22,7 +22,7 @@ from topl.launcher.base.errors import ToplError
 from topl.launcher.render.tables import ARR
 
 MODEL_KEY = f"{ARR}.model.path"
-_MISSING = object()
+MISSING = object()
 MANDATORY = "???"  # verl's own marker for a value it requires and does not default
 
 # Keys topl renders that verl's config does not have, or where topl names what verl would
@@ -62,7 +62,7 @@ def _dyn(script: dict, value: Any, default: Any) -> bool:
 
 
 def _etp_is_tp(script: dict, value: Any, default: Any) -> bool:
-    return default is None and value == script.get(f"{_MEG}.tensor_model_parallel_size", _MISSING)
+    return default is None and value == script.get(f"{_MEG}.tensor_model_parallel_size", MISSING)
 
 
 def _sp_off_at_tp1(script: dict, value: Any, default: Any) -> bool:
@@ -89,7 +89,7 @@ UNUSED_WHEN = {
 
 
 def topl_adds(
-    key: str, default: Any = None, script: dict | None = None, value: Any = _MISSING
+    key: str, default: Any = None, script: dict | None = None, value: Any = MISSING
 ) -> str | None:
     """Why topl keeps `key` although the script does not set it (None: it is not kept);
     `script` (the script's values, key -> value) and `value` (topl's): for a key whose topl value
@@ -144,10 +144,10 @@ def script_config(s, megatron: bool):
 
 
 def verl_default(key: str, cfg, sch=None) -> Any:
-    """verl's own value for `key` under the script's overrides (plain data), or _MISSING when
+    """verl's own value for `key` under the script's overrides (plain data), or MISSING when
     verl's config lacks it, cannot resolve it here, or verl is not installed. With `sch` (the
     declared verl's schema) on a verl other than the installed one: a key that release lacks is
-    _MISSING, and a literal default that changed between the two releases is the declared one's
+    MISSING, and a literal default that changed between the two releases is the declared one's
     (verl 0.8.0's rollout.max_num_seqs is 1024, 0.9.1's 256); the rest is read from the
     installed config (the schema merges the dp and megatron compositions, so an engine-dependent
     default such as actor.strategy is not read from it)."""
@@ -159,18 +159,18 @@ def verl_default(key: str, cfg, sch=None) -> Any:
             return NULL_RUNS_AS[key.lstrip("+")]
         return changed[0]
     if cfg is None:
-        return _MISSING
+        return MISSING
     parent, _, last = key.lstrip("+").rpartition(".")
     try:
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if not isinstance(node, DictConfig) or last not in node.keys():
-            return _MISSING
+            return MISSING
         if OmegaConf.is_missing(node, last):  # `???`: verl needs a value and has none
             return MANDATORY
         v = OmegaConf.select(cfg, key.lstrip("+"))
         return OmegaConf.to_container(v, resolve=True) if hasattr(v, "_get_node") else v
     except Exception:  # noqa: BLE001 - a resolver verl registers at run time: not known here
-        return _MISSING
+        return MISSING
 
 
 # Keys whose null default the release reads as a value a typed field holds: the seed's patched
@@ -182,7 +182,7 @@ NULL_RUNS_AS = {f"{ARR}.rollout.seed": 0}
 
 def _declared_default(key: str, sch) -> tuple[Any] | None:
     """(value,) where the declared verl's default differs from the installed verl's (or it
-    lacks the key: (_MISSING,)); None where the installed config says it (same release, same
+    lacks the key: (MISSING,)); None where the installed config says it (same release, same
     default, a derived one, or no schema / no installed verl known)."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -196,7 +196,7 @@ def _declared_default(key: str, sch) -> tuple[Any] | None:
         return None
     here = schema(installed, (), sch.config)
     if not sch.has(key):
-        return None if sch.free_form(key) else (_MISSING,)
+        return None if sch.free_form(key) else (MISSING,)
     if sch.type(key) == "interp" or (here.has(key) and here.keys[key] == sch.keys[key]):
         return None
     return (sch.default(key),)
@@ -222,7 +222,7 @@ def _shipped_models() -> dict[str, str]:
     """Hugging Face repo name (lower case, no org) -> model group."""
     import yaml
 
-    from topl.launcher.compose.hydra import conf_dir
+    from topl.launcher.compose.sources import conf_dir
 
     out = {}
     for f in sorted((conf_dir() / "model").glob("*.yaml")):

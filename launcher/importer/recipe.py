@@ -17,7 +17,7 @@ from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.importer.exact import dropped_rows
 from topl.launcher.importer.expand import Item
 from topl.launcher.importer.fit import (
-    _MISSING as MISSING,
+    MISSING as MISSING,
 )
 from topl.launcher.importer.fit import (
     MODEL_KEY,
@@ -224,12 +224,12 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                 fields.pop(f)
                 moved = True
         for key, st in s.overrides.items():
-            got = pairs.get(key, pairs.get("+" + key, _MISSING))
+            got = pairs.get(key, pairs.get("+" + key, MISSING))
             if key in carried:  # kept as written; rendered through its carrier (respell)
                 if inv.get(key) not in fields:
                     verbatim.setdefault(("+" if st.add else "") + key, st.value)
                 continue
-            if got is _MISSING or not same(got, st.value):
+            if got is MISSING or not same(got, st.value):
                 f = inv.get(key)
                 fields.pop(f, None) if f else None
                 vkey = ("+" if st.add else "") + key
@@ -240,7 +240,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
             d = verl_default(k, vcfg, sch)
             if k.lstrip("+") in s.overrides or k in verbatim or _kept(k, v, d, s):
                 continue
-            if d is not _MISSING and not same(v, d) and not isinstance(d, dict):
+            if d is not MISSING and not same(v, d) and not isinstance(d, dict):
                 f = inv.get(k.lstrip("+"))
                 # on the field that renders it where the field holds it (the contract reads the
                 # field; strict mode refuses a verl override of a rendered key, TOP-VERL-002)
@@ -251,7 +251,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                     verbatim[k] = d
                 moved = True
             off = next((fv for p, fv in OFF.items() if k.startswith(p)), None)
-            if d is _MISSING and off and fields.get(off[0]) != off[1]:
+            if d is MISSING and off and fields.get(off[0]) != off[1]:
                 fields[off[0]] = off[1]  # a key verl lacks: turn off the field that renders it
                 moved = True
         if not moved:
@@ -326,12 +326,12 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
         if key in s.overrides:
             continue
         d = verl_default(key, vcfg, sch)
-        if d is not _MISSING and same(v, d):
+        if d is not MISSING and same(v, d):
             written.append(key)  # verl's own value, written out: no change
         elif _kept(key, v, d, s):
             adds.append({"key": key, "value": v, "why": topl_adds(key, d, script_values(s), v)})
         else:
-            verl = "absent" if d is _MISSING else repr(d)
+            verl = "absent" if d is MISSING else repr(d)
             trip.append(
                 {"line": None, "key": key, "script": f"(not set; verl: {verl})", "rendered": v}
             )
@@ -351,7 +351,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
             "rendered": pairs.get(k, pairs.get("+" + k)),
         }
         for k, st in s.overrides.items()
-        if k not in carried and not same(pairs.get(k, pairs.get("+" + k, _MISSING)), st.value)
+        if k not in carried and not same(pairs.get(k, pairs.get("+" + k, MISSING)), st.value)
     ]
     trip += [
         {"line": it.line, "key": k, "script": it.text, "rendered": as_script.get(k)}
@@ -380,7 +380,7 @@ def _env_why(name: str) -> str:
     return "topl's Ascend default for every process (render_env.derived_env)"
 
 
-_MISSING = MISSING
+MISSING = MISSING
 
 
 def recipe_text(imp: Imported, source: str) -> str:

@@ -123,7 +123,7 @@ def _stacks() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Shipped stack -> (verl version, verl patches), read from conf/stack/*.yaml."""
     import yaml
 
-    from topl.launcher.compose.hydra import conf_dir
+    from topl.launcher.compose.sources import conf_dir
 
     out = {}
     for f in sorted((conf_dir() / "stack").glob("*.yaml")):

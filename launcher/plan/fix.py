@@ -21,13 +21,12 @@ from typing import Any
 from typing import cast as typed_as
 
 from topl.launcher.base.errors import ERROR, ToplError
-from topl.launcher.base.tree import parent_of
+from topl.launcher.base.tree import copy_on_write, parent_of
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.compose.sources import GROUPS
 from topl.launcher.contract import evaluate
 from topl.launcher.contract.core import RULES
 from topl.launcher.plan.interp import collect, resolve, stale
-from topl.launcher.plan.memo import copy_on_write
 from topl.launcher.plan.sweep import Item, Planner, expand_items
 from topl.launcher.plan.values import field_hints, replayable
 from topl.launcher.plan.values import typed_value as _field_typed

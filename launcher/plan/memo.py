@@ -14,7 +14,6 @@ tests/test_plan_trace.py compare every verdict with a full `evaluate`.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -49,43 +48,19 @@ _CONSTRAINTS = {k: f.metadata for k, f in constrained_fields(JobSpec)}
 
 
 def _reads_whole_spec(rule: Rule, spec: JobSpec) -> bool:
-    """True when the rule reads the spec outside the recording view (`view.unwrap`, directly or
-    through a helper such as the command map) on `spec`, or when its source says it may: its
-    answer then depends on keys it does not declare. Unknown (it raised) counts as true."""
-    try:
-        # getmodule may be None: getsource then raises TypeError, caught below
-        if "unwrap(" in inspect.getsource(inspect.getmodule(rule.check)):  # type: ignore[arg-type]
-            return True
-    except (OSError, TypeError):
+    """True when the rule reads the spec outside the recording view: its module calls
+    `view.unwrap` (on some path, perhaps not the base's), or its run on `spec` did (directly or
+    through a helper such as the command map, each declaring what it reads there). Its answer
+    then depends on keys the catalog does not list. Unknown (it raised) counts as true."""
+    module = sys.modules.get(rule.check.__module__)
+    if module is None or vars(module).get("unwrap") is view.unwrap:
         return True
-    escaped: list[bool] = []
-
-    class Probe(view.View):
-        __slots__ = ()
-
-        @property
-        def _obj(self) -> Any:
-            if sys._getframe(1).f_code not in _VIEW_CODE:
-                escaped.append(True)  # read by something other than the view itself
-            return _SLOT.__get__(self)
-
-        @_obj.setter
-        def _obj(self, value: Any) -> None:
-            _SLOT.__set__(self, value)
-
-    real = view.View
-    view.View = Probe  # type: ignore[misc]  # sections the view hands out (view.wrap) are probes too
+    reads = view.Reads()
     try:
-        rule.check(cast(JobSpec, Probe(spec, view.Reads())))
+        rule.check(cast(JobSpec, view.View(spec, reads)))
     except Exception:  # noqa: BLE001 - a rule that fails on the base is not memoised
         return True
-    finally:
-        view.View = real  # type: ignore[misc]
-    return bool(escaped)
-
-
-_SLOT = view.View.__dict__["_obj"]
-_VIEW_CODE = {f.__code__ for f in vars(view.View).values() if inspect.isfunction(f)}
+    return bool(reads.declared)
 
 
 _OPAQUE: dict[str, bool] = {}  # rule id -> reads the whole spec (probed once per process)
@@ -243,37 +218,3 @@ class BaseMemo:
     def devices(self, make: Spec) -> int:
         """spec.world_size of the point: the base's where no varying key is one it reads."""
         return self.world if self.world is not None else world_size(make())
-
-
-def copy_on_write(root: T, sets: list[tuple[str, Any]]) -> T:
-    """A copy of `root` with each (dotted key, typed value) set: the sections on those paths are
-    copied, everything else is shared with `root` (which stays as it was)."""
-    copies: dict[str, Any] = {}
-
-    def writable(path: str, obj: Any) -> Any:
-        if path not in copies:
-            if isinstance(obj, dict):
-                copies[path] = dict(obj)
-            else:
-                copies[path] = new = object.__new__(type(obj))
-                new.__dict__.update(obj.__dict__)
-        return copies[path]
-
-    new_root = writable("", root)
-    for dotted, value in sets:
-        *parents, leaf = dotted.split(".")
-        obj, path = new_root, ""
-        for part in parents:
-            path = f"{path}.{part}"
-            old = obj[part] if isinstance(obj, dict) else obj.__dict__[part]
-            child = writable(path, old)
-            if isinstance(obj, dict):
-                obj[part] = child
-            else:
-                obj.__dict__[part] = child
-            obj = child
-        if isinstance(obj, dict):
-            obj[leaf] = value
-        else:
-            obj.__dict__[leaf] = value
-    return cast(T, new_root)

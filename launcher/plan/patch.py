@@ -22,13 +22,10 @@ whole. tests/test_speed.py compares patched commands with built ones, entry by e
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.base.tree import get_path
-from topl.launcher.plan.memo import copy_on_write
-from topl.launcher.plan.trace import _SLOT, _VIEW_CODE
+from topl.launcher.base.tree import copy_on_write, get_path
 from topl.launcher.render import invocation as R
 from topl.launcher.render.command import Command, Entry, build
 from topl.launcher.spec import view
@@ -125,30 +122,12 @@ class Template:
 def _render_reads(plain: JobSpec) -> _Counting:
     """What rendering `plain` reads, counted; `*` when it reads the spec outside the view (an
     `unwrap`: its reads are not counted) or cannot render a view."""
-    reads, escaped = _Counting(), []
-
-    class Probe(view.View):
-        __slots__ = ()
-
-        @property
-        def _obj(self) -> Any:
-            if sys._getframe(1).f_code not in _VIEW_CODE:
-                escaped.append(True)
-            return _SLOT.__get__(self)
-
-        @_obj.setter
-        def _obj(self, value: Any) -> None:
-            _SLOT.__set__(self, value)
-
-    real = view.View
-    view.View = Probe  # type: ignore[misc]  # sections handed out are probes too
+    reads, escaped = _Counting(), False
     try:
-        R.overrides(Probe(plain, reads))  # type: ignore[arg-type]
+        R.overrides(view.View(plain, reads))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - render needs the plain spec: nothing is patchable
-        escaped.append(True)
-    finally:
-        view.View = real  # type: ignore[misc]
-    if escaped:
+        escaped = True
+    if escaped or reads.declared:  # an unwrap: what it reads is not counted
         reads.count["*"] = 1
     return reads
 

@@ -17,14 +17,14 @@ from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 
 from topl.launcher.base.errors import ERROR, ToplError
-from topl.launcher.base.tree import overlap
+from topl.launcher.base.tree import copy_on_write, overlap
 from topl.launcher.compose.composed import Composed
-from topl.launcher.compose.hydra import compose_job, loader_for
+from topl.launcher.compose.hydra import compose_job
 from topl.launcher.compose.recipes import available
-from topl.launcher.compose.sources import GROUPS
+from topl.launcher.compose.sources import GROUPS, loader_for
 from topl.launcher.contract import evaluate
 from topl.launcher.plan.interp import Interp, collect, resolve, stale
-from topl.launcher.plan.memo import BaseMemo, copy_on_write
+from topl.launcher.plan.memo import BaseMemo
 from topl.launcher.plan.patch import Template, apply, swaps
 from topl.launcher.plan.values import replayable, typed_value
 from topl.launcher.render.command import remember

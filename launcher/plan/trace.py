@@ -2,22 +2,19 @@
 
 Their declared keys do not cover what they read (the command is rendered from the whole spec),
 so `sweep_memo` used to run them for every point. Within one base, a point whose command was
-patched (command_patch) differs from the base only in its swept keys and in the command entries
+patched (plan/patch.py) differs from the base only in its swept keys and in the command entries
 those keys alone decide. Each run of such a rule here is traced: the spec keys it read through
 the recording view, the command entries it read (a recording command: listing every entry
 reads them all, listing the keys by writer or the entries of some value types reads only what it
-returns), and every read outside the view, which must come from a site whose reads are listed below (else the rule runs for every
-point). A later point reuses a traced answer only when every swept key that trace read has the
+returns), and what every read outside the view declared where it unwrapped the spec
+(`view.unwrap(spec, *keys)`; the whole spec makes the rule run for every point). A later point reuses a traced answer only when every swept key that trace read has the
 same value: the rule would read the same inputs and answer the same (rules are pure).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from topl.launcher.contract.verl_keys import verl_schema
-from topl.launcher.contract.verl_version import _rendered, grad_offload, mindspeed_repatch
 from topl.launcher.render import command as C
 from topl.launcher.spec import view
 
@@ -26,19 +23,6 @@ if TYPE_CHECKING:
     from topl.launcher.plan.patch import Template
     from topl.launcher.spec.job import JobSpec
 
-_SCHEMA = ("cluster.versions", "algorithm.config_name")  # what verl_schema.schema_for reads
-# Reads outside the view that are allowed, by the function that unwraps the spec: the spec keys
-# it reads from the plain spec (`command`: none, what the rule reads of the command is traced).
-SITES: dict[Any, tuple[str, ...]] = {
-    C.command.__code__: (),
-    verl_schema.__code__: _SCHEMA,  # schema_for(unwrap(s))
-    grad_offload.__code__: _SCHEMA,  # schema_for(unwrap(s))
-    mindspeed_repatch.__code__: ("cluster.versions",),  # facts.supports(.., unwrap(versions))
-    _rendered.__code__: (*_SCHEMA, "cluster.backend"),  # backends.of, command, schema_for
-}
-_UNWRAP = view.unwrap.__code__
-_SLOT = view.View.__dict__["_obj"]
-_VIEW_CODE = {getattr(f, "__code__", None) for f in vars(view.View).values()}
 ALL = "*"
 
 
@@ -132,35 +116,18 @@ class _RecCommand(C.Command):
 
 
 def traced_run(rule: Rule, spec: JobSpec, cmd: C.Command) -> tuple[Any, _Log]:
-    """(rule.run's answer, what it read) on `spec`, whose command is `cmd`."""
+    """(rule.run's answer, what it read) on `spec`, whose command is `cmd`: the keys read through
+    the view, the command entries read, and what each `unwrap` declared (view.RENDERED: only the
+    command, traced entry by entry; view.WHOLE: everything)."""
     log = _Log()
-
-    class Probe(view.View):
-        __slots__ = ()
-
-        @property
-        def _obj(self) -> Any:
-            f = sys._getframe(1)
-            if f.f_code not in _VIEW_CODE:
-                site = sys._getframe(2).f_code if f.f_code is _UNWRAP else f.f_code
-                keys = SITES.get(site)
-                log.update(keys if keys is not None else (ALL,))
-            return _SLOT.__get__(self)
-
-        @_obj.setter
-        def _obj(self, value: Any) -> None:
-            _SLOT.__set__(self, value)
-
     reads = view.Reads()
-    real = view.View
-    view.View = Probe  # type: ignore[misc]  # sections handed out are probes too
     C.remember(spec, _recording(cmd, log))
     try:
-        got = rule.run(Probe(spec, reads))  # type: ignore[arg-type]
+        got = rule.run(view.View(spec, reads))  # type: ignore[arg-type]
     finally:
-        view.View = real  # type: ignore[misc]
         C.remember(spec, cmd)
     log.update(reads)
+    log.update(ALL if k == view.WHOLE else k for k in reads.declared if k != view.RENDERED)
     return got, log
 
 

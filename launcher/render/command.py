@@ -12,11 +12,11 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
-from topl.launcher.base.tree import flatten
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render import invocation as R
 from topl.launcher.render import tables
-from topl.launcher.render.spelling import respell, spell
+from topl.launcher.render.spelling import bare, respell, spell, verl_override_items
+from topl.launcher.spec.view import RENDERED, record, unwrap
 
 if TYPE_CHECKING:
     from topl.launcher.facts.verl_schema import Schema
@@ -124,27 +124,6 @@ class Command:
         return [e for e in self.entries.values() if e.by in by and isinstance(e.value, types)]
 
 
-def bare(key: str) -> tuple[str, str]:
-    """(Hydra prefix, key): `++a.b` -> ("++", "a.b")."""
-    k = str(key)
-    prefix = k[: len(k) - len(k.lstrip("+~"))]
-    return prefix, k[len(prefix) :]
-
-
-def verl_override_items(verbatim: dict[str, Any]) -> list[tuple[str, Any]]:
-    """verl_overrides as (dotted key as written, value): nested mappings (what
-    `+verl_overrides.a.b=v` or a nested YAML block composes into) become dotted keys, as verl's
-    override grammar needs. Not flattening them would render `a="{'b': v}"`: a string replacing
-    a whole verl node."""
-    out: list[tuple[str, Any]] = []
-    for k, v in verbatim.items():
-        if isinstance(v, dict) and v:
-            out += [(f"{k}.{sub}", leaf) for sub, leaf in flatten(v).items()]
-        else:
-            out.append((str(k), v))
-    return out
-
-
 @functools.cache
 def _origins(megatron: bool) -> dict[str, str]:
     table = {**R.VERL_KEYS, **(R.MEGATRON_KEYS if megatron else R.FSDP_KEYS)}
@@ -242,9 +221,7 @@ def command(s: JobSpec) -> Command:
     """The command of a spec (or a contract View of one), built once per spec object: every rule
     that reads it shares one build. Specs are not changed after composition (rules are pure; plan
     copies a spec per point), so the object is the key; it is held, so its id cannot be reused."""
-    from topl.launcher.spec.view import unwrap
-
-    plain = unwrap(s)
+    plain = unwrap(s, RENDERED)  # a rule reads the command's entries: a sweep traces those
     hit = _CACHE.get(id(plain))
     if hit is not None and hit[0] is plain:
         return hit[1]
@@ -262,9 +239,6 @@ def remember(plain: JobSpec, cmd: Command) -> Command:
 def note(s: JobSpec, *entries: Entry | None) -> None:
     """Record entries as read by the rule running over `s` (a contract View): the violation then
     lists each one under its origin, with the origin's source (recipe file, command line)."""
-    reads = getattr(s, "_reads", None)
-    if reads is None:
-        return
     for e in entries:
         if e is not None:
-            reads.add(e.origin or e.key, e.value)
+            record(s, e.origin or e.key, e.value)

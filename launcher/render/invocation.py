@@ -20,7 +20,14 @@ from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render.env import argv_env, env_vars, secret_names
-from topl.launcher.render.spelling import expand, respell, spell, unset_vars, unspellable
+from topl.launcher.render.spelling import (
+    expand,
+    respell,
+    spell,
+    unset_vars,
+    unspellable,
+    verl_override_items,
+)
 from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
 from topl.launcher.render.tables import (
     ARR,
@@ -200,9 +207,7 @@ def with_verl_overrides(
     pairs: list[tuple[str, Any]], verbatim: dict[str, Any]
 ) -> list[tuple[str, Any]]:
     """`verbatim` (key, possibly `+key`) replaces a rendered key of the same name (and goes last);
-    nested entries (`+verl_overrides.a.b=v`) become dotted keys (command.verl_override_items)."""
-    from topl.launcher.render.command import verl_override_items
-
+    nested entries (`+verl_overrides.a.b=v`) become dotted keys (spelling.verl_override_items)."""
     out = dict(pairs)
     for k, v in verl_override_items(verbatim):
         if set(k.lstrip("+").split(".")) & CODE_KEYS:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from topl.launcher.facts.verl_schema import Schema
 
+from topl.launcher.base.tree import flatten
 from topl.launcher.render.tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
 
 # verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig has no grad_offload; its
@@ -53,7 +54,8 @@ def respell(pairs: list[tuple[str, Any]], sch: Schema) -> list[tuple[str, Any]]:
 
 
 def bare(key: str) -> tuple[str, str]:
-    """(`+` / `++` / `~` prefix as written, the dotted key)."""
+    """(`+` / `++` / `~` prefix as written, the dotted key): `++a.b` -> ("++", "a.b")."""
+    key = str(key)
     prefix = key[: len(key) - len(key.lstrip("+~"))]
     return prefix, key[len(prefix) :]
 
@@ -120,4 +122,18 @@ def unset_vars(
         missing = [n for n in shell_vars(v) if n not in env]
         if missing:
             out[k] = missing
+    return out
+
+
+def verl_override_items(verbatim: dict[str, Any]) -> list[tuple[str, Any]]:
+    """verl_overrides as (dotted key as written, value): nested mappings (what
+    `+verl_overrides.a.b=v` or a nested YAML block composes into) become dotted keys, as verl's
+    override grammar needs. Not flattening them would render `a="{'b': v}"`: a string replacing
+    a whole verl node."""
+    out: list[tuple[str, Any]] = []
+    for k, v in verbatim.items():
+        if isinstance(v, dict) and v:
+            out += [(f"{k}.{sub}", leaf) for sub, leaf in flatten(v).items()]
+        else:
+            out.append((str(k), v))
     return out

@@ -117,13 +117,13 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             return
     rundir.write(run_dir, composed, inv, violations)
     if ctx.multirun and ctx.dry_run:  # one line per point: the command is in its command.sh
-        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.name)
+        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.traits.name)
         ctx.say("point", num=hc.job.num, overrides=list(hc.overrides.task), run_dir=run_dir)
         return
     ctx.say("run_dir", run_dir=run_dir)
     if ctx.dry_run:
         # nothing started, and status.json says so: a run dir without one is a launch that died
-        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.name)
+        rundir.set_status(run_dir, "dry_run", started=False, backend=backend.traits.name)
         ctx.say("command", text=inv.command(spec.cluster.python))
         return
 
@@ -132,7 +132,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             run_dir,
             lambda: start(ctx, spec, inv, run_dir),
             detached=backend.detached(ctx.follow),
-            backend=backend.name,
+            backend=backend.traits.name,
         )
 
     if ctx.watch:
@@ -151,7 +151,7 @@ def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> 
     """Start the backend; its return code (negative N: the job died of signal N)."""
     backend = backends.of(spec)
     backend.preflight(spec)  # again: a Ray head may have gone since the up-front check
-    if backend.remote and not doctor_ok(ctx, spec, run_dir):
+    if backend.traits.remote and not doctor_ok(ctx, spec, run_dir):
         raise ToplError(
             "the doctor found errors; nothing started",
             where=str(run_dir / "doctor.json"),
@@ -175,7 +175,7 @@ def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
         ctx.say("doctor_skipped")
         return True
     backend = backends.of(spec)
-    where = spec.cluster.ray_address if backend.nodes else None
+    where = spec.cluster.ray_address if backend.traits.nodes else None
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
     nodes = lifecycle.with_deadline(
         lambda: backend.doctor(spec),

@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from topl.launcher.run import watch_io
+from topl.launcher.base import redact
+from topl.launcher.run import watch_io, watch_ray, watch_status
 from topl.launcher.run.watch_io import clean
 from topl.launcher.run.watch_ray import RayJob
-from topl.launcher.run.watch_status import (
-    ended,
-    mark,
-)
+from topl.launcher.run.watch_status import mark
 
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
 # verl@0.9.1:verl/utils/debug/metrics.py:calculate_debug_metrics (not computed under bypass_mode)
@@ -105,6 +103,51 @@ class Watcher:
     def __post_init__(self):
         self.metrics = Tail(self.run_dir / "metrics.jsonl")
         self.console = Tail(self.run_dir / "verl.log")
+
+    def ended(self) -> bool:
+        """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
+        state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
+        st = watch_status.read_status(self.run_dir)
+        gone = st.get("state") == "running" and watch_status.topl_gone(st)
+        if gone:  # topl writes its end before it exits: read again, the end may be there now
+            st = watch_status.read_status(self.run_dir)
+            gone = st.get("state") == "running"
+        state = st.get("state")
+        if gone:
+            if self.ray is None:
+                watch_status.update(
+                    self.run_dir,
+                    "failed",
+                    error=f"topl (pid {st['pid']}) ended without recording the run's end "
+                    "(killed by SIGKILL or the OOM killer?); the job went with it",
+                    recorded_by="topl watch",
+                )
+                return True
+            state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
+        if state == "submitted" and self.ray is not None:
+            self.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
+            info = self.ray.info()
+            status = getattr(info.status, "value", str(info.status))
+            if (
+                status != self.ray_state
+            ):  # PENDING can last long (no free resources): say where it is
+                self.ray_state = status
+                self.notes.append(f"ray job {self.ray.job_id}: {status}")
+            if status not in watch_ray.RAY_ENDS:
+                return False
+            code = info.driver_exit_code
+            watch_status.update(
+                self.run_dir,
+                watch_ray.RAY_ENDS[status],
+                exit_code=code if code is not None else int(status != "SUCCEEDED"),
+                ray_status=status,
+                ray_message=redact.text(info.message or "")[
+                    :2000
+                ],  # it quotes the job's last lines
+                recorded_by="topl watch",
+            )
+            return True
+        return state not in (None, "running", "submitted")
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()
@@ -253,7 +296,7 @@ def follow(
     quiet: bool = False,
 ) -> Watcher:
     """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`)."""
-    done = done or (lambda: ended(w))
+    done = done or w.ended
     out = out or sys.stdout  # bound now: the stdout of this moment (redacting, captured...)
     if not quiet:
         print(HEADER, file=out, flush=True)

@@ -16,7 +16,7 @@ class RayJob:
     def _call(self, method: str, what: str):
         """client.method(job_id), connecting first (a finished run needs no head)."""
         from topl.launcher.base.errors import ToplError
-        from topl.launcher.run.backends.ray_job import _call
+        from topl.launcher.run.backends.ray_client import bounded
 
         try:
             from ray.job_submission import JobSubmissionClient
@@ -28,8 +28,8 @@ class RayJob:
 
         where = f"the Ray head at {self.address} ({what}, job {self.job_id})"
         if self._client is None:
-            self._client = _call(lambda: JobSubmissionClient(self.address), where, self.timeout)
-        return _call(lambda: getattr(self._client, method)(self.job_id), where, self.timeout)
+            self._client = bounded(lambda: JobSubmissionClient(self.address), where, self.timeout)
+        return bounded(lambda: getattr(self._client, method)(self.job_id), where, self.timeout)
 
     def logs(self) -> str:
         return self._call("get_job_logs", "logs")

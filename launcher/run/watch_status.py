@@ -10,16 +10,12 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from topl.launcher.run import watch_io
-from topl.launcher.run.watch_ray import RAY_ENDS, RayJob, ray_job
-
-if TYPE_CHECKING:
-    from topl.launcher.run.watch import Watcher
+from topl.launcher.run.watch_ray import RayJob, ray_job
 
 
-def _update(run_dir: Path, state: str, **details) -> None:
+def update(run_dir: Path, state: str, **details) -> None:
     from topl.launcher.run import rundir
 
     st = read_status(run_dir)
@@ -42,50 +38,6 @@ def topl_gone(st: dict) -> bool:
     except PermissionError:
         return False
     return False
-
-
-def ended(w: Watcher) -> bool:
-    """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
-    state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
-    from topl.launcher.base import redact
-
-    st = read_status(w.run_dir)
-    gone = st.get("state") == "running" and topl_gone(st)
-    if gone:  # topl writes its end before it exits: read again, the end may be there now
-        st = read_status(w.run_dir)
-        gone = st.get("state") == "running"
-    state = st.get("state")
-    if gone:
-        if w.ray is None:
-            _update(
-                w.run_dir,
-                "failed",
-                error=f"topl (pid {st['pid']}) ended without recording the run's end "
-                "(killed by SIGKILL or the OOM killer?); the job went with it",
-                recorded_by="topl watch",
-            )
-            return True
-        state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
-    if state == "submitted" and w.ray is not None:
-        w.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
-        info = w.ray.info()
-        status = getattr(info.status, "value", str(info.status))
-        if status != w.ray_state:  # PENDING can last long (no free resources): say where it is
-            w.ray_state = status
-            w.notes.append(f"ray job {w.ray.job_id}: {status}")
-        if status not in RAY_ENDS:
-            return False
-        code = info.driver_exit_code
-        _update(
-            w.run_dir,
-            RAY_ENDS[status],
-            exit_code=code if code is not None else int(status != "SUCCEEDED"),
-            ray_status=status,
-            ray_message=redact.text(info.message or "")[:2000],  # it quotes the job's last lines
-            recorded_by="topl watch",
-        )
-        return True
-    return state not in (None, "running", "submitted")
 
 
 def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
@@ -112,7 +64,7 @@ def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     deadline = time.monotonic() + wait_s
     while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    _update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
+    update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
 
 
 def read_status(run_dir: Path) -> dict:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from topl.kernels.alignment import Alignment
-from topl.launcher.run.backends import NAMES as BACKENDS  # cluster.backend's values: the registry
+from topl.launcher.spec.backend_traits import NAMES as BACKENDS  # cluster.backend's values
 from topl.launcher.spec.constraints import c
 
 # OmegaConf's marker of a value that must be given (omegaconf@2.3.1:omegaconf/omegaconf.py:MISSING;

@@ -8,11 +8,24 @@ from typing import Any, Iterator, TypeVar
 T = TypeVar("T")  # a spec or one of its sections
 
 
+# What a caller of `unwrap` reads from the plain spec, besides dotted spec keys:
+WHOLE = "*"  # all of it (a computation over the whole spec)
+RENDERED = "<command>"  # only through the rendered command, whose entries a sweep's trace records
+
+
 class Reads(dict[str, Any]):
-    """Dotted key -> value read, in first-read order."""
+    """Dotted key -> value read, in first-read order; and, apart, what `unwrap` callers declared
+    they read from the plain spec (a violation lists the reads; a sweep needs both)."""
+
+    declared: frozenset[str] | set[str] = frozenset()
 
     def add(self, key: str, value: Any) -> None:
         self.setdefault(key, value)
+
+    def declare(self, keys: tuple[str, ...]) -> None:
+        if not isinstance(self.declared, set):
+            self.declared = set()
+        self.declared.update(keys)
 
 
 class View:
@@ -89,6 +102,20 @@ def wrap(value: Any, reads: Reads, key: str) -> Any:
     return value
 
 
-def unwrap(spec: T) -> T:
-    """The plain spec behind a view (for code that must not count as reads)."""
-    return spec._obj if isinstance(spec, View) else spec
+def record(viewed: Any, key: str, value: Any) -> None:
+    """Record `key` as read by the rule reading `viewed` (a view; a plain spec records nothing)."""
+    if isinstance(viewed, View):
+        viewed._reads.add(key, value)
+
+
+def unwrap(spec: T, *keys: str) -> T:
+    """The plain spec behind a view, for code that computes from it instead of reading fields
+    through the view. `keys` says what the caller reads from it (dotted spec keys, WHOLE or
+    RENDERED), declared here where it unwraps: a sweep (launcher/plan/) reuses an answer only
+    while those keys keep their values, and tests/test_layers.py holds every call to declaring."""
+    if not keys:
+        raise TypeError("unwrap(spec, *keys): declare what is read from the plain spec")
+    if isinstance(spec, View):
+        spec._reads.declare(keys)
+        return spec._obj  # type: ignore[no-any-return]
+    return spec

@@ -1,9 +1,9 @@
 """Launch backends: local (reference engines), subprocess (verl here), ray_job (Ray Job API).
 
 Each backend is one module here that defines `BACKEND`, an object with the `Backend` protocol's
-attributes; `NAMES` lists them and is `cluster.backend`'s allowed values (launcher/spec/job.py). A new
-backend is one module, its name in `NAMES`, a cluster preset, docs and tests. Nothing here imports
-a backend's module until it is asked for (spec.py reads `NAMES` at import)."""
+attributes; its name and traits are data in launcher/spec/backend_traits.py, which the spec, the
+contract and the doctor read without importing any backend. A new backend is one module, its
+traits there, a cluster preset, docs and tests."""
 
 from __future__ import annotations
 
@@ -11,21 +11,17 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from topl.launcher.spec.backend_traits import Traits, traits
+
 if TYPE_CHECKING:
     from topl.launcher.render.invocation import Invocation
     from topl.launcher.spec.job import JobSpec
 
-# cluster.backend's allowed values, each the name of its module in this package
-NAMES = ("local", "subprocess", "ray_job")
-
 
 class Backend(Protocol):
-    """What the run layer (launcher/run/launch.py), the contract and the doctor ask of a backend."""
+    """What the run layer (launcher/run/launch.py) asks of a backend; its traits are data."""
 
-    name: str  # the cluster.backend value
-    remote: bool  # runs verl (a rendered command, the doctor first), not the reference engines
-    here: bool  # verl's processes start on this machine, with cluster.python
-    nodes: bool  # verl's processes run on a cluster's nodes, out of this machine's sight
+    traits: Traits  # name, remote, here, nodes (launcher/spec/backend_traits.py)
 
     def preflight(self, spec: JobSpec) -> None:
         """What the backend needs is here, or one ToplError before a run directory is written."""
@@ -47,14 +43,7 @@ class Backend(Protocol):
 
 def get(name: str) -> Backend:
     """The backend `name` (one of NAMES; the spec's constraint refuses any other first)."""
-    if name not in NAMES:
-        from topl.launcher.base.errors import ToplError
-
-        raise ToplError(
-            f"cluster.backend={name}: no such backend",
-            where="cluster.backend",
-            fix=f"set cluster.backend to one of {', '.join(NAMES)}",
-        )
+    traits(name)  # an unknown name: the readable error
     backend: Backend = importlib.import_module(f"{__name__}.{name}").BACKEND
     return backend
 

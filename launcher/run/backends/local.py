@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.render.invocation import overlong_buffer_len
+from topl.launcher.spec.backend_traits import TRAITS
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def loop_config(spec: JobSpec) -> LoopConfig:
 class LocalBackend:
     """The embedded RL loop on the reference engines, on this machine's CPU (no verl)."""
 
-    name, remote, here, nodes = "local", False, True, False
+    traits = TRAITS["local"]
 
     def preflight(self, spec: JobSpec) -> None:
         """The `local` extra (torch, ...) is installed, or one message (exit 2)."""
@@ -88,7 +89,7 @@ class LocalBackend:
                 raise local_extra_error("the local backend (cluster.backend=local)", module)
 
     def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
-        from topl.launcher.doctor.registry import nodes_here
+        from topl.launcher.doctor.report import nodes_here
 
         return nodes_here(spec)
 

@@ -1,4 +1,4 @@
-"""The per-node doctor on a Ray cluster: a Ray job (through ray_job.Head, the launch's own client:
+"""The per-node doctor on a Ray cluster: a Ray job (through ray_client.Head, the launch's own client:
 retries on a just-started head, every call and the whole wait bounded) that runs one task per
 alive node, each running topl's checks there.
 
@@ -30,7 +30,7 @@ def node_task(spec_json: str) -> dict:
 
     out = {"node": socket.gethostname(), "python": sys.executable}
     try:
-        from topl.launcher.doctor.registry import run_checks
+        from topl.launcher.doctor.report import run_checks
     except ImportError as e:
         return {**out, "error": f"{type(e).__name__}: {e}"}
     findings = run_checks(spec_from_json(spec_json), dict(os.environ), node=True)
@@ -111,7 +111,7 @@ def on_ray(address: str, spec: JobSpec) -> list[dict]:
 
     from topl.launcher.base.errors import ToplError
     from topl.launcher.render.invocation import render
-    from topl.launcher.run.backends.ray_job import Head, check_reachable
+    from topl.launcher.run.backends.ray_client import Head, check_reachable
 
     timeout = spec.cluster.ray_timeout_s
     check_reachable(address, timeout)  # named, installed, answering: or one message

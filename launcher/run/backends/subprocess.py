@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base import redact
+from topl.launcher.spec.backend_traits import TRAITS
 
 if TYPE_CHECKING:
     from topl.launcher.render.invocation import Invocation
@@ -111,13 +112,13 @@ def _stop_group(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
 class SubprocessBackend:
     """verl's entrypoint as a child of topl on this machine, with cluster.python."""
 
-    name, remote, here, nodes = "subprocess", True, True, False
+    traits = TRAITS["subprocess"]
 
     def preflight(self, spec: JobSpec) -> None:
         """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
 
     def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
-        from topl.launcher.doctor.registry import nodes_here
+        from topl.launcher.doctor.report import nodes_here
 
         return nodes_here(spec)
 
