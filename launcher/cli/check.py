@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING
 from topl.launcher.base.console import print_violations
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
+from topl.launcher.compose.cache import compose_cached
+from topl.launcher.compose.meaning import settings
+from topl.launcher.contract import check, errors
+from topl.launcher.contract.core import Violation
+from topl.launcher.doctor.registry import install_hint, verl_mismatch
 from topl.launcher.spec import backend_traits
 
 if TYPE_CHECKING:
@@ -20,9 +25,6 @@ if TYPE_CHECKING:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose.cache import compose_cached
-    from topl.launcher.compose.meaning import settings
-    from topl.launcher.contract import check, errors
 
     fix_mode = None
     if "--fix=warnings" in args:
@@ -87,8 +89,6 @@ def installed_verl(spec: JobSpec) -> list[Violation]:
     """A warning when this Python's verl (package metadata; never imported) is not the version the
     spec's stack declares: the job would run the wrong verl if it runs here (`topl doctor` checks
     where it really runs). The reference engines (backend=local) use no verl."""
-    from topl.launcher.contract.core import Violation
-    from topl.launcher.doctor.registry import install_hint, verl_mismatch
 
     name = spec.cluster.backend  # TOP-SPEC-001 has refused a name outside the registry
     got = (

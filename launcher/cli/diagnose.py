@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from topl.launcher.base.errors import ToplError
+from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_table
 
 
 def main(args: list[str]) -> int:
     from topl.kernels import dump
     from topl.kernels.diagnose import BoundaryMismatch, diagnose, plot
-    from topl.launcher.base.errors import ToplError
-    from topl.launcher.cli.argv import parse
 
     flags, args = parse(args, flags=("--json", "--common"), options={"--plots": None})
     as_json, plots = flags.json, flags.plots

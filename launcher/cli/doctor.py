@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import sys
 
+from topl.launcher.base.console import fit, make_console
+from topl.launcher.base.errors import ToplError
+from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.doctor.report import catalog, checks_markdown, nodes_here
+from topl.launcher.run.backends.ray_doctor import on_ray
+
 
 def run(spec, ray_address: str | None = None) -> list[dict]:
     """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`
     (a Ray job per node: launcher/run/backends/ray_doctor.py)."""
     if ray_address:
-        from topl.launcher.run.backends.ray_doctor import on_ray  # here: Ray only for --ray
-
         return on_ray(ray_address, spec)
-    from topl.launcher.doctor.report import nodes_here  # here: the checks only for this command
 
     return nodes_here(spec)
 
@@ -20,8 +24,6 @@ def run(spec, ray_address: str | None = None) -> list[dict]:
 def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -> int:
     """Summary first, then what is wrong (errors, then warnings) with its fix; every check as a
     table with --verbose; --json for machines."""
-    from topl.launcher.base.console import fit, make_console
-    from topl.launcher.cli.output import print_json, print_table
 
     bad = any(f["severity"] == "error" for n in nodes for f in n["findings"])
     if as_json:
@@ -72,8 +74,6 @@ SEVERITIES = ("error", "warning", "ok")
 
 def list_checks(as_json: bool, markdown: bool = False) -> int:
     """The doctor's registry: id, what, when, fix (`topl rules --doctor`, `topl doctor --list`)."""
-    from topl.launcher.cli.output import print_json, print_table
-    from topl.launcher.doctor.report import catalog, checks_markdown
 
     if as_json:
         print_json([{"id": c.id, "what": c.what, "when": c.when, "fix": c.fix} for c in catalog()])
@@ -86,7 +86,6 @@ def list_checks(as_json: bool, markdown: bool = False) -> int:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.cli.argv import parse
     from topl.launcher.compose.hydra import compose_job
 
     flags, overrides = parse(args, flags=("--json", "--verbose", "--list"), optional=("--ray",))
@@ -97,8 +96,6 @@ def main(args: list[str]) -> int:
     if address == "":  # --ray alone: the spec's cluster.ray_address
         address = composed.cfg.cluster.ray_address
         if not address:  # no silent target
-            from topl.launcher.base.errors import ToplError
-
             raise ToplError(
                 "--ray without an address, and the spec names no Ray head",
                 where="cluster.ray_address",

@@ -3,6 +3,8 @@ each command, printed before anything is composed (Hydra would read `--help` as 
 
 from __future__ import annotations
 
+from topl.launcher import __version__
+
 OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/override_grammar/basic/):
   key=value          set a field                        train.tp=2  rollout.temperature=0.7
   group=option       pick a config group option         model=qwen3_4b  cluster=atlas_a3
@@ -154,8 +156,6 @@ def version() -> str:
     """
     import subprocess
     from pathlib import Path
-
-    from topl.launcher import __version__
 
     here = Path(__file__).resolve()
     sha = ""

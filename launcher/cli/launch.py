@@ -14,7 +14,12 @@ from omegaconf import DictConfig
 from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_table
+from topl.launcher.contract import check, errors
+from topl.launcher.run import rundir
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
+from topl.launcher.run.lifecycle import signals_interrupt
+from topl.launcher.spec.job import register_configs
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
@@ -77,7 +82,6 @@ def _quoted(value: str) -> str:
 
 def main(args: list[str]) -> int:
     from topl.launcher.compose.hydra import split_recipe
-    from topl.launcher.run.lifecycle import signals_interrupt
 
     flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
     hydra_flags, overrides = split_hydra_flags(rest)
@@ -103,9 +107,6 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
 
     from topl.launcher.compose.hydra import compose_job, output_dirs
     from topl.launcher.compose.sources import conf_dir
-    from topl.launcher.contract import check, errors
-    from topl.launcher.run import rundir
-    from topl.launcher.spec.job import register_configs
 
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
@@ -218,7 +219,6 @@ def sweep_table(sweep_dir, overrides: list[str]) -> None:
     """The sweep at a glance: one row per point, numbered as its run directory."""
     import json
 
-    from topl.launcher.cli.output import print_table
     from topl.launcher.plan.sweep import swept_keys
 
     try:

@@ -14,6 +14,7 @@ import sys
 from json.encoder import encode_basestring_ascii as _str  # what json.dumps writes a str as
 
 from topl.launcher.base.console import make_console
+from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_table
 
@@ -119,7 +120,6 @@ def _stream_json(verdicts, rank: bool = False) -> int:
     that fails to compose mid-way closes the document with "ok": false and the error. With `rank`:
     each verdict has "cost" and the document ends with "ranking", the indices of the estimated
     accepted points, cheapest first."""
-    from topl.launcher.base.errors import ToplError
 
     out = sys.stdout
     first = next(verdicts, None)  # an input error before any output gets the usual error JSON

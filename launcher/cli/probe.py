@@ -12,8 +12,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ERROR, ToplError
+from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.contract import check
+from topl.launcher.contract.resources import LOCAL_MAX_PARAMS
+from topl.launcher.run import engines
+from topl.launcher.run.backends.local import threads_for, torch_threads
+from topl.launcher.spec.memory import param_counts
 
 _CLUSTER = (
     "about the cluster's devices and world size; the probe runs one replica of each side here"
@@ -62,8 +68,6 @@ def progress(msg: str) -> None:
 
 def preflight(composed) -> tuple[object, list[str], dict]:
     """(spec, notes, contract summary), or ToplError with check's messages when the probe refuses."""
-    from topl.launcher.base.errors import ERROR
-    from topl.launcher.contract import check
 
     vs = check(composed)
     blocking = [v for v in vs if v.severity == ERROR and not _runs_past(v.rule)]
@@ -121,8 +125,6 @@ def _layout_notes(spec) -> list[str]:
 def size_guard(spec) -> None:
     """Refuse before building what this CPU cannot hold: launch's limit for the local backend
     (TOP-RES-009, the same parameter count), and K splits the TP emulation needs."""
-    from topl.launcher.contract.resources import LOCAL_MAX_PARAMS
-    from topl.launcher.spec.memory import param_counts
 
     m = spec.model
     total = param_counts(m)["total"]
@@ -175,11 +177,9 @@ def run(
     `report(msg)`: progress lines."""
     from topl.kernels.probe import default_prompt_length, make_requests, probe
     from topl.kernels.rollout import SamplingParams
-    from topl.launcher.run.backends.local import threads_for, torch_threads
-    from topl.launcher.run.engines import engine_settings
 
     report = report or (lambda msg: None)
-    r, e = spec.rollout, engine_settings(spec)
+    r, e = spec.rollout, engines.engine_settings(spec)
     sp = SamplingParams(
         r.temperature, r.top_p, r.top_k, spec.local.seed, logprobs_mode=r.logprobs_mode
     )
@@ -238,7 +238,6 @@ def _fmt(key: str, v) -> str:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.cli.argv import parse
     from topl.launcher.compose.hydra import compose_job
 
     options = {"--prompts": "16", "--arrival": "staggered", "--dump": ""}

@@ -6,16 +6,19 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from topl.launcher.base.errors import ToplError
+from topl.launcher.base.redact import Redactor
 from topl.launcher.base.tree import flatten
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose import recipes
+from topl.launcher.compose.hydra import compose_job
+from topl.launcher.contract import check, errors
 from topl.launcher.importer import recipe as script_import
+from topl.launcher.importer.exact import trip_text
 from topl.launcher.importer.read import read_script
 
 
 def resolved(name: str, env: dict | None = None) -> dict:
-    from topl.launcher.compose.hydra import compose_job
 
     if name.endswith(".sh"):  # a launch script: compare what importing it gives
         import tempfile
@@ -86,8 +89,6 @@ def _write_private(path, text: str, force: bool) -> None:
 def _verdict(out_path, args: list[str] = ()) -> tuple[bool, str, list]:
     """The contract's verdict on the recipe as written, with the command-line settings the report
     prints (what `topl check recipe=OUT ARGS` says)."""
-    from topl.launcher.compose.hydra import compose_job
-    from topl.launcher.contract import check, errors
 
     try:
         vs = check(compose_job([f"recipe={out_path}", *args]))
@@ -142,9 +143,6 @@ def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
     import shlex
     from pathlib import Path
-
-    from topl.launcher.base.redact import Redactor
-    from topl.launcher.importer.exact import trip_text
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
     mine = args[: args.index("--")] if "--" in args else args

@@ -7,24 +7,22 @@ import sys
 
 from topl.launcher.base.console import print_violations
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.check import installed_verl
 from topl.launcher.cli.output import print_json
+from topl.launcher.compose.cache import compose_cached
+from topl.launcher.compose.meaning import settings
+from topl.launcher.contract import check, errors
+from topl.launcher.render.invocation import render
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose.cache import compose_cached
-    from topl.launcher.contract import check, errors
-    from topl.launcher.render.invocation import render
 
     flags, overrides = parse(args, flags=("--json",))
     composed = compose_cached(overrides)  # Hydra only when an input changed
     vs = check(composed)
     if errors(vs):
-        from topl.launcher.cli.check import installed_verl
-
         vs += installed_verl(composed.to_object())  # what `check` adds: the same answer
         if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
-            from topl.launcher.compose.meaning import settings
-
             out = {"ok": False, "violations": [v.to_dict() for v in vs]}
             print_json(out | {"command_line_only": settings(composed)})
         print_violations(vs)

@@ -6,22 +6,25 @@ checks of the installed stack (id, what, when, fix)."""
 from __future__ import annotations
 
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.doctor import list_checks
 from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.contract.core import RULES
+from topl.launcher.contract.runtime import CHECK, RUNTIME_RULES
+from topl.launcher.doctor.report import catalog as doctor_checks
+from topl.launcher.spec.constraints import table
+from topl.launcher.spec.job import JobSpec
 
 RUN_TIME = "run time: topl's guard checks it in every verl process, not `topl check`"
 
 
 def catalog(by_id: bool = True) -> list:
     """(rule, checked_by) for every rule a user can meet: the contract's, then the run-time ones."""
-    from topl.launcher.contract.core import RULES
-    from topl.launcher.contract.runtime import CHECK, RUNTIME_RULES
 
     rows = [(r, CHECK) for r in RULES] + [(r, r.checked_by) for r in RUNTIME_RULES]
     return sorted(rows, key=lambda rc: rc[0].id) if by_id else rows
 
 
 def _title(r, checked_by: str, md: bool = False) -> str:
-    from topl.launcher.contract.runtime import CHECK
 
     if checked_by == CHECK:
         return r.title
@@ -39,8 +42,6 @@ def rules_markdown() -> str:
 def main(args: list[str]) -> int:
     flags, _ = parse(args, flags=("--json", "--markdown", "--constraints", "--doctor"))
     if flags.doctor:  # the doctor's checks: what `topl doctor` looks at where the job runs
-        from topl.launcher.cli.doctor import list_checks
-
         return list_checks(flags.json, flags.markdown)
     if flags.json:
         rows = [
@@ -59,9 +60,6 @@ def main(args: list[str]) -> int:
     elif flags.markdown:
         print(rules_markdown())
     elif flags.constraints:
-        from topl.launcher.spec.constraints import table
-        from topl.launcher.spec.job import JobSpec
-
         print(table(JobSpec))
     else:
         rules = catalog()
@@ -72,7 +70,6 @@ def main(args: list[str]) -> int:
             f"+ {n_run} checked at run time by topl's guard"
         )
         console = print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
-        from topl.launcher.doctor.report import catalog as doctor_checks
 
         console.print(
             f"and {len(doctor_checks())} doctor checks of the installed stack: topl rules --doctor",

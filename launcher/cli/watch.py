@@ -17,14 +17,13 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch_ray, watch_status
+from topl.launcher.run import watch, watch_ray, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.run import watch
 
     flags, rest = parse(
         args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}

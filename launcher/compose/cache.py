@@ -30,7 +30,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from topl.launcher.base import redact
+from topl.launcher.compose import untrusted
 from topl.launcher.compose.composed import Composed
+from topl.launcher.compose.recipes import search_dirs
+from topl.launcher.compose.untrusted import UNSAFE_FLAG
+from topl.launcher.spec.job import JobSpec
 
 FORMAT = 2
 MAX_ENTRIES = 256  # ~25 KB each
@@ -54,7 +59,6 @@ def cache_dir() -> Path | None:
 
 def compose_cached(overrides: list[str]) -> Composed:
     """`compose.compose_job(overrides)`, from the cache when nothing that decides it changed."""
-    from topl.launcher.compose.untrusted import UNSAFE_FLAG
 
     where = cache_dir()
     if where is None or UNSAFE_FLAG in overrides:
@@ -111,7 +115,6 @@ def _key(overrides: list[str]) -> str:
 def _deps(files: list[str]) -> dict[str, Any]:
     """What a hit needs unchanged beyond the key: each recipe file's bytes, and which file each of
     their names finds first on the search path now (a new file may shadow one: recipes.available)."""
-    from topl.launcher.compose.recipes import search_dirs
 
     dirs = search_dirs()
     digests: dict[str, str | None] = {}
@@ -171,7 +174,6 @@ def _write(where: Path, key: str, composed: Composed, deps: dict[str, Any]) -> N
         text = json.dumps(entry)
     except (TypeError, ValueError):  # not JSON (a YAML !!binary value): composed every time
         return
-    from topl.launcher.base import redact
 
     if json.loads(text) != entry:  # JSON changes it (a non-string key, NaN): composed every time
         return
@@ -194,9 +196,6 @@ def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
     """The Composed of a kept entry, after the checks `compose._compose` runs on a fresh one
     that read the environment or guard against code (the same order, the same messages); None
     when the entry's config is not of a JobSpec's shape."""
-    from topl.launcher.base import redact
-    from topl.launcher.compose import untrusted
-    from topl.launcher.spec.job import JobSpec
 
     user = [o for o in overrides if o != untrusted.UNSAFE_FLAG]
     where = f"overrides: {' '.join(user) or '(none)'}"

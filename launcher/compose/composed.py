@@ -9,6 +9,8 @@ import typing
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
+from topl.launcher.spec.job import JobSpec
+
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
@@ -48,8 +50,6 @@ class Composed:
         """The typed config (structured by JobSpec, struct mode)."""
         if self._cfg is None:
             from omegaconf import DictConfig, OmegaConf
-
-            from topl.launcher.spec.job import JobSpec
 
             cfg = OmegaConf.merge(OmegaConf.structured(JobSpec), self._data)
             assert isinstance(cfg, DictConfig)
@@ -93,7 +93,6 @@ class Composed:
             from omegaconf import OmegaConf
 
             return cast("JobSpec", OmegaConf.to_object(self.cfg))
-        from topl.launcher.spec.job import JobSpec
 
         return cast("JobSpec", _build(JobSpec, self._resolved))
 

@@ -10,6 +10,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from topl.launcher.base.errors import ToplError
+from topl.launcher.spec.job import JobSpec
+
 if TYPE_CHECKING:
     from topl.launcher.base.errors import ToplError
     from topl.launcher.facts.verl_schema import Schema
@@ -28,8 +31,6 @@ def hint(word: str, candidates: Iterable[str]) -> str:
 def spec_fields(dotted_parent: str) -> list[str]:
     """The field names under `dotted_parent` of the job spec ('' for the top level)."""
     import typing
-
-    from topl.launcher.spec.job import JobSpec
 
     node: Any = JobSpec
     for part in [p for p in dotted_parent.split(".") if p]:
@@ -63,7 +64,6 @@ _EMPTY = ("", "null", "''", '""')
 
 def compose_error(msg: str, overrides: list[str]) -> ToplError | None:
     """A ToplError for Hydra's "Key 'x' not in 'XSpec'" that names what is wrong, or None."""
-    from topl.launcher.base.errors import ToplError
 
     m = _NOT_IN.search(msg)
     if m is None:
@@ -98,8 +98,6 @@ def compose_error(msg: str, overrides: list[str]) -> ToplError | None:
 def _spec_path(cls_name: str, key: str) -> str:
     """`tpp` of `TrainSpec` -> `train.tpp` (the spec's dataclasses are each used in one place)."""
     import typing
-
-    from topl.launcher.spec.job import JobSpec
 
     todo: list[tuple[Any, str]] = [(JobSpec, "")]
     while todo:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from topl.launcher.base.tree import flatten
+from topl.launcher.compose.composed import SCHEMA_SOURCE
+
 if TYPE_CHECKING:
     from topl.launcher.compose.composed import Composed
 
@@ -165,8 +168,6 @@ def recipe_hits(data: dict[str, Any]) -> list[tuple[str, str]]:
 def settings(composed: Composed) -> list[dict[str, Any]]:
     """The command-line-only settings a composed job makes, each with its value and source (for
     `topl check`: a person sees who chose the interpreter, the modules, the loader variables)."""
-    from topl.launcher.base.tree import flatten
-    from topl.launcher.compose.composed import SCHEMA_SOURCE
 
     out = []
     for key in FIELDS:

@@ -16,12 +16,16 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterator
 
+from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
+from topl.launcher.compose import meaning
+from topl.launcher.compose.did_you_mean import nearest
 from topl.launcher.compose.untrusted_yaml import (
     MAX_BYTES,
     load_yaml,
     read_capped,
 )
+from topl.launcher.spec.job import JobSpec
 
 MAX_INCLUDES = 8  # recipes including recipes, depth
 # Keys that make Hydra, OmegaConf users or logging.config call code.
@@ -128,7 +132,6 @@ def check_no_secret_on_argv(node: Any, where: str) -> None:
     """No value that becomes part of verl's command line (or a printed key) holds a secret: a known
     secret value (a secret-named variable's) or a credential shape (URL password, token), anywhere
     outside cluster.env. Everyone on the machine reads argv (`ps`)."""
-    from topl.launcher.base import redact
 
     r = redact.current()
     hits = [
@@ -166,7 +169,6 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
 
 def _near(unknown: list[Any], fields: set[str]) -> str:
     """`did you mean train? ` for each unknown key with a near field (a typo, not a new key)."""
-    from topl.launcher.compose.did_you_mean import nearest
 
     pairs = [(k, c[0]) for k in map(str, unknown) if (c := nearest(k, fields, 1))]
     return "".join(f"{k}: did you mean {c}? " for k, c in pairs)
@@ -203,7 +205,6 @@ def _check_hydra(node: Any, where: str) -> None:
 
 def _check_meaning(data: dict[str, Any], where: str) -> None:
     """Settings that choose what runs (meaning.py) are the user's own, at any nesting level."""
-    from topl.launcher.compose import meaning
 
     hits = meaning.recipe_hits(data)
     if hits:
@@ -338,6 +339,5 @@ def check_run_path(path: str, where: str) -> None:
 
 
 def spec_fields() -> set[str]:
-    from topl.launcher.spec.job import JobSpec
 
     return {f.name for f in dataclasses.fields(JobSpec)}

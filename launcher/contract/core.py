@@ -6,6 +6,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from topl.launcher.facts import why as fact_why
+
 if TYPE_CHECKING:
     from topl.launcher.spec.job import JobSpec
 
@@ -72,8 +74,6 @@ def rule(
             raise ValueError(f"duplicate rule id {id}")
         why = inspect.getdoc(fn) or ""
         if facts:
-            from topl.launcher.facts import why as fact_why
-
             why += "\nSources: " + " · ".join(fact_why(f) for f in facts)
         RULES.append(Rule(id, severity, title, keys, fix, fn, why))
         return fn

@@ -8,6 +8,7 @@ from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_moe, world_size
+from topl.launcher.spec.memory import param_counts
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -198,7 +199,6 @@ LOCAL_MAX_PARAMS = 50e6  # the embedded engines (local backend, `topl probe`) bu
 )
 def local_model_size(s: JobSpec) -> Outcome:
     """The embedded engines run on this machine's CPU: a real checkpoint would not fit or finish."""
-    from topl.launcher.spec.memory import param_counts
 
     if not backend_traits.of(s).remote:  # the reference engines, here
         total = param_counts(s.model)["total"]

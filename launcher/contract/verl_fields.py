@@ -19,7 +19,7 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_keys import MIRRORS, same, strict_problem
 from topl.launcher.render.command import command, note
 from topl.launcher.render.invocation import fmt
-from topl.launcher.spec.job import is_strict
+from topl.launcher.spec.job import JobSpec, is_strict
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -33,7 +33,6 @@ _UNKNOWN = object()
 def field_default(path: str) -> Any:
     """The JobSpec default of a dotted spec field (`rollout.per_request_seed` -> None); _UNKNOWN
     where the schema has none (a section's MISSING) or the path is not a field."""
-    from topl.launcher.spec.job import JobSpec
 
     cls: Any = JobSpec
     parts = path.split(".")

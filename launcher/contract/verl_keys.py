@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.base.errors import ERROR
 from topl.launcher.compose.did_you_mean import verl_key
 from topl.launcher.contract.core import rule
-from topl.launcher.facts.verl_schema import SCHEMA_KEYS
+from topl.launcher.facts.verl_schema import SCHEMA_KEYS, schema_for
 from topl.launcher.render.command import Command, Entry, command, note
 from topl.launcher.render.invocation import fmt
 from topl.launcher.render.spelling import spell
@@ -175,7 +175,6 @@ def schema() -> tuple[frozenset[str], tuple[str, ...], str]:
 def verl_schema(s: JobSpec) -> Schema:
     """The config schema of the verl the spec declares (launcher/facts/verl_schema.py: its release,
     its declared patches, its trainer config): `.has`, `.free_form`, `.version`."""
-    from topl.launcher.facts.verl_schema import schema_for
 
     return schema_for(unwrap(s, *SCHEMA_KEYS))
 

@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING
 from topl.launcher import facts
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
-from topl.launcher.facts.verl_schema import SCHEMA_KEYS
+from topl.launcher.facts.verl_schema import SCHEMA_KEYS, schema_for
+from topl.launcher.render.command import command
+from topl.launcher.render.spelling import spell, unset_vars
+from topl.launcher.render.tables import GRAD_OFFLOAD
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import RENDERED, unwrap
@@ -30,8 +33,6 @@ def _rendered(s: JobSpec) -> tuple[Command, Schema] | None:
     """(command, schema) of the spec, or None where it renders no verl command (the local
     backend). The command map (topl.launcher.render.command) is built once per spec for every rule;
     rules read it through `keys_by` / `typed`, which plan's trace follows entry by entry."""
-    from topl.launcher.facts.verl_schema import schema_for
-    from topl.launcher.render.command import command
 
     plain = unwrap(s, *SCHEMA_KEYS, "cluster.backend", RENDERED)
     if not backend_traits.of(plain).remote:  # the reference engines run no verl command
@@ -51,7 +52,6 @@ def key_in_version(s: JobSpec) -> Outcome:
     """Hydra refuses an unknown key, verl's dataclasses one they do not declare, after the job is
     submitted. The keys are the declared release's own config, composed
     (launcher/facts/verl_schema/verl-<version>.json), plus what a declared verl patch adds."""
-    from topl.launcher.render.spelling import spell
 
     got = _rendered(s)
     if got is None:
@@ -77,8 +77,6 @@ def grad_offload(s: JobSpec) -> Outcome:
     """verl 0.9.1 dropped McoreEngineConfig.grad_offload: its param_offload also releases the
     gradient buffers (verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig.param_offload),
     so topl renders grad_offload there only through param_offload, which must say the same."""
-    from topl.launcher.facts.verl_schema import schema_for
-    from topl.launcher.render.tables import GRAD_OFFLOAD
 
     t = s.train
     if t.engine != "megatron" or t.grad_offload is None:
@@ -126,7 +124,6 @@ def mindspeed_repatch(s: JobSpec) -> Outcome:
 def shell_variables(s: JobSpec) -> Outcome:
     """topl starts verl without a shell: `$HOME` / `${VAR}` / `~/` in a value are expanded at render
     time from the launching environment; an unset one would reach verl as its literal name."""
-    from topl.launcher.render.spelling import unset_vars
 
     got = _rendered(s)
     if got is None:

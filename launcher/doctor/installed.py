@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from topl.launcher import facts
+from topl.launcher.base import children
 
 
 def dist_version(dist: str) -> str | None:
@@ -40,8 +41,6 @@ def import_error(
     is missing, and a child keeps our process clean."""
     cmd = [python or sys.executable, "-c", f"import {module}"]
     try:
-        from topl.launcher.base import children  # its own group: a stopped topl takes it down
-
         r = children.run(cmd, timeout=300, env=env)
     except subprocess.TimeoutExpired:
         return "import did not finish in 300 s"

@@ -10,13 +10,13 @@ from topl.launcher.base.errors import WARNING
 from topl.launcher.doctor.installed import import_error
 from topl.launcher.doctor.registry import check
 from topl.launcher.doctor.stack_checks import ALWAYS
+from topl.launcher.render.env import GUARD_MODULE, env_vars, without_guard
 
 
 def _guarded(c) -> bool:
     """Strict runs name topl's guard in VERL_USE_EXTERNAL_MODULES, and verl imports every module
     named there in the driver and every Ray worker, an exception stopping the process
     (verl@0.9.1:verl/__init__.py -> verl/utils/import_utils.py:import_external_libs)."""
-    from topl.launcher.render.env import GUARD_MODULE, env_vars
 
     return GUARD_MODULE in env_vars(c.spec).get("VERL_USE_EXTERNAL_MODULES", "").split(",")
 
@@ -37,7 +37,6 @@ def _guard_fix(where: str) -> str:
     lambda c: not c.node and c.backend.nodes and _guarded(c),
 )
 def guard_remote(c):
-    from topl.launcher.render.env import GUARD_MODULE
 
     c.add(
         False,
@@ -57,7 +56,6 @@ def guard_remote(c):
     lambda c: (c.node or c.backend.here) and _guarded(c),
 )
 def guard_here(c):
-    from topl.launcher.render.env import GUARD_MODULE, without_guard
 
     python = sys.executable if c.node else c.spec.cluster.python  # a Ray worker runs this Python
     env = {k: v for k, v in without_guard(dict(c.env)).items() if k != "TOPL_GUARD_DIR"}
@@ -78,7 +76,6 @@ def guard_here(c):
     "forward the variable to every worker (runtime_env env_vars)",
 )
 def env(c):
-    from topl.launcher.render.env import env_vars
 
     for k, want in env_vars(c.spec).items():
         seen = c.env.get(k)

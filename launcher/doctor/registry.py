@@ -18,11 +18,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
 from topl.launcher.base.errors import ERROR, OK, WARNING
+from topl.launcher.base.versions import parse
 from topl.launcher.doctor.installed import (
     detected,
     dist_version,
     importable,
 )
+from topl.launcher.render.env import ray_worker_env
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict, on_npu
 
@@ -95,7 +97,6 @@ class Ctx:
 def worker_env(spec) -> dict[str, str]:
     """The environment a Ray worker of this job sees: the node's, plus what the rendered
     invocation forwards through `+ray_kwargs.ray_init.runtime_env.env_vars.*`."""
-    from topl.launcher.render.env import ray_worker_env
 
     return {**os.environ, **ray_worker_env(spec)}
 
@@ -113,7 +114,6 @@ def install_hint(v) -> str:
 def verl_mismatch(spec) -> tuple[str, str] | None:
     """(installed, declared) when this Python's verl (package metadata, never imported) is not the
     version the spec's stack declares; None when it is, or when none is installed here."""
-    from topl.launcher.base.versions import parse
 
     have, want = dist_version("verl"), spec.cluster.versions.verl
     if have is None or parse(have) == parse(want):

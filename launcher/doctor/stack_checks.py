@@ -22,6 +22,7 @@ from topl.launcher.doctor.installed import (
     torch_pin,
 )
 from topl.launcher.doctor.registry import check, install_hint, patch_check
+from topl.launcher.render.env import without_guard
 
 ALWAYS = "always"
 REMOTE = "backend is subprocess or ray_job (verl runs)"
@@ -84,7 +85,6 @@ def _job_python(c):
     lambda c: c.remote and bool(c.verl_v or _job_python(c)),
 )
 def verl_imports(c):
-    from topl.launcher.render.env import without_guard
 
     py = _job_python(c)
     env = {k: v for k, v in without_guard(dict(os.environ)).items() if k != "TOPL_GUARD_DIR"}

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 from packaging.version import Version
 
+from topl.launcher import facts
+
 
 class DeclaresVerl(Protocol):
     """A job spec, as far as its verl goes (facts sit below the spec: no import of it)."""
@@ -111,7 +113,6 @@ def _load(version: str) -> dict[str, Any]:
 
 
 def _patch_keys(patches: tuple[str, ...]) -> tuple[dict[str, list[Any]], dict[str, str]]:
-    from topl.launcher import facts
 
     keys: dict[str, list[Any]] = {}
     cites: dict[str, str] = {}

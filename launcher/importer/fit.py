@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from topl.launcher.base.errors import ToplError
+from topl.launcher.facts.verl_schema import KNOWN, schema
 from topl.launcher.render.tables import ARR
 
 MODEL_KEY = f"{ARR}.model.path"
@@ -185,8 +186,6 @@ def _declared_default(key: str, sch) -> tuple[Any] | None:
     lacks the key: (MISSING,)); None where the installed config says it (same release, same
     default, a derived one, or no schema / no installed verl known)."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from topl.launcher.facts.verl_schema import KNOWN, schema
 
     try:
         installed = version("verl")

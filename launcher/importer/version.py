@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from topl.launcher.render.spelling import GRAD_IN_PARAM, respell, spell
+from topl.launcher.facts.verl_schema import KNOWN, schema
+from topl.launcher.render.spelling import GRAD_IN_PARAM, respell, shell_vars, spell
 from topl.launcher.render.tables import GRAD_OFFLOAD, PARAM_OFFLOAD
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy"
@@ -87,7 +88,6 @@ def spelled_why(key: str, carrier: str | None, sch) -> str:
 def unknown_keys(s, sch) -> dict[str, str]:
     """Script keys (as written, `+` included) the declared verl cannot take: Hydra or verl's
     dataclasses would refuse them. Each names the known releases that have it, or none."""
-    from topl.launcher.facts.verl_schema import KNOWN, schema
 
     carried = spelled(s, sch)
     out = {}
@@ -137,8 +137,6 @@ def shell_var_rows(s) -> list[dict]:
     """One row per (key, variable) a value still refers to: the script never set it, so topl
     expands it where you launch (render_version.expand), and TOP-SCHEMA-004 refuses it unset."""
     import os
-
-    from topl.launcher.render.spelling import shell_vars
 
     rows = []
     for k, st in s.overrides.items():

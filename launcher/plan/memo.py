@@ -29,6 +29,7 @@ from topl.launcher.spec import view
 from topl.launcher.spec.constraints import fields as constrained_fields
 from topl.launcher.spec.constraints import problems, violated
 from topl.launcher.spec.job import JobSpec, world_size
+from topl.launcher.spec.memory import estimate
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Rule
@@ -204,7 +205,6 @@ class BaseMemo:
         return out
 
     def estimate(self, make: Spec, values: dict[str, Any]) -> tuple[float | None, float | None]:
-        from topl.launcher.spec.memory import estimate
 
         memo = tuple(_hashable(values[k]) for k in self.estimate_keys)  # few keys
         if memo not in self.estimates:

@@ -22,13 +22,16 @@ from topl.launcher.compose.composed import Composed
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.compose.recipes import available
 from topl.launcher.compose.sources import GROUPS, loader_for
+from topl.launcher.compose.untrusted import guard_overrides
 from topl.launcher.contract import evaluate
+from topl.launcher.plan.cost import step_cost
 from topl.launcher.plan.interp import Interp, collect, resolve, stale
 from topl.launcher.plan.memo import BaseMemo
 from topl.launcher.plan.patch import Template, apply, swaps
 from topl.launcher.plan.values import replayable, typed_value
 from topl.launcher.render.command import remember
 from topl.launcher.spec.job import JobSpec, world_size
+from topl.launcher.spec.memory import estimate
 
 
 @dataclass
@@ -228,8 +231,6 @@ class Planner:
         """The point's verdict; with `rank`, an accepted point also gets its step estimate."""
         v, spec = self._verdict(point)
         if rank:
-            from topl.launcher.plan.cost import step_cost
-
             v.ranked, v.cost = True, step_cost(spec()) if v.valid else None
         return v
 
@@ -286,7 +287,6 @@ class _Point:
 
 def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:
     """A point's verdict from the whole contract (the reference the memoised path must equal)."""
-    from topl.launcher.spec.memory import estimate
 
     errs: list[str] = []
     warns: list[str] = []
@@ -310,7 +310,6 @@ def plan(overrides: list[str]) -> list[Verdict]:
 
 def iter_plan(overrides: list[str], rank: bool = False) -> Iterator[Verdict]:
     """`plan` one verdict at a time, as each point is checked (`rank`: with step estimates)."""
-    from topl.launcher.compose.untrusted import guard_overrides
 
     planner = Planner()
     return (planner.verdict(list(p), rank) for p in iter_items(guard_overrides(overrides)))

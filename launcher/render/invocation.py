@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
-from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.facts.verl_schema import schema, schema_for
 from topl.launcher.render.env import argv_env, env_vars, secret_names
 from topl.launcher.render.spelling import (
     expand,
@@ -114,7 +114,6 @@ def plus(key: str, sch: Schema | None = None) -> str:
     """The override name on the declared verl (`sch`, default verl 0.9.1): `key` where it has
     the key, `+key` below a mapping it passes on; a key it cannot take is returned as written
     (contract/verl_version.py refuses it, `render` raises)."""
-    from topl.launcher.facts.verl_schema import schema
 
     return spell(key, sch or schema("0.9.1")) or key
 

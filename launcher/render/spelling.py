@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from topl.launcher.facts.verl_schema import Schema
 
+from topl.launcher import facts
 from topl.launcher.base.tree import flatten
 from topl.launcher.render.tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
 
@@ -36,7 +37,6 @@ _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 def respell(pairs: list[tuple[str, Any]], sch: Schema) -> list[tuple[str, Any]]:
     """(key, value) pairs as the declared verl spells them. grad_offload on a verl without it is
     carried by param_offload when the two agree (otherwise it stays, and cannot compose)."""
-    from topl.launcher import facts
 
     values = dict(pairs)
     out = []

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Callable
 from omegaconf import DictConfig
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.run import backends
+from topl.launcher.contract import check, errors
+from topl.launcher.render.invocation import render
+from topl.launcher.run import backends, lifecycle, rundir, watch
+from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
     from topl.launcher.compose.composed import Composed
@@ -77,9 +80,6 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from topl.launcher.compose.hydra import from_hydra_job
-    from topl.launcher.contract import check, errors
-    from topl.launcher.render.invocation import render
-    from topl.launcher.run import lifecycle, rundir
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -136,9 +136,6 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         )
 
     if ctx.watch:
-        from topl.launcher.run import watch
-        from topl.launcher.spec.job import is_strict
-
         rc = watch.launched(run_dir, is_strict(spec), recorded)
     else:
         rc = recorded()
@@ -169,7 +166,6 @@ def preflight(spec: JobSpec) -> None:
 def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
     """Remote backends: check the stack where the job will run before starting it; the nodes'
     report goes to run_dir/doctor.json, each error to `ctx.say`."""
-    from topl.launcher.run import lifecycle, rundir
 
     if ctx.skip_doctor:
         ctx.say("doctor_skipped")

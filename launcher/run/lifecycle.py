@@ -16,7 +16,9 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from topl.launcher.base import children
 from topl.launcher.base.errors import ToplError
+from topl.launcher.run.watch_io import identity
 
 
 class Interrupted(BaseException):
@@ -76,15 +78,12 @@ def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False
         with signals_interrupt():
             # a dead pid on this host with the state still running: topl was killed (`topl watch`)
             # with what proves it is this topl later (boot, start time, executable: watch_io)
-            from topl.launcher.run.watch_io import identity
 
             rundir.set_status(run_dir, "running", **identity(), **details)
             rc = start()
         state = {**({"state": "submitted"} if detached and rc == 0 else status_of(rc)), **details}
         return exit_code(rc)
     except (Interrupted, KeyboardInterrupt) as e:
-        from topl.launcher.base import children
-
         children.kill_all()  # the doctor's interpreter, still running in a deadline thread
         signum = getattr(e, "signum", signal.SIGINT)
         state = {

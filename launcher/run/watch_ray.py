@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from topl.launcher.base.errors import ToplError
+from topl.launcher.run import backends, watch_io
+from topl.launcher.run.backends.ray_client import bounded
+
 
 class RayJob:
     """The run's Ray job through the Job Submission API, every call bounded by cluster.ray_timeout_s
@@ -15,8 +19,6 @@ class RayJob:
 
     def _call(self, method: str, what: str):
         """client.method(job_id), connecting first (a finished run needs no head)."""
-        from topl.launcher.base.errors import ToplError
-        from topl.launcher.run.backends.ray_client import bounded
 
         try:
             from ray.job_submission import JobSubmissionClient
@@ -43,7 +45,6 @@ class RayJob:
 
 def ray_job(run_dir: Path) -> RayJob | None:
     """The run's Ray job (None when the run is not one)."""
-    from topl.launcher.run import backends, watch_io
 
     job_id = backends.get("ray_job").handle(run_dir)  # a regular file, small, or none
     if job_id is None:
@@ -55,8 +56,6 @@ def ray_job(run_dir: Path) -> RayJob | None:
         cluster = spec["cluster"]
         address, timeout = str(cluster["ray_address"]), float(cluster.get("ray_timeout_s") or 30)
     except (yaml.YAMLError, RecursionError, KeyError, TypeError, ValueError, AttributeError):
-        from topl.launcher.base.errors import ToplError
-
         raise ToplError(
             "the run names a Ray job but its spec.yaml gives no usable cluster.ray_address",
             where=str(run_dir / "spec.yaml"),

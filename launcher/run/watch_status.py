@@ -11,6 +11,7 @@ import socket
 import time
 from pathlib import Path
 
+from topl.launcher.base.errors import ToplError
 from topl.launcher.run import watch_io
 from topl.launcher.run.watch_ray import RayJob, ray_job
 
@@ -88,8 +89,6 @@ def is_strict_run(run_dir: Path) -> bool:
     try:
         return _spec_get(run_dir, "alignment.mode") == "strict"
     except (yaml_error(), RecursionError):
-        from topl.launcher.base.errors import ToplError
-
         raise ToplError(
             "spec.yaml in the run directory is not readable YAML",
             where=str(run_dir / "spec.yaml"),

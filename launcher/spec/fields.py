@@ -7,6 +7,8 @@ import inspect
 import re
 import typing
 
+from topl.launcher.spec.job import JobSpec
+
 _FIELD = re.compile(r"^\s+(\w+)\s*:[^=#]+(?:=[^#]*)?#\s*(.+)$")
 _BARE = re.compile(r"^\s+(\w+)\s*:[^=#]+=")  # a field whose comment is the line above (long lines)
 _ABOVE = re.compile(r"^\s+#\s*(.+)$")
@@ -50,7 +52,6 @@ def rows(cls, prefix: str = "") -> list[tuple[str, str, str, str]]:
 
 
 def fields_markdown() -> str:
-    from topl.launcher.spec.job import JobSpec
 
     lines = [
         "# Job spec fields",

@@ -18,6 +18,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from topl.launcher.base.errors import ToplError
+from topl.launcher.plan.sweep import Planner, iter_expand, iter_items
+
 log = logging.getLogger(__name__)
 
 
@@ -115,8 +118,6 @@ class ToplSweeper(BasicSweeper):
         return override
 
     def sweep(self, arguments: List[str]) -> Any:
-        from topl.launcher.base.errors import ToplError
-        from topl.launcher.plan.sweep import Planner, iter_expand, iter_items
 
         params = self._parse_config()
         to_launch = iter_expand(params + list(arguments))

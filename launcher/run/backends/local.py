@@ -9,8 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.console import make_console
+from topl.launcher.base.errors import LOCAL_EXTRA, ToplError, local_extra_error
+from topl.launcher.doctor.report import nodes_here
 from topl.launcher.render.invocation import overlong_buffer_len
+from topl.launcher.run import engines
 from topl.launcher.spec.backend_traits import TRAITS
 from topl.launcher.spec.job import is_strict
 
@@ -25,10 +28,9 @@ if TYPE_CHECKING:
 def loop_config(spec: JobSpec) -> LoopConfig:
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
     from topl.kernels.rl_loop import LoopConfig
-    from topl.launcher.run.engines import engine_settings
 
     r, t, a = spec.rollout, spec.train, spec.algorithm
-    e = engine_settings(spec)
+    e = engines.engine_settings(spec)
     return LoopConfig(
         model=spec.model,
         alignment=spec.alignment,
@@ -82,14 +84,11 @@ class LocalBackend:
         """The `local` extra (torch, ...) is installed, or one message (exit 2)."""
         import importlib.util
 
-        from topl.launcher.base.errors import LOCAL_EXTRA, local_extra_error
-
         for module in LOCAL_EXTRA:
             if importlib.util.find_spec(module) is None:
                 raise local_extra_error("the local backend (cluster.backend=local)", module)
 
     def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
-        from topl.launcher.doctor.report import nodes_here
 
         return nodes_here(spec)
 
@@ -178,7 +177,6 @@ def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     from topl.kernels import rl_loop
 
     _embeddable(spec)
-    from topl.launcher.base.console import make_console
 
     console = make_console(quiet=quiet)
     metrics_path, history = run_dir / "metrics.jsonl", []

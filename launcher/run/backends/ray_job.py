@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from topl.launcher.base import redact
+from topl.launcher.run import watch_io
 from topl.launcher.run.backends.ray_client import Head, check_reachable
+from topl.launcher.run.backends.ray_doctor import on_ray
 from topl.launcher.spec.backend_traits import TRAITS
 
 if TYPE_CHECKING:
@@ -157,7 +159,6 @@ class RayJobBackend:
         check_reachable(spec.cluster.ray_address, spec.cluster.ray_timeout_s)
 
     def doctor(self, spec: JobSpec) -> list[dict]:
-        from topl.launcher.run.backends.ray_doctor import on_ray
 
         return on_ray(spec.cluster.ray_address, spec)
 
@@ -175,7 +176,6 @@ class RayJobBackend:
         return not follow  # submitted: the job runs on after topl exits
 
     def handle(self, run_dir: Path) -> str | None:
-        from topl.launcher.run import watch_io
 
         text = watch_io.read_text(run_dir / JOB_ID_FILE, 4096)  # small, regular, or none
         return None if text is None else text.strip()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base import redact
+from topl.launcher.doctor.report import nodes_here
 from topl.launcher.spec.backend_traits import TRAITS
 
 if TYPE_CHECKING:
@@ -118,7 +119,6 @@ class SubprocessBackend:
         """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
 
     def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
-        from topl.launcher.doctor.report import nodes_here
 
         return nodes_here(spec)
 
