@@ -262,7 +262,7 @@ def _attend_cuda(
     )
     d = q.shape[-1]
     if aligned and plan.tile >= 16 and d >= 16 and (plan.tile & (plan.tile - 1)) == 0:
-        from topl.kernels.gpu.attention import attention
+        from topl.kernels.gpu.attention import attention  # lazy: Triton only when this runs
 
         pos = torch.as_tensor(positions, dtype=torch.int32, device=q.device)
         return attention(

@@ -23,7 +23,7 @@ class _InvariantLinear(torch.autograd.Function):  # type: ignore[misc]  # torch 
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, w)
         if x.is_cuda:  # Triton: fixed 128x128x64 tiles for every M, no split-K
-            from topl.kernels.gpu.ops import bi_matmul
+            from topl.kernels.gpu.ops import bi_matmul  # lazy: Triton only when this runs
 
             return bi_matmul(x.contiguous(), w)
         m = x.shape[0]
@@ -142,7 +142,9 @@ def ring(parts: list[torch.Tensor]) -> torch.Tensor:
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, invariant: bool) -> torch.Tensor:
     """fp32 RMSNorm. Native: small batches split the mean of squares into partial sums."""
     if x.is_cuda and invariant:
-        from topl.kernels.gpu.ops import rms_norm as gpu_rms_norm
+        from topl.kernels.gpu.ops import (
+            rms_norm as gpu_rms_norm,
+        )  # lazy: Triton only when this runs
 
         return gpu_rms_norm(x, weight, eps)
     xf = x.float()
@@ -223,7 +225,9 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, fused: bool) -> torch.Tensor:
 def log_softmax(logits: torch.Tensor, fp32: bool) -> torch.Tensor:
     """fp32 max-shifted log-softmax, or (mixed precision) in the logits' dtype."""
     if fp32 and logits.is_cuda:
-        from topl.kernels.gpu.ops import log_softmax as gpu_log_softmax
+        from topl.kernels.gpu.ops import (
+            log_softmax as gpu_log_softmax,
+        )  # lazy: Triton only when this runs
 
         return gpu_log_softmax(logits.float())
     return torch.log_softmax(logits.float(), -1) if fp32 else torch.log_softmax(logits, -1).float()

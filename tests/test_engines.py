@@ -87,12 +87,3 @@ def test_the_loop_uses_each_micro_batch_for_its_pass(compose, monkeypatch):
     cfg = loop_config(compose([*MICRO, "train.steps=1", "algorithm.use_kl_loss=true"]).to_object())
     next(rl_loop.run(cfg))
     assert seen == [3, 5, 7]  # recompute, update, reference
-
-
-def test_the_toy_task_moved_and_the_old_name_warns():
-    from topl.kernels import rl_loop, task
-
-    assert rl_loop.ReverseTask is task.ReverseTask
-    with pytest.warns(DeprecationWarning, match="topl.kernels.task.ReverseTask"):
-        from topl.kernels.grpo import ReverseTask
-    assert ReverseTask is task.ReverseTask

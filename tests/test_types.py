@@ -154,10 +154,6 @@ def test_ci_runs_the_pinned_mypy_after_ruff():
     assert pin in PYPROJECT["project"]["optional-dependencies"]["test"]
 
 
-# kernels/grpo.py: the deprecated alias of kernels/task.py (a module __getattr__ that warns)
-KERNELS_UNLISTED = {"topl.kernels.grpo"}
-
-
 def test_every_kernels_module_is_checked():
     """A new module under kernels/ joins the strict check, or this names it."""
     found = set()
@@ -165,9 +161,7 @@ def test_every_kernels_module_is_checked():
         rel = path.relative_to(ROOT).with_suffix("")
         parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
         found.add("topl." + ".".join(parts))
-    assert found - KERNELS_UNLISTED <= set(CONFIG["modules"]), sorted(
-        found - KERNELS_UNLISTED - set(CONFIG["modules"])
-    )
+    assert found <= set(CONFIG["modules"]), sorted(found - set(CONFIG["modules"]))
     assert "topl.kernels.task" in CONFIG["modules"]
 
 

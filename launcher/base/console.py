@@ -1,17 +1,15 @@
 """Console output below the command line: line widths, wrapping, rich consoles, violations.
 
-The run layer (launch.py) and the backends print through these; launcher/cli/output.py
-re-exports them beside the CLI's own JSON and table printers."""
+The run layer and the backends print through these, as the commands do (launcher/cli/output.py
+adds JSON and tables)."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from topl.launcher.contract.core import Violation
 
 # The longest line topl prints to a pipe or file (a terminal: its width). Log viewers, CI pages
 # and `less` read long lines badly; nothing is cut, longer text wraps.
@@ -58,7 +56,13 @@ def fit(
     return "\n".join(out)
 
 
-def print_violations(violations: Iterable[Violation], stream: TextIO | None = None) -> None:
+class Renders(Protocol):
+    """What prints as a violation (contract/core.py:Violation)."""
+
+    def render(self) -> str: ...
+
+
+def print_violations(violations: Iterable[Renders], stream: TextIO | None = None) -> None:
     stream = stream or sys.stderr
     for v in violations:
         print(fit(v.render(), stream=stream), file=stream)

@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _unknown_command(cmd: str, rest: list[str]) -> int:
     """The nearest command by spelling; JSON when asked for."""
-    from topl.launcher.compose.did_you_mean import nearest
+    from topl.launcher.compose.did_you_mean import (
+        nearest,
+    )  # lazy: the entry point imports only what the command asked for uses
 
     near = " or ".join(f"`topl {c}`" for c in nearest(cmd, COMMANDS))
     e = ToplError(
@@ -107,7 +109,9 @@ def _unknown_command(cmd: str, rest: list[str]) -> int:
         + f"commands: {', '.join(COMMANDS)} (`topl --help`)",
     )
     if "--json" in rest:
-        from topl.launcher.cli.output import print_json
+        from topl.launcher.cli.output import (
+            print_json,
+        )  # lazy: the entry point imports only what the command asked for uses
 
         print_json({"ok": False, "error": e.to_dict()})
     else:
@@ -135,7 +139,9 @@ def _main(argv: list[str] | None) -> int:
         print(USAGE)
         return 0
     if argv[0] in ("-V", "--version", "version"):
-        from topl.launcher.cli.help import version
+        from topl.launcher.cli.help import (
+            version,
+        )  # lazy: the entry point imports only what the command asked for uses
 
         print(version())
         return 0
@@ -143,7 +149,9 @@ def _main(argv: list[str] | None) -> int:
     if cmd not in COMMANDS:
         return _unknown_command(cmd, rest)
     if "-h" in rest or "--help" in rest:
-        from topl.launcher.cli.help import text
+        from topl.launcher.cli.help import (
+            text,
+        )  # lazy: the entry point imports only what the command asked for uses
 
         print(text(cmd))
         if cmd != "launch":
@@ -159,7 +167,9 @@ def _main(argv: list[str] | None) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if "--json" in rest:  # machines get JSON for bad input too
-            from topl.launcher.cli.output import print_json
+            from topl.launcher.cli.output import (
+                print_json,
+            )  # lazy: the entry point imports only what the command asked for uses
 
             print_json({"ok": False, "error": e.to_dict()})
         else:

@@ -38,8 +38,10 @@ def main(args: list[str]) -> int:
     out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
-        from topl.launcher.compose.hydra import compose_job
-        from topl.launcher.plan.fix import find_fix
+        from topl.launcher.compose.hydra import (
+            compose_job,
+        )  # lazy: Hydra and OmegaConf only when this runs
+        from topl.launcher.plan.fix import find_fix  # lazy: Hydra and OmegaConf only when this runs
 
         fix = find_fix(overrides, warnings=fix_mode == "warnings")
         if fix.found:

@@ -11,8 +11,12 @@ from topl.launcher.cli.output import print_table
 
 
 def main(args: list[str]) -> int:
-    from topl.kernels import dump
-    from topl.kernels.diagnose import BoundaryMismatch, diagnose, plot
+    from topl.kernels import dump  # lazy: torch and safetensors only when this runs
+    from topl.kernels.diagnose import (
+        BoundaryMismatch,
+        diagnose,
+        plot,
+    )  # lazy: torch and safetensors only when this runs
 
     flags, args = parse(args, flags=("--json", "--common"), options={"--plots": None})
     as_json, plots = flags.json, flags.plots

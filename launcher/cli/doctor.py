@@ -86,7 +86,9 @@ def list_checks(as_json: bool, markdown: bool = False) -> int:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.compose.hydra import (
+        compose_job,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     flags, overrides = parse(args, flags=("--json", "--verbose", "--list"), optional=("--ray",))
     if flags.list:

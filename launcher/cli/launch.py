@@ -81,7 +81,7 @@ def _quoted(value: str) -> str:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose.hydra import split_recipe
+    from topl.launcher.compose.hydra import split_recipe  # lazy: Hydra only when this runs
 
     flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
     hydra_flags, overrides = split_hydra_flags(rest)
@@ -105,8 +105,11 @@ def main(args: list[str]) -> int:
 def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> int:
     import hydra
 
-    from topl.launcher.compose.hydra import compose_job, output_dirs
-    from topl.launcher.compose.sources import conf_dir
+    from topl.launcher.compose.hydra import (
+        compose_job,
+        output_dirs,
+    )  # lazy: Hydra only when this runs
+    from topl.launcher.compose.sources import conf_dir  # lazy: Hydra only when this runs
 
     informational = any(f in INFORMATIONAL for f in hydra_flags)
     multirun = any(f in ("-m", "--multirun") for f in hydra_flags)
@@ -219,7 +222,7 @@ def sweep_table(sweep_dir, overrides: list[str]) -> None:
     """The sweep at a glance: one row per point, numbered as its run directory."""
     import json
 
-    from topl.launcher.plan.sweep import swept_keys
+    from topl.launcher.plan.sweep import swept_keys  # lazy: Hydra only when this runs
 
     try:
         report = json.loads((sweep_dir / "sweep_report.json").read_text())

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-
-# Plain-text helpers shared with the run layer and the backends live in launcher/base/console.py.
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.base.console import PIPE_WIDTH, fit, make_console, print_violations, width_of
+# Plain-text helpers shared with the run layer and the backends live in launcher/base/console.py.
+from topl.launcher.base.console import PIPE_WIDTH, make_console
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
-
-__all__ = [  # the console's plain-text helpers, re-exported to the commands, and this module's
-    "PIPE_WIDTH",
-    "fit",
-    "make_console",
-    "print_violations",
-    "width_of",
-    "print_json",
-    "print_table",
-    "plain_lines",
-]
 
 
 def print_json(data: Any) -> None:

@@ -22,7 +22,10 @@ SHOWN = 200  # rows printed without --all
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.plan.sweep import iter_plan, swept_keys
+    from topl.launcher.plan.sweep import (
+        iter_plan,
+        swept_keys,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     flags, overrides = parse(args, flags=("--json", "--all", "--rank"))
     verdicts = iter_plan(overrides, rank=flags.rank)

@@ -155,8 +155,8 @@ def model_for(spec):
     """Seeded random weights, or real safetensors when model.hf_path is a local folder."""
     import torch
 
-    from topl.kernels.model import Model
-    from topl.kernels.probe import DTYPES
+    from topl.kernels.model import Model  # lazy: torch only when this runs
+    from topl.kernels.probe import DTYPES  # lazy: torch and safetensors only when this runs
 
     dtype = DTYPES[spec.train.dtype]
     path = Path(spec.model.hf_path).expanduser()
@@ -175,8 +175,12 @@ def run(
 ) -> dict:
     """The probe on a spec (the contract is the caller's: `main` runs `preflight` first).
     `report(msg)`: progress lines."""
-    from topl.kernels.probe import default_prompt_length, make_requests, probe
-    from topl.kernels.rollout import SamplingParams
+    from topl.kernels.probe import (
+        default_prompt_length,
+        make_requests,
+        probe,
+    )  # lazy: torch and safetensors only when this runs
+    from topl.kernels.rollout import SamplingParams  # lazy: torch only when this runs
 
     report = report or (lambda msg: None)
     r, e = spec.rollout, engines.engine_settings(spec)
@@ -238,7 +242,9 @@ def _fmt(key: str, v) -> str:
 
 
 def main(args: list[str]) -> int:
-    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.compose.hydra import (
+        compose_job,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     options = {"--prompts": "16", "--arrival": "staggered", "--dump": ""}
     flags, overrides = parse(args, flags=("--json",), options=options)

@@ -78,7 +78,10 @@ def compose_cached(overrides: list[str]) -> Composed:
 
 def _compose(overrides: list[str]) -> tuple[Composed, list[str]]:
     """A Hydra compose, and the recipe files it read."""
-    from topl.launcher.compose.hydra import compose_job, split_recipe
+    from topl.launcher.compose.hydra import (
+        compose_job,
+        split_recipe,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     prepared = split_recipe(list(overrides))
     root = prepared[1]
@@ -222,7 +225,9 @@ def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
         OmegaConf.to_object(cfg)  # resolves interpolations (the environment's too) now
         untrusted.check_no_secret_on_argv(OmegaConf.to_container(cfg, resolve=True), where)
     except OmegaConfBaseException as e:
-        from topl.launcher.compose.hydra import friendly_error
+        from topl.launcher.compose.hydra import (
+            friendly_error,
+        )  # lazy: Hydra and OmegaConf only when this runs
 
         raise friendly_error(e, user) from None
     return Composed(cfg, entry["sources"], user, entry["choices"], entry["recipe"])

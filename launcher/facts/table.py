@@ -15,42 +15,15 @@ the fact's present evidence in its own package); `range_note` says why a range c
 
 The facts live by package in `vllm_facts` (vLLM, vllm-ascend) and `stack_facts` (verl, torch_npu,
 MindSpeed, CANN, the seed) and `align_facts` (the targets of topl's alignment module); their types and citation helpers in `evidence`. This module is the
-one table, in that order, and keeps every name importable from here.
+one table, in that order.
 """
 
 from __future__ import annotations
 
 from topl.launcher.facts.align_facts import ALIGN_FACTS
-from topl.launcher.facts.evidence import COMMITS, SEED, SEED_AT, TOP, Evidence, Fact, seed, va, verl
-from topl.launcher.facts.stack_facts import SEED_SCRIPT, STACK_FACTS
-from topl.launcher.facts.vllm_facts import (
-    BI_DOC,
-    FA3_DOC,
-    FA3_EAGER,
-    FA3_PATCH,
-    FA3_PIECEWISE,
-    RAW_BEFORE_T,
-    VLLM_FACTS,
-)
+from topl.launcher.facts.evidence import Fact
+from topl.launcher.facts.stack_facts import STACK_FACTS
+from topl.launcher.facts.vllm_facts import VLLM_FACTS
 
 FACTS: tuple[Fact, ...] = VLLM_FACTS + STACK_FACTS + ALIGN_FACTS
 
-__all__ = [
-    "BI_DOC",
-    "COMMITS",
-    "FA3_DOC",
-    "FA3_EAGER",
-    "FA3_PATCH",
-    "FA3_PIECEWISE",
-    "FACTS",
-    "RAW_BEFORE_T",
-    "SEED",
-    "SEED_AT",
-    "SEED_SCRIPT",
-    "TOP",
-    "Evidence",
-    "Fact",
-    "seed",
-    "va",
-    "verl",
-]

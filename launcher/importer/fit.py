@@ -221,7 +221,9 @@ def _shipped_models() -> dict[str, str]:
     """Hugging Face repo name (lower case, no org) -> model group."""
     import yaml
 
-    from topl.launcher.compose.sources import conf_dir
+    from topl.launcher.compose.sources import (
+        conf_dir,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     out = {}
     for f in sorted((conf_dir() / "model").glob("*.yaml")):

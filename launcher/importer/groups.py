@@ -21,7 +21,7 @@ def guess_groups(s: Script) -> dict[str, str]:
     """Config-group options the script's settings point to (the user can override each). The
     groups only seed topl's own fields: every key the script leaves to verl stays verl's (see
     `build_recipe`), so a group never re-targets the run."""
-    from topl.launcher.compose.sources import conf_dir
+    from topl.launcher.compose.sources import conf_dir  # lazy: OmegaConf only when this runs
 
     v = {k: st.value for k, st in s.overrides.items()}
     loss = v.get(f"{R.ARR}.actor.policy_loss.loss_mode")

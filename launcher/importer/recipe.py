@@ -163,7 +163,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     the script leaves to verl is rendered with verl's own value, or listed in `topl_adds`."""
     from omegaconf import OmegaConf
 
-    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.compose.hydra import compose_job  # lazy: OmegaConf only when this runs
 
     groups = {**guess_groups(s), **(choices or {})}
     model_fields = _model(s, groups)

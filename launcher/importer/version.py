@@ -123,7 +123,9 @@ def _stacks() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Shipped stack -> (verl version, verl patches), read from conf/stack/*.yaml."""
     import yaml
 
-    from topl.launcher.compose.sources import conf_dir
+    from topl.launcher.compose.sources import (
+        conf_dir,
+    )  # lazy: Hydra and OmegaConf only when this runs
 
     out = {}
     for f in sorted((conf_dir() / "stack").glob("*.yaml")):

@@ -79,7 +79,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     """Check, write the run dir, start the backend with a status file that is right on every exit."""
     from hydra.core.hydra_config import HydraConfig
 
-    from topl.launcher.compose.hydra import from_hydra_job
+    from topl.launcher.compose.hydra import from_hydra_job  # lazy: Hydra only when this runs
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)

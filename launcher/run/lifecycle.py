@@ -71,7 +71,7 @@ def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False
     itself when Interrupted passes through it. `detached`: a 0 only means the job was handed over
     (a Ray job without --follow): the run is `submitted`, not `succeeded`."""
     # imported here: `topl rules` imports this module and must not pay for omegaconf
-    from topl.launcher.run import rundir
+    from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
     state: dict = {"state": "failed", "error": "topl stopped unexpectedly"}
     try:

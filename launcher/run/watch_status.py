@@ -17,7 +17,7 @@ from topl.launcher.run.watch_ray import RayJob, ray_job
 
 
 def update(run_dir: Path, state: str, **details) -> None:
-    from topl.launcher.run import rundir
+    from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
     st = read_status(run_dir)
     st.pop("state", None), st.pop("updated", None)

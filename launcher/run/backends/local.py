@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def loop_config(spec: JobSpec) -> LoopConfig:
     """The plain arguments the kernels' RL loop reads, taken from the job spec."""
-    from topl.kernels.rl_loop import LoopConfig
+    from topl.kernels.rl_loop import LoopConfig  # lazy: torch and safetensors only when this runs
 
     r, t, a = spec.rollout, spec.train, spec.algorithm
     e = engines.engine_settings(spec)
@@ -137,7 +137,10 @@ def torch_threads(n: int) -> Iterator[int]:
 
 def _embeddable(spec: JobSpec) -> None:
     """What the loop cannot run is the user's input: one ToplError, before any step."""
-    from topl.kernels.rl_loop import ADV_ESTIMATORS, POLICY_LOSSES
+    from topl.kernels.rl_loop import (
+        ADV_ESTIMATORS,
+        POLICY_LOSSES,
+    )  # lazy: torch and safetensors only when this runs
 
     a = spec.algorithm
     bad = [
@@ -174,7 +177,7 @@ def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
     """The local backend: returns the exit code (0 ok, 1 strict logdiff violation)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from topl.kernels import rl_loop
+    from topl.kernels import rl_loop  # lazy: torch and safetensors only when this runs
 
     _embeddable(spec)
 
@@ -219,7 +222,9 @@ def _run_local(spec: JobSpec, run_dir: Path, quiet: bool = False) -> int:
 
 def _guard(steps: Iterable[dict[str, Any]], spec: JobSpec) -> Iterator[dict[str, Any]]:
     """The loop's steps; DAPO running out of generation batches becomes topl's one-message error."""
-    from topl.kernels.rl_loop import FilterGroupsExhausted
+    from topl.kernels.rl_loop import (
+        FilterGroupsExhausted,
+    )  # lazy: torch and safetensors only when this runs
 
     try:
         yield from steps

@@ -30,7 +30,9 @@ def node_task(spec_json: str) -> dict:
 
     out = {"node": socket.gethostname(), "python": sys.executable}
     try:
-        from topl.launcher.doctor.report import run_checks
+        from topl.launcher.doctor.report import (
+            run_checks,
+        )  # lazy: Ray ships this module to nodes, which import topl only here
     except ImportError as e:
         return {**out, "error": f"{type(e).__name__}: {e}"}
     findings = run_checks(spec_from_json(spec_json), dict(os.environ), node=True)
@@ -42,8 +44,12 @@ def node_entry(result: dict, address: str) -> dict:
     node = f"{result['node']} ({address})"
     if "findings" in result:
         return {"node": node, "findings": result["findings"]}
-    from topl.launcher.base.errors import ERROR
-    from topl.launcher.doctor.registry import Finding
+    from topl.launcher.base.errors import (
+        ERROR,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
+    from topl.launcher.doctor.registry import (
+        Finding,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
 
     python, err = result.get("python", "its Python"), result["error"]
     fix = (
@@ -98,7 +104,9 @@ def spec_from_json(text: str):
     """The resolved spec, rebuilt on a node (no recipe files or conf/ needed there)."""
     from omegaconf import OmegaConf
 
-    from topl.launcher.spec.job import JobSpec
+    from topl.launcher.spec.job import (
+        JobSpec,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
 
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JobSpec), json.loads(text)))
 
@@ -109,9 +117,16 @@ def on_ray(address: str, spec: JobSpec) -> list[dict]:
     import shlex
     import time
 
-    from topl.launcher.base.errors import ToplError
-    from topl.launcher.render.invocation import render
-    from topl.launcher.run.backends.ray_client import Head, check_reachable
+    from topl.launcher.base.errors import (
+        ToplError,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
+    from topl.launcher.render.invocation import (
+        render,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
+    from topl.launcher.run.backends.ray_client import (
+        Head,
+        check_reachable,
+    )  # lazy: Ray ships this module to nodes, which import topl only here
 
     timeout = spec.cluster.ray_timeout_s
     check_reachable(address, timeout)  # named, installed, answering: or one message

@@ -119,7 +119,7 @@ def run_ray_job(
     job_id = head.submit(
         entrypoint=entry, runtime_env=runtime_env, metadata={"run_dir": str(run_dir)}
     )
-    from topl.launcher.run import rundir
+    from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
     rundir.write_file(run_dir / JOB_ID_FILE, job_id + "\n")
     print(f"topl: submitted Ray job {job_id} to {address}")
