@@ -46,6 +46,6 @@ def traits(name: str) -> Traits:
     return TRAITS[name]
 
 
-def of(spec: HasCluster) -> Traits:
-    """The traits of the spec's backend (cluster.backend)."""
-    return traits(spec.cluster.backend)
+def of(job: HasCluster) -> Traits:
+    """The traits of the job's backend (cluster.backend)."""
+    return traits(job.cluster.backend)
