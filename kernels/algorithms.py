@@ -2,7 +2,7 @@
 
 Pure tensors in, tensors out. Token tensors are padded `[batch, response_len]` with a 0/1 float
 `mask`, the layout of verl's `responses` / `response_mask`. Each function names the verl function
-it mirrors (`verl@0.9.1:path:symbol`); tests/test_algorithms.py checks them against verl itself.
+it mirrors (`verl@0.9.1:path:symbol`); tests/numerics/test_algorithms.py checks them against verl itself.
 """
 
 from __future__ import annotations

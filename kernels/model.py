@@ -27,7 +27,7 @@ Arch = Any
 
 # Qwen3-30B-A3B as `model=qwen3_30b_a3b` composes it (conf/model/qwen3_30b_a3b.yaml plus ModelSpec's
 # defaults), every architecture field but the depth: the GPU tests and benchmarks build it at 2-4
-# layers without Hydra (the device has none). tests/test_model_constants.py keeps it equal.
+# layers without Hydra (the device has none). tests/spec/test_model_constants.py keeps it equal.
 QWEN3_30B_A3B = dict(
     hidden_size=2048,
     intermediate_size=6144,

@@ -53,7 +53,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, invariant: bool) -> torch.Tensor:
     return x @ w.t()
 
 
-# Real collectives, set inside a torch.distributed job (tests/test_collectives.py); None: emulate.
+# Real collectives, set inside a torch.distributed job (tests/numerics/test_collectives.py); None: emulate.
 # Each is a callable with `.rank` and `.size` that sum-all-reduces a tensor and returns it (for
 # order="tree": pairwise over the ranks, `_tree`'s order).
 ALLREDUCE = None  # tensor-parallel group: row-parallel partials

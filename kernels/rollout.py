@@ -142,7 +142,7 @@ class RolloutEngine:
             chunked_prefill,
         )
         self.batch_sizes: list[int] = []  # rows per step, to show that composition changed
-        from topl.kernels.gpu import paged_hook
+        from topl.kernels.gpu import paged_hook  # lazy: the GPU path only (Triton)
 
         self.paged = paged_hook(model, side, block_size)  # GPU: one batched paged-attention call
 

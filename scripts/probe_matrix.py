@@ -6,7 +6,7 @@ exactly 0.
     python scripts/probe_matrix.py --jobs 16 --json out.json
     python scripts/probe_matrix.py --seeds 0-2          # a smaller run
 
-Exit code 1 if any point differs. (The quick subset runs in tests/test_numerics.py; the full matrix
+Exit code 1 if any point differs. (The quick subset runs in tests/numerics/test_numerics.py; the full matrix
 with `pytest -m matrix`.)
 """
 

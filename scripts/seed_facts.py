@@ -11,7 +11,7 @@ lines), not the scripts; review a diff of it against the scripts when the seed c
 `--recipes` rewrites recipes/seed_<model>_<algo>_<on|off>.yaml with `topl recipes import` on the
 seed's stack (strict: collective hccl_strict), nothing else: each key the seed leaves to verl gets
 verl 0.8.0's value from the importer, so the output is the committed recipes byte for byte
-(tests/test_seed_regen.py). Review a diff, then tests/test_seed.py checks them against the data.
+(tests/facts/test_seed_regen.py). Review a diff, then tests/facts/test_seed.py checks them against the data.
 """
 
 import subprocess

@@ -71,7 +71,7 @@ SLOW_TESTS = {
         "test_watch_stops_a_job_on_the_first_nonzero_logdiff_from_verls_file_logger",
     },
     "test_diagnose.py": {"test_cli_probe_dump_then_diagnose"},
-    # verl's compose + validate_config over many recipes at once (tests/test_recipes.py does
+    # verl's compose + validate_config over many recipes at once (tests/compose/test_recipes.py does
     # each shipped recipe on its declared verl in the fast tier)
     "test_accepted_runs.py": {
         "test_stock_stack_strict_recipes_are_accepted_and_run_on_verl_091",

@@ -269,13 +269,15 @@ def validate_on_declared(spec, invocation, where: Path) -> None:
 
 def validate_if_installed(spec, invocation, where: Path) -> None:
     """`validate_on_declared` where the spec declares the installed verl; other releases are
-    validated for every shipped recipe at once by tests/test_accepted_runs.py (verl_versions,
+    validated for every shipped recipe at once by tests/contract/test_accepted_runs.py (verl_versions,
     TOPL_VERL_VERSIONS=1: CI), not a second time per recipe."""
     import pytest
 
     declared = str(spec.cluster.versions.verl)
     if declared != installed_verl():
-        pytest.skip(f"verl {declared}: tests/test_accepted_runs.py validates it with the others")
+        pytest.skip(
+            f"verl {declared}: tests/contract/test_accepted_runs.py validates it with the others"
+        )
     validate_on_declared(spec, invocation, where)
 
 

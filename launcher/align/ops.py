@@ -1,5 +1,5 @@
 """The plain-torch maths of each alignment: what Megatron computes in training, written once so
-the NPU replacements (`patches`) and the CPU tests (tests/test_align.py, against megatron-core's
+the NPU replacements (`patches`) and the CPU tests (tests/align/test_align.py, against megatron-core's
 own functions) run the same code. torch only; no torch_npu, no vllm.
 """
 

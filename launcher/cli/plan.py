@@ -156,7 +156,7 @@ _TEXT: dict[str, str] = {}  # a string as JSON: a sweep repeats its few override
 
 def _json_line(v) -> str:
     """json.dumps(v.to_dict(), default=str), written directly where each field is of the type a
-    verdict has (tests/test_plan_trace.py holds them equal); anything else goes to json.dumps."""
+    verdict has (tests/plan/test_plan_trace.py holds them equal); anything else goes to json.dumps."""
     gb = (v.train_gb, v.rollout_gb)
     if v.ranked or not all(x is None or type(x) is float and math.isfinite(x) for x in gb):
         return json.dumps(v.to_dict(), default=str)

@@ -118,7 +118,7 @@ def _layout_notes(spec) -> list[str]:
         + ", ".join(f"{k}={v}" for k, v in other.items())
         + " run as 1 (pipeline stages hand activations on unchanged; data-parallel replicas are "
         "independent; expert parallel is an exact gather only with moe_fixed_combine, "
-        "tests/test_collectives.py, and its native order is not emulated)"
+        "tests/numerics/test_collectives.py, and its native order is not emulated)"
     ]
 
 

@@ -2,7 +2,7 @@
 first batch is generated (balance batch, PrefixGrouper) or when the critic first trains.
 
 Each rule cites the check it mirrors in `CHECKS` (with the verl releases that have it);
-tests/test_verl_firststep.py finds every cited text in verl's source by AST (the installed verl,
+tests/contract/test_verl_firststep.py finds every cited text in verl's source by AST (the installed verl,
 and the trees in TOPL_VERL_SOURCES), so a new verl shows what changed.
 
 Which trainer runs decides the balance-batch checks: verl 0.8.0's `RayPPOTrainer` (and verl-recipe's

@@ -1,7 +1,7 @@
 """verl's start-up assertions as rules: what fires after submission (trainer, worker and engine
 init, the first step), checked in `topl check` over the command verl will receive.
 
-Each rule cites the assertion it mirrors in `ASSERTIONS`; tests/test_verl_startup.py finds every
+Each rule cites the assertion it mirrors in `ASSERTIONS`; tests/contract/test_verl_startup.py finds every
 cited text in the installed verl (by AST, inside the cited function), so a new verl shows what
 changed. The assertions are the same in verl 0.8.0, 0.9.0 and 0.9.1 (read from each release).
 """

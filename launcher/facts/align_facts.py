@@ -1,7 +1,7 @@
 """Facts about the targets of topl's alignment module (`topl.launcher.align.targets`): each
 target read in the sdist / wheel of every release the module supports, and what the newer
 releases do themselves. The parameter lists are compared too, by AST
-(tests/test_align_targets.py::test_targets_match_each_release_by_ast, tier facts_sources).
+(tests/align/test_align_targets.py::test_targets_match_each_release_by_ast, tier facts_sources).
 """
 
 from __future__ import annotations

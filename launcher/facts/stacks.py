@@ -1,5 +1,5 @@
 """The README's "Supported stacks" table, generated from the shipped profiles and the facts:
-`python -m topl.launcher.facts.stacks` (tests/test_facts.py keeps the README in sync)."""
+`python -m topl.launcher.facts.stacks` (tests/facts/test_facts.py keeps the README in sync)."""
 
 from __future__ import annotations
 

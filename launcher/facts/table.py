@@ -26,4 +26,3 @@ from topl.launcher.facts.stack_facts import STACK_FACTS
 from topl.launcher.facts.vllm_facts import VLLM_FACTS
 
 FACTS: tuple[Fact, ...] = VLLM_FACTS + STACK_FACTS + ALIGN_FACTS
-

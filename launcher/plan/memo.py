@@ -3,13 +3,13 @@ not change with its base, and each rule runs once per distinct value of the keys
 
 Within one base (one set of group choices) only the swept keys and the base's interpolated keys
 can differ between points. A rule whose declared keys (the catalog's, which
-tests/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
+tests/contract/test_contract_soundness.py proves cover every read) miss all of them has one answer for the
 whole base; one that reads some of them has one answer per distinct value of those. A rule that
 reads the spec outside the recording view (`unwrap`: it computes something from the whole spec)
 is traced instead (launcher/plan/trace.py): one answer per distinct value of the swept keys its
 runs read. Only the swept keys and the interpolations that refer to them vary (interp.stale), and
-a point whose every answer is kept makes no spec at all (plan._Point). tests/test_speed.py and
-tests/test_plan_trace.py compare every verdict with a full `evaluate`.
+a point whose every answer is kept makes no spec at all (plan._Point). tests/plan/test_speed.py and
+tests/plan/test_plan_trace.py compare every verdict with a full `evaluate`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ The proof, once per (base, key), on the base itself (render is pure: same reads,
   a check of the kind `is None`, `is True` or `isinstance` the sentinel cannot trap gives the
   same answer for both.
 Anything else (a group choice, verl_overrides, a value read twice, a None) builds the command
-whole. tests/test_speed.py compares patched commands with built ones, entry by entry.
+whole. tests/plan/test_speed.py compares patched commands with built ones, entry by entry.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Template:
         except Exception:  # noqa: BLE001 - a point render refuses: patch nothing (plan retries)
             pass
         self._plain = _plain(base)
-        self._reads: _Counting | None = None
+        self._counted: _Counting | None = None
         self._rows: dict[str, str | None] = {}
         self._was: dict[str, Any] = {}  # key -> the base's value (patched reads it per point)
 
@@ -102,9 +102,9 @@ class Template:
             return None
         if type(value) not in PATCHABLE_TYPES or self.cmd is None:
             return None
-        if self._reads is None:
-            self._reads = _render_reads(self._plain)
-        count = self._reads.count
+        if self._counted is None:
+            self._counted = _render_reads(self._plain)
+        count = self._counted.count
         if "*" in count or count.get(key) != 1 or any(key.startswith(k + ".") for k in count):
             return None  # read twice, or a section above it read whole
         sentinel = _Refuses()

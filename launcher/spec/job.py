@@ -10,7 +10,7 @@ from topl.launcher.spec.backend_traits import NAMES as BACKENDS  # cluster.backe
 from topl.launcher.spec.constraints import c
 
 # OmegaConf's marker of a value that must be given (omegaconf@2.3.1:omegaconf/omegaconf.py:MISSING;
-# tests/test_compose_cache.py holds it equal): spelled here so that a cached `check` needs no OmegaConf.
+# tests/compose/test_compose_cache.py holds it equal): spelled here so that a cached `check` needs no OmegaConf.
 MISSING: Any = "???"
 
 # Allowed values that mirror another package's own checks (cited where each field uses them).

@@ -55,7 +55,7 @@ def megatron_train_bytes(s: JobSpec) -> float:
 def fsdp_train_bytes(s: JobSpec) -> float:
     """ZeRO-3 model states per device: the closed form of DeepSpeed's estimator
     (`zero3_gpu_bytes`). DeepSpeed is never imported here (it pulls in torch: seconds on every
-    `check`); tests/test_front_door.py proves the two equal where DeepSpeed is installed."""
+    `check`); tests/cli/test_front_door.py proves the two equal where DeepSpeed is installed."""
     pc = param_counts(s.model)
     return float(
         zero3_gpu_bytes(

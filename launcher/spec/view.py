@@ -112,7 +112,7 @@ def unwrap(spec: T, *keys: str) -> T:
     """The plain spec behind a view, for code that computes from it instead of reading fields
     through the view. `keys` says what the caller reads from it (dotted spec keys, WHOLE or
     RENDERED), declared here where it unwraps: a sweep (launcher/plan/) reuses an answer only
-    while those keys keep their values, and tests/test_layers.py holds every call to declaring."""
+    while those keys keep their values, and tests/project/test_layers.py holds every call to declaring."""
     if not keys:
         raise TypeError("unwrap(spec, *keys): declare what is read from the plain spec")
     if isinstance(spec, View):
