@@ -36,6 +36,6 @@ def paged_hook(model: Model, side: Side, block_size: int) -> Callable[..., torch
         aligned and pow2 and p.tile == block_size and model.device.type == "cuda" and available()
     ):
         return None
-    from topl.kernels.gpu.attention import paged_step
+    from topl.kernels.gpu.attention import paged_step  # lazy: torch and Triton only when this runs
 
     return lambda q, k, v, tables, spans, pos: paged_step(q, k, v, tables, spans, pos, block_size)
