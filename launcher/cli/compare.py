@@ -72,6 +72,8 @@ def predict(row: Row) -> None:
     spec_file = Path(row.run_dir) / "spec.yaml"
     try:
         data = yaml.safe_load(watch_io.read_text(spec_file) or "null")
+        if not isinstance(data, dict):
+            raise TypeError("no mapping")
         # the resolved spec as written by rundir.write; built without OmegaConf, so nothing in
         # an edited file is interpolated (an `${oc.env:...}` stays a string and fails the types)
         spec = Composed(None, {}, [], data=data, resolved=data).to_object()
@@ -165,6 +167,8 @@ def write_sweep(sweep_dir: Path) -> None:
         rows = rows_of([str(sweep_dir)])
         rundir.write_file(sweep_dir / "compare.json", json.dumps(document(rows), indent=1))
         png = compare_plot.plot(rows, sweep_dir / "compare.png")
+        if png:
+            png.chmod(0o600)  # as everything in a run directory (rundir.seal)
     except (ToplError, OSError, ValueError) as e:
         print(f"topl: no sweep comparison written: {e}", file=sys.stderr)
         return
