@@ -25,6 +25,7 @@ from topl.launcher.run import compare, compare_plot, rundir, watch_io
 from topl.launcher.run.compare import Row
 from topl.launcher.run.watch import LOGP_MAX
 
+NO_PLOT = "matplotlib is not installed (it comes with the `local` extra: pip install 'topl[local]')"
 CSV_FIELDS = (
     *("run_dir", "point", "verdict", "rules", "state", "exit_code", "signal", "error", "steps"),
     *("last_step", "metrics_source", "logdiff_metric", "logdiff_max", "first_nonzero_step"),
@@ -46,7 +47,9 @@ def main(args: list[str]) -> int:
     rows = rows_of(paths)
     if flags.sort:
         rows = compare.sort(rows, flags.sort, flags.desc)
-    plotted = compare_plot.plot(rows, Path(flags.plot)) if flags.plot else None
+    plotted = plot(rows, Path(flags.plot)) if flags.plot else None
+    if flags.plot and plotted is None:
+        print(f"topl: no plot: {NO_PLOT}", file=sys.stderr)
     if flags.json:
         print_json(document(rows) | ({"plot": str(plotted)} if plotted else {}))
     elif flags.csv:
@@ -56,6 +59,17 @@ def main(args: list[str]) -> int:
         if plotted:
             print(f"plot: {plotted}")
     return 0
+
+
+def plot(rows: list[Row], path: Path) -> Path | None:
+    try:
+        return compare_plot.plot(rows, path)
+    except (OSError, ValueError) as e:  # a folder that is not there, a format matplotlib lacks
+        raise ToplError(
+            f"cannot write the plot {path}: {getattr(e, 'strerror', None) or e}",
+            where="--plot",
+            fix="a writable path ending in .png (or .svg, .pdf)",
+        ) from None
 
 
 def rows_of(paths: list[str]) -> list[Row]:
@@ -172,5 +186,5 @@ def write_sweep(sweep_dir: Path) -> None:
     except (ToplError, OSError, ValueError) as e:
         print(f"topl: no sweep comparison written: {e}", file=sys.stderr)
         return
-    shown = f" and {png.name}" if png else " (no plot: matplotlib is in the `local` extra)"
+    shown = f" and {png.name}" if png else f" (no plot: {NO_PLOT})"
     print(f"comparison: {sweep_dir / 'compare.json'}{shown}; table: topl compare {sweep_dir}")

@@ -31,7 +31,7 @@ STEP_TIME = ("timing_s/step", "perf/time_per_step")  # local and verl@0.9.1 (met
 # tokens of a step: verl's prompt + response tokens (verl@0.9.1:verl/trainer/ppo/metric_utils.py:
 # compute_throughout_metrics), else the local backend's response tokens (kernels/rl_loop.py)
 TOKENS = ("perf/total_num_tokens", "topl/tokens")
-MAX_STEPS = 1_000_000  # a longer metrics file is read this far (a row needs no more)
+MAX_STEPS = 100_000  # a longer metrics file is read this far (the row says so)
 NOT_SWEPT = ("run_root", "hydra.")  # keys that differ between runs without being a layout
 
 
@@ -196,6 +196,12 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     row.signal = _str(st.get("signal"))
     row.error = _str(st.get("reason") or st.get("error"))
     row.history, row.metrics_source = read_steps(run)
+    if len(row.history) >= MAX_STEPS:
+        row.notes.append(f"read the first {MAX_STEPS} steps of {row.metrics_source}")
+    if row.state == "running" and watch_status.topl_gone(st):
+        row.notes.append(
+            "status.json says running but its topl is gone (killed?): `topl watch` records the end"
+        )
     if row.history:
         summarize(row)
     elif row.state not in ("dry_run", "not started"):
@@ -227,8 +233,8 @@ def _point_overrides(run: Path, topl: Any) -> list[str]:
 
 
 def read_steps(run: Path) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
-    """(step, metrics) in step order, the last record of a step winning, and where they came
-    from: metrics.jsonl, else verl's console lines in verl.log."""
+    """(step, the metrics a row reads) in step order, the last record of a step winning, and where
+    they came from: metrics.jsonl, else verl's console lines in verl.log."""
     steps: dict[int, dict[str, Any]] = {}
     for name in ("metrics.jsonl", "verl.log"):
         tail = Tail(run / name)
@@ -236,10 +242,13 @@ def read_steps(run: Path) -> tuple[list[tuple[int, dict[str, Any]]], str | None]
             for line in lines:
                 got = _metrics_line(line) if name == "metrics.jsonl" else parse_console(line)
                 if got is not None:
-                    steps[got[0]] = got[1]
+                    steps[got[0]] = {k: v for k, v in got[1].items() if k in KEPT}
         if steps:
             return sorted(steps.items()), name
     return [], None
+
+
+KEPT = {LOGP_MAX, DIFF_MAX, REWARD, *STEP_TIME, *TOKENS}  # what a row and the plot read
 
 
 def _metrics_line(line: str) -> tuple[int, dict[str, Any]] | None:

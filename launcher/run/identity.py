@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 TRACKER_VARS = ("WANDB_TAGS", "WANDB_NOTES", "WANDB_RUN_GROUP", "MLFLOW_RUN_CONTEXT")
 
 
-def of(composed: Composed, run_dir: Path, spec_text: str, point: list[str] | None) -> dict[str, Any]:
+def of(
+    composed: Composed, run_dir: Path, spec_text: str, point: list[str] | None
+) -> dict[str, Any]:
     """The run's identity: what a tracker shows to find the run directory again."""
     sweep = run_dir.parent.name if point is not None else None
     return {

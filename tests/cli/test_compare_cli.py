@@ -91,6 +91,9 @@ def test_bad_input_is_one_message(tmp_path, capsys):
     a_run(tmp_path / "a", None)
     rc, doc = run_json(capsys, str(tmp_path / "a"), "--sort", "nope")
     assert rc == 2 and "no such column" in doc["error"]["message"]
+    for bad in (tmp_path / "no" / "c.png", tmp_path / "c.nope"):
+        rc, doc = run_json(capsys, str(tmp_path / "a"), "--plot", str(bad))
+        assert rc == 2 and "cannot write the plot" in doc["error"]["message"]
 
 
 def test_a_sweep_writes_its_comparison(tmp_path, capsys, a2_spec):
