@@ -38,6 +38,8 @@ SLOW_TESTS = {
         "test_strict_stops_on_the_first_nonzero_logdiff",
         "test_cli_launch_default_short",
     },
+    # a child that imports verl and mlflow and writes a real MLflow store (~15 s)
+    "test_identity.py": {"test_a_real_mlflow_store_written_by_verls_tracking_shows_the_run"},
     # every shipped recipe composed through the cache twice (~25 s)
     "test_compose_cache.py": {"test_every_shipped_recipe_hits_with_the_same_verdicts_and_command"},
     "test_front_door.py": {

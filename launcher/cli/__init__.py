@@ -37,6 +37,8 @@ commands:
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
   watch     follow RUN_DIR: logdiff/reward per step, guard records; strict: stop on logdiff != 0
             (--no-stop, --strict, --once, --json, --interval S)
+  compare   runs or sweeps side by side: verdict, steps, logdiff, reward, step time vs plan --rank's
+            (--json, --csv, --sort KEY [--desc], --plot OUT.png)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
@@ -84,6 +86,7 @@ COMMANDS = (
     "doctor",
     "diagnose",
     "watch",
+    "compare",
 )
 
 
@@ -160,7 +163,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if cmd != "rules":  # the one command that reads nothing relative to it
             _working_directory()
-        if cmd not in ("rules", "diagnose"):
+        if cmd not in ("rules", "diagnose", "compare"):
             check_sweeper_discoverable()
         return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
     except ToplError as e:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.compare import write_sweep
 from topl.launcher.cli.output import print_table
 from topl.launcher.contract import check, errors
 from topl.launcher.run import rundir
@@ -168,6 +169,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             rundir.seal(made)  # whatever Hydra or the sweeper wrote: owner-only, secrets out
     if multirun and made is not None:
         sweep_table(made, overrides)
+        if not flags.dry_run:  # every point has ended: the runs side by side, in the sweep dir
+            write_sweep(made)
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc

@@ -136,6 +136,12 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def spec_text(composed: Composed) -> str:
+    """spec.yaml's text: the composed spec, resolved, secrets redacted (its sha256 is the run's
+    spec hash, launcher/run/identity.py)."""
+    return _redact.text(OmegaConf.to_yaml(composed.cfg, resolve=True))
+
+
 def write(
     run_dir: Path, composed: Composed, invocation: Invocation, violations: list[Violation]
 ) -> None:
@@ -160,7 +166,7 @@ def _write(
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     r = _redact.current()
     python = composed.cfg.cluster.python
-    write_file(run_dir / "spec.yaml", OmegaConf.to_yaml(composed.cfg, resolve=True))
+    write_file(run_dir / "spec.yaml", spec_text(composed))
     write_file(
         run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True)
     )

@@ -3,7 +3,8 @@ on the first step whose max logdiff is not exactly 0 (or whose diff metrics are 
 
 Sources, in the run directory: `metrics.jsonl`, one `{"step": N, "data": {...}}` per line as the
 local backend writes it and as verl's file logger does (verl@0.9.1:verl/utils/tracking.py:FileLogger.log,
-path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here); `guard/*.json` (one per
+path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here; a followed Ray job's
+from its log's step lines, backends/ray_job.py:MetricsFile); `guard/*.json` (one per
 verl process, launcher/guard.py); else the job's console lines `step:N - key:value - ...`
 (verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str) in `verl.log` or, for a Ray
 job nobody streams (`submitted`, or its topl is gone), from the Ray Job API, and `TOPL-GUARD {...}`
