@@ -7,6 +7,7 @@ executable as recorded at launch).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -42,6 +43,23 @@ def open_regular(path: Path):
     except OSError:
         os.close(fd)
         return None
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `path` as a new file of our own (mode 0600), never through what is there: the bytes go
+    to a fresh temporary file (O_EXCL: never a planted name or link) renamed over `path` (a rename
+    replaces a link, it does not follow it)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_text(path: Path, cap: int = RECORD_CAP) -> str | None:

@@ -68,6 +68,28 @@ def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
 
 
+# How long a run directory may go without a status.json: topl writes it right after the run's
+# files, before it starts anything, so a longer absence is a launch that died (or not a run).
+NO_STATUS_WAIT_S = 20.0
+
+
+def no_status(run_dir: Path, waited_s: float) -> None:
+    """A ToplError once a run directory has had no readable status.json for NO_STATUS_WAIT_S."""
+    if waited_s < NO_STATUS_WAIT_S:
+        return
+    raise ToplError(
+        f"{run_dir} has no readable status.json after {waited_s:.0f} s: its launch ended before "
+        "it started the job (or status.json is not a regular file); there is nothing to follow",
+        where=str(run_dir / "status.json"),
+        fix=f"`topl watch {run_dir} --once` shows what it holds; launch again for a new run",
+    )
+
+
+def ended(st: dict) -> bool:
+    """Whether a status records the run's end (a record `topl watch` never rewrites)."""
+    return st.get("state") in ("dry_run", "succeeded", "failed", "interrupted")  # = rundir.ENDS
+
+
 def read_status(run_dir: Path) -> dict:
     try:
         st = json.loads(watch_io.read_text(run_dir / "status.json", watch_io.STATUS_CAP) or "{}")
