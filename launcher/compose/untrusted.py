@@ -164,7 +164,83 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
         )
     _check_hydra(data.get("hydra"), where)
     _check_meaning(data, where)
+    for point in sweep_points(data, where):  # each value a sweep parameter may take is a recipe's
+        check_values(point, f"{where}: hydra.sweeper.params", resolvers=False)
+        _check_meaning(point, f"{where}: hydra.sweeper.params")
     return _check_defaults(data.get("defaults", []), where)
+
+
+def sweep_params(data: Any) -> dict[str, Any]:
+    """A parsed recipe's `hydra.sweeper.params` ({} when it sets none)."""
+    node: Any = data
+    for part in ("hydra", "sweeper", "params"):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def sweep_points(data: Any, where: str) -> Iterator[dict[str, Any]]:
+    """Each value a recipe's sweep parameter may take, as the one-key recipe `{key: value}` it
+    amounts to (Hydra applies it as an override of that key, per job): checked like any recipe
+    value. A group's options are names (`model: ../../x/evil` would load any YAML)."""
+    params = sweep_params(data)
+    if not params:
+        return
+    # lazy: Hydra's override grammar only for a recipe that sweeps
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for key, value in params.items():
+        text = f"{key}={value if not isinstance(value, bool) else str(value).lower()}"
+        try:
+            ov = parser.parse_override(text)
+        except HydraException as e:
+            raise ToplError(
+                f"hydra.sweeper.params.{key}: not a sweep Hydra can read ({e})",
+                where=where,
+                fix="write `KEY: a,b,c` (Hydra's override grammar)",
+            ) from None
+        group = ov.key_or_group
+        if ov.is_sweep_override() and not ov.is_discrete_sweep():
+            values: list[Any] = []  # interval() / range over floats: numbers, nothing to name
+        elif ov.is_sweep_override():
+            values = list(ov.sweep_iterator())
+        else:
+            values = [ov.value()]
+        if "/" in group or "@" in group or group.lstrip("+~") in (*SELECTABLE, "recipe"):
+            check_option(f"hydra.sweeper.params.{key}", group, values, where)
+            continue
+        for v in values:
+            yield _nest(group.lstrip("+~"), v)
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    """`a.b.c`, v -> {a: {b: {c: v}}}: the key as a recipe nests it (`cluster: {env: ...}`)."""
+    node: Any = value
+    for part in reversed(dotted.split(".")):
+        node = {part: node}
+    return node
+
+
+def check_option(what: str, group: str, options: list[Any], where: str) -> None:
+    """A config group's option is a name in topl's conf/ (or a recipe's name), never a path:
+    `../` or `/` would make Hydra load any YAML file, whose `hydra:` section runs code."""
+    bare = group.lstrip("+~")
+    if bare not in (*SELECTABLE, "recipe"):
+        raise ToplError(
+            f"{what}: {bare!r} is not one of topl's config groups "
+            f"({', '.join(sorted(SELECTABLE))}, recipe)",
+            where=where,
+            fix="sweep a group's options by name (`model: qwen3_4b,qwen3_8b`) or a key's values",
+        )
+    bad = [str(o) for o in options if not (isinstance(o, str) and _NAME.match(o))]
+    if bad:
+        raise ToplError(
+            f"{what}: option(s) {', '.join(map(repr, bad))} are not names: a group's option is "
+            "a file of topl's conf/ (a recipe's name), never a path",
+            where=where,
+            fix=f"use the options `topl launch --info defaults` lists for {bare}",
+        )
 
 
 def _near(unknown: list[Any], fields: set[str]) -> str:
@@ -250,6 +326,7 @@ class Recipe:
     path: Path
     text: bytes
     includes: list[str]
+    swept: list[str] = dataclasses.field(default_factory=list)  # its hydra.sweeper.params keys
 
 
 def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
@@ -263,7 +340,9 @@ def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
             where=str(path),
             fix="start the file with `# @package _global_`",
         )
-    return Recipe(path, text, check_recipe(data, str(path), spec_fields))
+    includes = check_recipe(data, str(path), spec_fields)
+    swept = [str(k).lstrip("+~").strip() for k in sweep_params(data)]
+    return Recipe(path, text, includes, swept)
 
 
 def guard_overrides(overrides: list[str]) -> list[str]:
@@ -291,6 +370,14 @@ def guard_overrides(overrides: list[str]) -> list[str]:
             continue
         if key in LABELS:
             _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
+        if inner.lstrip("+~") in SELECTABLE and ("/" in o.split("=", 1)[-1] or ".." in o):
+            raise ToplError(
+                f"`{o}`: a group's option is a file of topl's conf/, named, never a path "
+                "(`../` would make Hydra load any YAML, whose `hydra:` section runs code)",
+                where=f"command line `{o}`",
+                fix=f"use an option `topl launch --info defaults` lists for {inner.lstrip('+~')}; "
+                "a file of your own goes in a recipe (recipe=PATH)",
+            )
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
