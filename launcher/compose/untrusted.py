@@ -134,6 +134,19 @@ def check_no_secret_on_argv(node: Any, where: str) -> None:
     outside cluster.env. Everyone on the machine reads argv (`ps`)."""
 
     r = redact.current()
+    built = [
+        p
+        for p, _, v in _walk(node)
+        if isinstance(v, str) and not p.startswith(OFF_ARGV) and _RESOLVER.search(v)
+    ]
+    if built:  # `$${x}` with x `{oc.env:HF_TOKEN}`: verl's own Hydra would resolve it
+        raise ToplError(
+            f"{', '.join(sorted(set(built)))}: resolves to a resolver call (`${{name:...}}`), "
+            "which verl's Hydra would run on its side (`oc.env` copies a secret into verl's "
+            "config and logs)",
+            where=where,
+            fix="write the value out; a secret goes to the job only through cluster.env",
+        )
     hits = [
         p
         for p, _, v in _walk(node)

@@ -77,9 +77,10 @@ class LineWriter:
 
     def __init__(self, log):
         self.log, self.pending = log, ""
+        self.lines = redact.Lines()  # a private key printed over many lines (and chunks) goes whole
 
     def _emit(self, text: str) -> None:
-        text = redact.text(text)
+        text = "".join(self.lines(line) for line in text.splitlines(keepends=True))
         sys.stdout.write(text)
         self.log.write(text)
 
