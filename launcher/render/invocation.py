@@ -37,6 +37,7 @@ from topl.launcher.render.tables import (
     MEGATRON_KEYS,
     VERL_KEYS,
 )
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -274,7 +275,8 @@ def render(s: JobSpec, environ: Mapping[str, str] | None = None) -> Invocation:
             where="cluster.versions.verl",
             fix="declare the verl that has the key (stack=...), or unset the field that renders it",
         )
-    secret = secret_vars(pairs, environ)
+    # verl's argv is public (`ps`); the local backend starts no verl (TOP-SCHEMA-004 says the same)
+    secret = secret_vars(pairs, environ) if backend_traits.of(s).remote else {}
     if secret:
         names = sorted({n for ns in secret.values() for n in ns})
         raise ToplError(

@@ -3,12 +3,15 @@ built to become `${oc.env:...}` in verl's Hydra, a secret typed in a sweep out o
 `user:pass@host` without a scheme, a lower-case secret name in an environment map, and a private
 key printed over many lines by the job: each redacted or refused by the one redactor."""
 
+import os
+
 import pytest
 from helpers import run_topl
 
 from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
+from topl.launcher.contract import check
 from topl.launcher.render.invocation import Invocation, render
 from topl.launcher.run.backends.subprocess import run_subprocess
 
@@ -25,12 +28,16 @@ ENVIRON = {"WANDB_API_KEY": SECRET, "MY_VAR": "hf_" + "a" * 34, "HOME": "/h", "P
 
 
 @pytest.mark.parametrize("ref", ["team-$WANDB_API_KEY", "$wandb_api_key/x", "x-$MY_VAR"])
-def test_a_secret_variable_is_never_expanded_onto_argv(tmp_path, ref):
+def test_a_secret_variable_is_never_expanded_onto_argv(tmp_path, ref, monkeypatch):
     r = _recipe(tmp_path, f"verl_overrides:\n  trainer.project_name: {ref}\n")
-    spec = compose_job([f"recipe={r}", "model=tiny_dense"]).to_object()
+    composed = compose_job([f"recipe={r}", "model=tiny_dense", "cluster.backend=subprocess"])
     with pytest.raises(ToplError, match="a secret") as e:
-        render(spec, {**ENVIRON, "wandb_api_key": SECRET})
+        render(composed.to_object(), {**ENVIRON, "wandb_api_key": SECRET})
     assert SECRET not in e.value.render() and "hf_aaa" not in e.value.render()
+    with monkeypatch.context() as m:  # `topl check` says so before launch (TOP-SCHEMA-004)
+        m.setattr(os, "environ", {**os.environ, **ENVIRON, "wandb_api_key": SECRET})
+        (v,) = [v for v in check(composed) if v.rule == "TOP-SCHEMA-004"]
+        assert "a secret" in v.message and SECRET not in v.message
 
 
 def test_a_plain_variable_still_expands(tmp_path):
