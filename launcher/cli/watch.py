@@ -18,7 +18,7 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch, watch_ray, watch_status
+from topl.launcher.run import watch, watch_io, watch_ray, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
@@ -31,7 +31,7 @@ def main(args: list[str]) -> int:
     )
     interval = _interval(flags.interval)
     run_dir = _run_dir(rest)
-    status = watch_status.read_status(run_dir)
+    status = watch_io.read_status(run_dir)
     if status.get("state") == "dry_run":
         return _dry_run(run_dir, flags.json)
     strict = (flags.strict or watch_status.is_strict_run(run_dir)) and not flags.no_stop
@@ -39,7 +39,7 @@ def main(args: list[str]) -> int:
     stopped = {}
 
     def on_stop(reason: str) -> None:
-        now = watch_status.read_status(run_dir)
+        now = watch_io.read_status(run_dir)
         if watch_status.ended(now):  # reading a finished run never changes its record
             stopped["how"] = how = f"the run already ended ({clean(now.get('state'))})"
             print(f"topl watch: {how}: nothing stopped, status.json left as it is", file=sys.stderr)
@@ -52,7 +52,7 @@ def main(args: list[str]) -> int:
     done = (lambda: w.ended() or True) if flags.once else None
     watch.follow(w, out=out, interval=interval, on_stop=on_stop, done=done, quiet=flags.json)
     png = watch.plot(w.steps, run_dir / "watch.png") if w.steps else None
-    end = watch_status.read_status(run_dir)
+    end = watch_io.read_status(run_dir)
     state = end.get("state")
     if flags.json:
         print(

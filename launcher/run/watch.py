@@ -142,13 +142,13 @@ class Watcher:
     def ended(self) -> bool:
         """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
         state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
-        st = watch_status.read_status(self.run_dir)
+        st = watch_io.read_status(self.run_dir)
         if not st:
             self._no_status_since = getattr(self, "_no_status_since", None) or time.monotonic()
             watch_status.no_status(self.run_dir, time.monotonic() - self._no_status_since)
         gone = st.get("state") == "running" and watch_status.topl_gone(st)
         if gone:  # topl writes its end before it exits: read again, the end may be there now
-            st = watch_status.read_status(self.run_dir)
+            st = watch_io.read_status(self.run_dir)
             gone = st.get("state") == "running"
         state = st.get("state")
         if gone:

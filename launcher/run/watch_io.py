@@ -8,6 +8,7 @@ executable as recorded at launch).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import socket
@@ -136,3 +137,12 @@ def prove(status: dict) -> tuple[str, str]:
     if now["start"] != start or (status.get("exe") and now["exe"] != status.get("exe")):
         return "gone", f"process {pid} is another program now (pid reused)"
     return "same", f"topl (pid {pid})"
+
+
+def read_status(run_dir: Path) -> dict:
+    """status.json as a dict ({} when missing, not a regular file, too large or not JSON)."""
+    try:
+        st = json.loads(read_text(run_dir / "status.json", STATUS_CAP) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return st if isinstance(st, dict) else {}

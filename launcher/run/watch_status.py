@@ -4,7 +4,6 @@ SIGKILL), and stopping the job (launcher/run/watch.py follows the run's steps)."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -19,7 +18,7 @@ from topl.launcher.run.watch_ray import RayJob, ray_job
 def update(run_dir: Path, state: str, **details) -> None:
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
-    st = read_status(run_dir)
+    st = watch_io.read_status(run_dir)
     st.pop("state", None), st.pop("updated", None)
     rundir.set_status(run_dir, state, **{**st, **details})
 
@@ -63,7 +62,7 @@ def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
 def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     """Let topl record the stop first, then say why in status.json (the run failed)."""
     deadline = time.monotonic() + wait_s
-    while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
+    while watch_io.read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
 
@@ -88,14 +87,6 @@ def no_status(run_dir: Path, waited_s: float) -> None:
 def ended(st: dict) -> bool:
     """Whether a status records the run's end (a record `topl watch` never rewrites)."""
     return st.get("state") in ("dry_run", "succeeded", "failed", "interrupted")  # = rundir.ENDS
-
-
-def read_status(run_dir: Path) -> dict:
-    try:
-        st = json.loads(watch_io.read_text(run_dir / "status.json", watch_io.STATUS_CAP) or "{}")
-    except (ValueError, RecursionError):
-        return {}
-    return st if isinstance(st, dict) else {}
 
 
 def _spec_get(run_dir: Path, dotted: str):
