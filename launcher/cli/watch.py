@@ -80,14 +80,14 @@ def main(args: list[str]) -> int:
 
 
 def _interval(text: str) -> float:
-    """--interval S: seconds between polls, a finite number in (0, 3600]."""
+    """--interval S: seconds between polls, a finite number in [0, 3600]."""
     try:
         s = float(text)
     except ValueError:
         s = math.nan
-    if not 0 < s <= 3600:  # nan and inf fail too
+    if not 0 <= s <= 3600:  # nan and inf fail too
         raise ToplError(
-            f"--interval {clean(text)!s:.40}: seconds between polls, a number in (0, 3600]",
+            f"--interval {clean(text)!s:.40}: seconds between polls, a number in [0, 3600]",
             where="command line",
             fix="e.g. --interval 2",
         )

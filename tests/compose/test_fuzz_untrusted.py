@@ -204,6 +204,49 @@ def test_no_recipe_runs_code_leaks_or_writes_outside(env, data):
         path.unlink()
 
 
+SWEPT = [
+    "model",
+    "cluster",
+    "recipe",
+    "+model",
+    "hydra/job_logging",
+    "cluster.env",
+    "verl_overrides",
+]
+
+
+def sweep_params(box: Path):
+    """hydra.sweeper.params as a recipe writes them: a key (a group, a dotted key, a map) and a
+    value of Hydra's sweep grammar (options joined by `,`, a map in braces, a path)."""
+    option = st.one_of(
+        _atoms(box).map(lambda a: "null" if a is None else str(a).lower() if a is True else str(a)),
+        st.sampled_from(["qwen3_4b", "../../../x/evil", "/etc/passwd", "{PYTHONPATH: /x}"]),
+        st.sampled_from(["{reward.custom_reward_function.path: /x.py}", "{python: /x}"]),
+    )
+    value = st.lists(option, min_size=1, max_size=3).map(",".join)
+    return st.dictionaries(st.sampled_from(KEYS + SWEPT), value, min_size=1, max_size=3)
+
+
+@BUDGET
+@given(data=st.data())
+def test_no_sweep_parameter_of_a_recipe_runs_code_leaks_or_writes_outside(env, data):
+    params = data.draw(sweep_params(env))
+    cmd = data.draw(st.sampled_from([["check"], ["plan"], ["launch", "-m", "--dry-run"]]))
+    path = env / "fz.yaml"
+    body = {"hydra": {"sweeper": {"params": params}}}
+    path.write_text("# @package _global_\n" + yaml.safe_dump(body, allow_unicode=True))
+    run_root = env / "runs"
+    before = tree(env, run_root)
+    try:
+        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
+        _check_outputs(env, run_root, before, rc, out, err)
+        for key, v in params.items():  # whatever a recipe sweeps, only names and data pass
+            if rc == 0 and key.lstrip("+") in ("model", "cluster", "recipe"):
+                assert "/" not in v and ".." not in v, (key, v)
+    finally:
+        path.unlink()
+
+
 STATUS_VALUES = st.sampled_from(
     [0, -1, 1, -os.getpid(), os.getpid(), 2**40, "1", None, [], {}, ESC, "running", True]
 )
