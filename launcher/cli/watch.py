@@ -45,7 +45,8 @@ def main(args: list[str]) -> int:
             print(f"topl watch: {how}: nothing stopped, status.json left as it is", file=sys.stderr)
             return
         stopped["how"] = how = watch_status.stop_job(run_dir, now, w.ray)
-        watch.mark(run_dir, reason, how)
+        sent = how.startswith(("SIGTERM", "ray job"))  # else no topl will record its own stop
+        watch.mark(run_dir, reason, how, wait_s=30.0 if sent else 0.0)
         print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout

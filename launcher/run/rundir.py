@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from topl.launcher import __version__
 from topl.launcher.base import redact as _redact
 from topl.launcher.base.errors import ToplError
-from topl.launcher.run.watch_io import replace_file
+from topl.launcher.run import watch_io
 
 if TYPE_CHECKING:
     from topl.launcher.compose.composed import Composed
@@ -89,7 +89,7 @@ def set_status(run_dir: Path, state: str, **details: Any) -> None:
     body = json.dumps(
         {"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1
     )
-    replace_file(run_dir / "status.json", (body + "\n").encode())
+    watch_io.replace_file(run_dir / "status.json", (body + "\n").encode())
 
 
 def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:

@@ -153,7 +153,7 @@ class Watcher:
         state = st.get("state")
         if gone:
             if self.ray is None:
-                watch_status.update(
+                self._record(
                     self.run_dir,
                     "failed",
                     error=f"topl (pid {st['pid']}) ended without recording the run's end "
@@ -174,7 +174,7 @@ class Watcher:
             if status not in watch_ray.RAY_ENDS:
                 return False
             code = info.driver_exit_code
-            watch_status.update(
+            self._record(
                 self.run_dir,
                 watch_ray.RAY_ENDS[status],
                 exit_code=code if code is not None else int(status != "SUCCEEDED"),
@@ -186,6 +186,10 @@ class Watcher:
             )
             return True
         return state not in (None, "running", "submitted")
+
+    def _record(self, run_dir: Path, state: str, **details) -> None:
+        if why := watch_status.update(run_dir, state, **details):  # a read-only run dir
+            self.notes.append(f"topl watch: {why}")
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()

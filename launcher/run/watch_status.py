@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -15,12 +16,18 @@ from topl.launcher.run import watch_io
 from topl.launcher.run.watch_ray import RayJob, ray_job
 
 
-def update(run_dir: Path, state: str, **details) -> None:
+def update(run_dir: Path, state: str, **details) -> str | None:
+    """Record an end topl could not in status.json; None, or why it could not be recorded (a
+    read-only or full run dir: watch reads runs it may not write, and says so)."""
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
     st = watch_io.read_status(run_dir)
     st.pop("state", None), st.pop("updated", None)
-    rundir.set_status(run_dir, state, **{**st, **details})
+    try:
+        rundir.set_status(run_dir, state, **{**st, **details})
+    except OSError as e:
+        return f"could not record `{state}` in {run_dir / 'status.json'}: {e.strerror or e}"
+    return None
 
 
 def topl_gone(st: dict) -> bool:
@@ -64,7 +71,8 @@ def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     deadline = time.monotonic() + wait_s
     while watch_io.read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
+    if why := update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how):
+        print(f"topl watch: {why}", file=sys.stderr)
 
 
 # How long a run directory may go without a status.json: topl writes it right after the run's

@@ -147,3 +147,21 @@ def test_launch_watch_rows_go_above_a_progress_bar_on_a_terminal(tmp_path, capsy
     shown = screen.getvalue()
     assert all(watch.row(s, {DIFF_MAX: 0.0}) in shown for s in (1, 2, 3)), shown  # via the bar
     assert not any(line.lstrip().startswith("1 ") for line in capsys.readouterr().out.splitlines())
+
+
+def test_watch_reads_a_read_only_run_dir_without_a_traceback(tmp_path, capsys, monkeypatch):
+    """Someone else's run, or an archived one: watch shows it and says what it could not record."""
+    import errno
+
+    d = _run_dir(tmp_path, {"state": "running", "pid": 2**22, "host": os.uname().nodename})
+    _metrics(d, 3, 2, pad=0)  # strict: step 2 off-policy, watch would stop and record it
+
+    def read_only(path, data):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(watch_io, "replace_file", read_only)  # every write watch makes
+    for args in (["--strict", "--once"], ["--once"]):
+        rc = topl(["watch", str(d), *args])
+        out = capsys.readouterr()
+        assert rc in (0, 1) and "Traceback" not in out.err, out.err
+        assert "could not record" in out.out + out.err, out
