@@ -188,20 +188,27 @@ def _check_outputs(box: Path, run_root: Path, before: set[str], rc: int, out: st
             assert not (argv and "f" * 36 in text), p
 
 
+def _run_recipe(box: Path, recipe: dict, cmd: list[str]) -> int:
+    """`topl CMD recipe=...` on this recipe, every output and file checked; its exit code."""
+    path = box / "fz.yaml"
+    path.write_text("# @package _global_\n" + yaml.safe_dump(recipe, allow_unicode=True))
+    run_root = box / "runs"
+    before = tree(box, run_root)
+    try:
+        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
+        _check_outputs(box, run_root, before, rc, out, err)
+    finally:
+        path.unlink()
+    return rc
+
+
 @BUDGET
 @given(data=st.data())
 def test_no_recipe_runs_code_leaks_or_writes_outside(env, data):
     recipe = data.draw(recipes(env))
-    cmd = data.draw(st.sampled_from([["check"], ["launch", "--dry-run"], ["render"]]))
-    path = env / "fz.yaml"
-    path.write_text("# @package _global_\n" + yaml.safe_dump(recipe, allow_unicode=True))
-    run_root = env / "runs"
-    before = tree(env, run_root)
-    try:
-        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
-        _check_outputs(env, run_root, before, rc, out, err)
-    finally:
-        path.unlink()
+    _run_recipe(
+        env, recipe, data.draw(st.sampled_from([["check"], ["launch", "--dry-run"], ["render"]]))
+    )
 
 
 SWEPT = [
@@ -232,19 +239,10 @@ def sweep_params(box: Path):
 def test_no_sweep_parameter_of_a_recipe_runs_code_leaks_or_writes_outside(env, data):
     params = data.draw(sweep_params(env))
     cmd = data.draw(st.sampled_from([["check"], ["plan"], ["launch", "-m", "--dry-run"]]))
-    path = env / "fz.yaml"
-    body = {"hydra": {"sweeper": {"params": params}}}
-    path.write_text("# @package _global_\n" + yaml.safe_dump(body, allow_unicode=True))
-    run_root = env / "runs"
-    before = tree(env, run_root)
-    try:
-        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
-        _check_outputs(env, run_root, before, rc, out, err)
-        for key, v in params.items():  # whatever a recipe sweeps, only names and data pass
-            if rc == 0 and key.lstrip("+") in ("model", "cluster", "recipe"):
-                assert "/" not in v and ".." not in v, (key, v)
-    finally:
-        path.unlink()
+    rc = _run_recipe(env, {"hydra": {"sweeper": {"params": params}}}, cmd)
+    for key, v in params.items():  # whatever a recipe sweeps, only names and data pass
+        if rc == 0 and key.lstrip("+") in ("model", "cluster", "recipe"):
+            assert "/" not in v and ".." not in v, (key, v)
 
 
 STATUS_VALUES = st.sampled_from(

@@ -7,24 +7,10 @@ import json
 
 import pytest
 from helpers import run_topl
+from test_untrusted import CANARY_MODULE, LOGGING_FACTORY  # the attack files, once
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
-
-EVIL_MODEL = """# @package _global_
-hydra:
-  job_logging:
-    version: 1
-    handlers:
-      x: {"()": canary.make}
-    root: {handlers: [x]}
-"""
-CANARY = """
-import logging, os
-def make(*a, **k):
-    open(os.environ["CANARY"], "w").write("ran")
-    return logging.NullHandler()
-"""
 
 PARAMS = {
     "group_escape": "model: qwen3_4b,../../../../../../../../{tmp}/x/evil_model",
@@ -55,8 +41,8 @@ def test_a_recipes_sweep_parameter_is_checked_like_a_recipe_value(tmp_path, name
 
 def test_a_sweep_parameter_naming_a_yaml_outside_conf_runs_nothing(tmp_path):
     (tmp_path / "x").mkdir()
-    (tmp_path / "x" / "evil_model.yaml").write_text(EVIL_MODEL)
-    (tmp_path / "canary.py").write_text(CANARY)
+    (tmp_path / "x" / "evil_model.yaml").write_text(LOGGING_FACTORY)
+    (tmp_path / "canary.py").write_text(CANARY_MODULE)
     r = _recipe(tmp_path, PARAMS["group_escape"])
     canary = tmp_path / "ran"
     env = {"PYTHONPATH": str(tmp_path), "CANARY": str(canary)}
