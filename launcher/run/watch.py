@@ -210,16 +210,27 @@ class Watcher:
         env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
         named = {m.get("what") for m in missing if isinstance(m, dict)}
         for name, (value, rule) in self._manifest.items():
-            if name in env and env[name] != value and f"env {name}" not in named:
+            # a variable the record does not show was not set in that process: not the value
+            if env.get(name) != value and f"env {name}" not in named:
                 missing.append(
                     {
                         "rule": rule,
                         "what": f"env {name}",
                         "needed": value,
-                        "found": env[name],
+                        "found": env.get(name),
                         "seen_by": "topl watch",
                     }
                 )
+        if rec.get("strict") and not self._manifest and "manifest" not in named:
+            missing.append(  # nothing to check a strict record's `ok` against: not shown as ok
+                {
+                    "rule": "TOP-GUARD-001",
+                    "what": "manifest",
+                    "needed": "the run's TOPL_GUARD manifest (invocation.json) to check it",
+                    "found": None,
+                    "seen_by": "topl watch",
+                }
+            )
         return {**rec, "missing": missing}
 
     def poll(self) -> list[tuple[str, object]]:

@@ -165,3 +165,25 @@ def test_watch_reads_a_read_only_run_dir_without_a_traceback(tmp_path, capsys, m
         out = capsys.readouterr()
         assert rc in (0, 1) and "Traceback" not in out.err, out.err
         assert "could not record" in out.out + out.err, out
+
+
+@pytest.mark.parametrize(
+    "invocation, env",
+    [
+        (None, {"VLLM_BATCH_INVARIANT": "0"}),  # no manifest to check the record against
+        ({"VLLM_BATCH_INVARIANT": ["1", "TOP-ALN-001"]}, {}),  # the variable not set at all
+    ],
+)
+def test_a_strict_guard_record_that_says_ok_is_checked_not_trusted(
+    tmp_path, capsys, invocation, env
+):
+    d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
+    if invocation is not None:
+        manifest = json.dumps({"env": invocation, "modules": {}, "strict": True})
+        (d / "invocation.json").write_text(json.dumps({"env": {"TOPL_GUARD": manifest}}))
+    (d / "guard").mkdir()
+    rec = {"role": "driver", "host": "h", "pid": 1, "strict": True, "missing": [], "env": env}
+    (d / "guard" / "h-1.json").write_text(json.dumps(rec))
+    topl(["watch", str(d), "--once"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("guard"))
+    assert not line.endswith(": ok"), line
