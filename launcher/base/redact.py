@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 REDACTED = "<redacted>"
 MIN_VALUE_LEN = 6  # shorter values (true, 1, abc) would garble output when replaced everywhere
@@ -37,7 +37,7 @@ _ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PWD")
 _STARTS = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _NOT_SECRET = {"PWD", "OLDPWD"}  # the shell's working directories
 
-_SHAPES = [
+_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # scheme://user:PASSWORD@host (DATABASE_URL, REDIS_URL, git remotes)
     (
         # (an empty user, and a password with `/` or `@` in it, are still userinfo: it ends at

@@ -13,7 +13,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from topl.launcher.base.tree import flatten
-from topl.launcher.compose import recipes, untrusted
+from topl.launcher.compose import recipes
+from topl.launcher.compose.untrusted_options import SELECTABLE
 
 if TYPE_CHECKING:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -189,7 +190,7 @@ def file_sources(
     return sources
 
 
-GROUPS = untrusted.SELECTABLE | {"recipe"}
+GROUPS = SELECTABLE | {"recipe"}
 
 
 def _label(path: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +19,12 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose import meaning
 from topl.launcher.compose.did_you_mean import nearest
+from topl.launcher.compose.untrusted_options import (
+    OPTION_NAME,
+    SELECTABLE,
+    sweep_params,
+    sweep_points,
+)
 from topl.launcher.compose.untrusted_yaml import (
     MAX_BYTES,
     load_yaml,
@@ -30,10 +35,6 @@ from topl.launcher.spec.job import JobSpec
 MAX_INCLUDES = 8  # recipes including recipes, depth
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
-# The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
-SELECTABLE = frozenset(
-    p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
-)
 UNSAFE_FLAG = "--unsafe-hydra-overrides"
 # hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
 RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
@@ -53,7 +54,6 @@ CLI_HYDRA = (
 # Hydra launcher plugins the command line may pick by name: both run topl's jobs on this machine,
 # in-process (basic) or in local worker processes (joblib); others submit elsewhere (slurm, ray).
 CLI_LAUNCHERS = ("basic", "joblib")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
 # `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
 # (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
@@ -183,79 +183,6 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
     return _check_defaults(data.get("defaults", []), where)
 
 
-def sweep_params(data: Any) -> dict[str, Any]:
-    """A parsed recipe's `hydra.sweeper.params` ({} when it sets none)."""
-    node: Any = data
-    for part in ("hydra", "sweeper", "params"):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
-def sweep_points(data: Any, where: str) -> Iterator[dict[str, Any]]:
-    """Each value a recipe's sweep parameter may take, as the one-key recipe `{key: value}` it
-    amounts to (Hydra applies it as an override of that key, per job): checked like any recipe
-    value. A group's options are names (`model: ../../x/evil` would load any YAML)."""
-    params = sweep_params(data)
-    if not params:
-        return
-    # lazy: Hydra's override grammar only for a recipe that sweeps
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    parser = OverridesParser.create()
-    for key, value in params.items():
-        text = f"{key}={value if not isinstance(value, bool) else str(value).lower()}"
-        try:
-            ov = parser.parse_override(text)
-        except HydraException as e:
-            raise ToplError(
-                f"hydra.sweeper.params.{key}: not a sweep Hydra can read ({e})",
-                where=where,
-                fix="write `KEY: a,b,c` (Hydra's override grammar)",
-            ) from None
-        group = ov.key_or_group
-        if ov.is_sweep_override() and not ov.is_discrete_sweep():
-            values: list[Any] = []  # interval() / range over floats: numbers, nothing to name
-        elif ov.is_sweep_override():
-            values = list(ov.sweep_iterator())
-        else:
-            values = [ov.value()]
-        if "/" in group or "@" in group or group.lstrip("+~") in (*SELECTABLE, "recipe"):
-            check_option(f"hydra.sweeper.params.{key}", group, values, where)
-            continue
-        for v in values:
-            yield _nest(group.lstrip("+~"), v)
-
-
-def _nest(dotted: str, value: Any) -> dict[str, Any]:
-    """`a.b.c`, v -> {a: {b: {c: v}}}: the key as a recipe nests it (`cluster: {env: ...}`)."""
-    node: Any = value
-    for part in reversed(dotted.split(".")):
-        node = {part: node}
-    return node
-
-
-def check_option(what: str, group: str, options: list[Any], where: str) -> None:
-    """A config group's option is a name in topl's conf/ (or a recipe's name), never a path:
-    `../` or `/` would make Hydra load any YAML file, whose `hydra:` section runs code."""
-    bare = group.lstrip("+~")
-    if bare not in (*SELECTABLE, "recipe"):
-        raise ToplError(
-            f"{what}: {bare!r} is not one of topl's config groups "
-            f"({', '.join(sorted(SELECTABLE))}, recipe)",
-            where=where,
-            fix="sweep a group's options by name (`model: qwen3_4b,qwen3_8b`) or a key's values",
-        )
-    bad = [str(o) for o in options if not (isinstance(o, str) and _NAME.match(o))]
-    if bad:
-        raise ToplError(
-            f"{what}: option(s) {', '.join(map(repr, bad))} are not names: a group's option is "
-            "a file of topl's conf/ (a recipe's name), never a path",
-            where=where,
-            fix=f"use the options `topl launch --info defaults` lists for {bare}",
-        )
-
-
 def _near(unknown: list[Any], fields: set[str]) -> str:
     """`did you mean train? ` for each unknown key with a near field (a typo, not a new key)."""
 
@@ -318,7 +245,7 @@ def _check_defaults(entries: Any, where: str) -> list[str]:
     for e in entries:
         if e == "_self_":
             continue
-        if isinstance(e, str) and _NAME.match(e) and not e.endswith((".yaml", ".yml")):
+        if isinstance(e, str) and OPTION_NAME.match(e) and not e.endswith((".yaml", ".yml")):
             includes.append(
                 e
             )  # a recipe by name (resolved in the shipped folder / TOPL_RECIPE_PATH)
@@ -326,7 +253,12 @@ def _check_defaults(entries: Any, where: str) -> list[str]:
         if isinstance(e, dict) and len(e) == 1:
             ((key, value),) = e.items()
             m = _GROUP_ENTRY.match(str(key))
-            if m and m["group"] in SELECTABLE and isinstance(value, str) and _NAME.match(value):
+            if (
+                m
+                and m["group"] in SELECTABLE
+                and isinstance(value, str)
+                and OPTION_NAME.match(value)
+            ):
                 continue
         raise ToplError(f"defaults entry {e!r} is not allowed in a recipe", where=where, fix=how)
     return includes
