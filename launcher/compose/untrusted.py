@@ -58,6 +58,7 @@ _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
 # `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
 # (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
 _RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab / newline, DEL, C1
 _PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -90,6 +91,18 @@ def check_values(node: Any, where: str, *, resolvers: bool) -> None:
             fix="remove those keys (topl never instantiates code from a config)",
         )
     if not resolvers:
+        controls = [
+            p
+            for p, k, v in _walk(node)
+            if any(isinstance(t, str) and _CONTROL.search(t) for t in (k, v))
+        ]
+        if controls:  # a terminal escape (or a NUL) printed by check / render would run there
+            raise ToplError(
+                f"control character (a terminal escape sequence or NUL) at "
+                f"{', '.join(sorted(set(map(repr, controls))))}",
+                where=where,
+                fix="write the value as plain text (tab and newline are fine)",
+            )
         calls = [
             p
             for p, _, v in _walk(node)
@@ -361,7 +374,13 @@ def check_run_path(path: str, where: str) -> None:
     the default run dir name, could otherwise climb out of run_root)."""
     from pathlib import PurePath
 
-    if ".." in PurePath(path).parts or "\0" in path:
+    if "\0" in path:
+        raise ToplError(
+            "the run directory's name holds a NUL character",
+            where=where,
+            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir as plain text",
+        )
+    if ".." in PurePath(path).parts:
         raise ToplError(
             f"the run directory {path} climbs out of its folder (`..`)",
             where=where,

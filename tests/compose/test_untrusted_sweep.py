@@ -68,3 +68,20 @@ def test_sources_json_names_the_recipe_that_swept_a_key(tmp_path):
     for i in (0, 1):
         sources = json.loads((sweep / str(i) / "sources.json").read_text())
         assert sources["train.steps"] == f"{r} (hydra.sweeper.params `train.steps={3 + i}`)"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'experiment: "x\\e]0;owned\\ay"\n',  # a terminal escape check / render would print
+        'verl_overrides:\n  trainer.project_name: "p\\e[2Jq"\n',
+        'experiment: "a\\0b"\n',  # a NUL: a run dir name no file system takes
+        'hydra:\n  sweeper:\n    params:\n      experiment: "a,\\e[2J"\n',
+    ],
+)
+def test_a_recipe_value_holds_no_control_character(tmp_path, body):
+    r = tmp_path / "esc.yaml"
+    r.write_text("# @package _global_\n" + body)
+    with pytest.raises(ToplError, match="control character") as e:
+        compose_job([f"recipe={r}"])
+    assert "\x1b" not in e.value.render() and "\0" not in e.value.render()
