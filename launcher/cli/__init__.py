@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from topl.launcher.base import redact
+from topl.launcher.base import children, redact
 from topl.launcher.base.errors import (
     LOCAL_EXTRA,
     ToplError,
@@ -165,7 +165,8 @@ def _main(argv: list[str] | None) -> int:
             _working_directory()
         if cmd not in ("rules", "diagnose", "compare"):
             check_sweeper_discoverable()
-        return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
+        with lifecycle.signals_interrupt():  # SIGTERM unwinds like Ctrl-C: children go with us
+            return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
     except ToplError as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -191,6 +192,7 @@ def _main(argv: list[str] | None) -> int:
         )
         return 2
     except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
+        children.kill_all()  # the doctor's interpreter (and its children), waited on in a thread
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)
         return 128 + signum

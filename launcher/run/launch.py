@@ -135,6 +135,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             run_dir,
             lambda: start(ctx, spec, inv, run_dir),
             detached=backend.detached(ctx.follow),
+            reraise=ctx.multirun,  # a signal stops the whole sweep, not only this point
             backend=backend.traits.name,
         )
 

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from topl.launcher import __version__
 from topl.launcher.base import redact as _redact
 from topl.launcher.base.errors import ToplError
+from topl.launcher.run import watch_io
 
 if TYPE_CHECKING:
     from topl.launcher.compose.composed import Composed
@@ -88,11 +89,7 @@ def set_status(run_dir: Path, state: str, **details: Any) -> None:
     body = json.dumps(
         {"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1
     )
-    tmp = run_dir / f".status.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(body + "\n")
-    os.replace(tmp, run_dir / "status.json")
+    watch_io.replace_file(run_dir / "status.json", (body + "\n").encode())
 
 
 def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:

@@ -105,9 +105,10 @@ class LineWriter:
 
     def __init__(self, log, metrics: MetricsFile | None = None):
         self.log, self.pending, self.metrics = log, "", metrics
+        self.lines = redact.Lines()  # a private key printed over many lines (and chunks) goes whole
 
     def _emit(self, text: str) -> None:
-        text = redact.text(text)
+        text = "".join(self.lines(line) for line in text.splitlines(keepends=True))
         sys.stdout.write(text)
         self.log.write(text)
         if self.metrics is not None:
