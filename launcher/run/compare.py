@@ -23,7 +23,7 @@ import yaml
 from topl.launcher import __version__
 from topl.launcher.base.errors import ToplError
 from topl.launcher.run import watch_io, watch_status
-from topl.launcher.run.watch import DIFF_MAX, LOGP_MAX, REWARD, Tail, parse_console
+from topl.launcher.run.watch import DIFF_MAX, LOGP_MAX, REWARD, Tail, parse_console, parse_metric
 
 RUN_FILES = ("topl.json", "status.json", "spec.yaml")  # any one makes a folder a run directory
 SWEEP_FILES = ("sweep_report.json", "multirun.yaml")
@@ -188,7 +188,7 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     if overrides is None:
         overrides = _point_overrides(run, topl)
     row.overrides = _split(overrides)
-    st = watch_status.read_status(run)
+    st = watch_io.read_status(run)
     if not st:
         row.notes.append("status.json missing or unreadable: the launch stopped before the job")
     row.state = _str(st.get("state"))
@@ -237,10 +237,11 @@ def read_steps(run: Path) -> tuple[list[tuple[int, dict[str, Any]]], str | None]
     they came from: metrics.jsonl, else verl's console lines in verl.log."""
     steps: dict[int, dict[str, Any]] = {}
     for name in ("metrics.jsonl", "verl.log"):
-        tail = Tail(run / name)
-        while len(steps) < MAX_STEPS and (lines := tail.lines()):
+        for lines in Tail(run / name).batches():  # a chunk at a time: bounded memory
+            if len(steps) >= MAX_STEPS:
+                break
             for line in lines:
-                got = _metrics_line(line) if name == "metrics.jsonl" else parse_console(line)
+                got = parse_metric(line) if name == "metrics.jsonl" else parse_console(line)
                 if got is not None:
                     steps[got[0]] = {k: v for k, v in got[1].items() if k in KEPT}
         if steps:
@@ -249,15 +250,6 @@ def read_steps(run: Path) -> tuple[list[tuple[int, dict[str, Any]]], str | None]
 
 
 KEPT = {LOGP_MAX, DIFF_MAX, REWARD, *STEP_TIME, *TOKENS}  # what a row and the plot read
-
-
-def _metrics_line(line: str) -> tuple[int, dict[str, Any]] | None:
-    try:
-        rec = json.loads(line)
-        step, data = int(rec["step"]), rec["data"]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return None  # a blank, partial or foreign line: the steps around it still count
-    return (step, data) if isinstance(data, dict) else None
 
 
 def _num(v: Any) -> float | None:
