@@ -234,7 +234,12 @@ GROUPS: tuple[Group, ...] = (
     ),  # fmt: skip
 )
 TARGETS: dict[str, tuple[Target, ...]] = {v: g.targets for g in GROUPS for v in g.releases}
-VLLM_PIN: dict[str, str] = {v: p for g in GROUPS for v, p in g.vllm.items()}
+# the vLLM each release pins (Dockerfile ARG VLLM_TAG), the unalignable ones too
+VLLM_PIN: dict[str, str] = {
+    "0.18.0": "0.18.0",
+    "0.19.1rc1": "0.19.1",
+    **{v: p for g in GROUPS for v, p in g.vllm.items()},
+}
 NEWEST = max(
     TARGETS, key=Version
 )  # the newest release covered (scripts/check_vllm_ascend.py starts here)

@@ -127,8 +127,6 @@ def bi_ops(s: JobSpec) -> Outcome:
         "fa3_backend",
         "seed_fa3_patch_applies",
         "verl_external_modules",
-        "align_moe_mlp",
-        "align_expert_select",
         "align_logits_vocab",
         "training_consistency_only_selects_fa3",
     ),
