@@ -14,6 +14,7 @@ import sys
 import types
 
 import pytest
+from test_align_moe import _gmm
 
 from topl.launcher import facts
 from topl.launcher.align import ops, patches, targets
@@ -36,14 +37,6 @@ def _target(version, alignment, attr=None):
 
 
 UNQUANT = [v for v, ts in targets.TARGETS.items() if any(t.attr == "unquant_apply_mlp" for t in ts)]
-
-
-def _gmm(x, w, group_list):
-    out, start = [], 0
-    for e, n in enumerate(group_list.tolist()):
-        out.append(x[start : start + n] @ w[e])
-        start += n
-    return torch.cat(out)
 
 
 def _torch_npu():
