@@ -240,9 +240,8 @@ VLLM_PIN: dict[str, str] = {
     "0.19.1rc1": "0.19.1",
     **{v: p for g in GROUPS for v, p in g.vllm.items()},
 }
-NEWEST = max(
-    TARGETS, key=Version
-)  # the newest release covered (scripts/check_vllm_ascend.py starts here)
+KNOWN = tuple(sorted(VLLM_PIN, key=Version))  # every release topl has read (issue 47's range)
+NEWEST = max(TARGETS, key=Version)  # the newest covered: scripts/check_vllm_ascend.py starts here
 
 # Releases in the range that no target set can make true on-policy, and why: each names the stack
 # facts that prove it (TOP-STACK-005 quotes them). Both lack the FA3 backend (fact fa3_backend).

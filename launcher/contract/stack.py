@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
 from topl.launcher import facts
 from topl.launcher.align import targets as align_targets
 from topl.launcher.base.errors import ERROR, WARNING
@@ -21,9 +19,7 @@ if TYPE_CHECKING:
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
 # the vllm-ascend releases topl knows (issue 47's range, 0.18.0 on) that ship FA3 themselves
 FA3_RELEASES = ", ".join(
-    v
-    for v in sorted({*align_targets.TARGETS, *align_targets.UNALIGNABLE}, key=Version)
-    if facts.supports("fa3_backend", {"vllm_ascend": v})
+    v for v in align_targets.KNOWN if facts.supports("fa3_backend", {"vllm_ascend": v})
 )
 
 

@@ -7,7 +7,7 @@ facts_sources); `scripts/check_vllm_ascend.py` reads a release not covered yet.
 
 from __future__ import annotations
 
-from topl.launcher.align.targets import GROUPS, TARGETS, VLLM_PIN
+from topl.launcher.align.targets import GROUPS, TARGETS
 from topl.launcher.facts.evidence import Evidence, Fact, seed, va, verl
 
 REL, PRE = "0.23.0.post1", "0.30.0rc2"
@@ -42,16 +42,20 @@ def each(groups: tuple[str, ...], path: str, needle: str, present: bool = True) 
     )
 
 
+def vllm_pins(groups: tuple[str, ...] = ALL) -> list[str]:
+    """The vLLM releases the releases of these groups pin, once each."""
+    return list(dict.fromkeys(g.vllm[v] for g in GROUPS if g.name in groups for v in g.releases))
+
+
 def pins(path: str, needle: str, groups: tuple[str, ...] = ALL) -> tuple[Evidence, ...]:
     """The same needle read in every vLLM release the releases of these groups pin."""
-    got = {g.vllm[v]: None for g in GROUPS if g.name in groups for v in g.releases}
-    return tuple(vllm(v, path, needle) for v in got)
+    return tuple(vllm(v, path, needle) for v in vllm_pins(groups))
 
 
 def _target(
     fid: str, package: str, text: str, evidence: tuple[Evidence, ...], seed_needle: str
 ) -> Fact:
-    on = TARGETS if package == "vllm_ascend" else sorted(set(VLLM_PIN.values()))
+    on = TARGETS if package == "vllm_ascend" else vllm_pins()
     return Fact(
         fid,
         package,

@@ -9,8 +9,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from packaging.version import Version
-
 from topl.launcher.align import targets
 from topl.launcher.facts import supports
 
@@ -110,13 +108,12 @@ def releases_markdown() -> str:
     """docs/stacks.md's release table: every vllm-ascend release topl knows (issue 47's range),
     its target group, the vLLM it pins, how FA3 is chosen, and what strict gets, dense and MoE
     (the shipped strict recipes on each: tests/facts/test_facts_releases.py)."""
-    known = sorted({*targets.TARGETS, *targets.UNALIGNABLE}, key=Version)
     group = {v: g.name for g in targets.GROUPS for v in g.releases}
     out = [
         "| vllm-ascend | group | vLLM | FA3 chosen by | strict, dense | strict, MoE |",
         "|---|---|---|---|---|---|",
     ]
-    for v in known:
+    for v in targets.KNOWN:
         on = {"vllm_ascend": v}
         fa3 = (
             "`additional_config.rl_config`"
