@@ -95,3 +95,31 @@ def test_reads_real_releases_against_the_newest_targets(capsys):
         r["what"].split(":")[0] for r in rows if r["kind"] == "target" and r["status"] != "holds"
     }
     assert drift == {"moe_mlp", "comm_alltoall"}
+
+
+def test_an_sdist_is_read_only_with_its_pinned_sha256(monkeypatch):
+    """A different file under a pinned release's name is refused, not read (the index's own hash
+    where topl pins none)."""
+    import hashlib
+    import io
+    import tarfile
+
+    from topl.launcher.facts import sources
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        data = b"class AscendFABackend: ...\n"
+        info = tarfile.TarInfo("vllm_ascend-0.23.0/vllm_ascend/attention/fa3_v1.py")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    body = buf.getvalue()
+    f = {"filename": "vllm_ascend-X.tar.gz", "url": "u", "hashes": {"sha256": "0" * 64}}
+    monkeypatch.setattr(sources, "_files", lambda p, v: [f])
+    monkeypatch.setattr(sources, "_get", lambda url, timeout=0: body)
+    path = "vllm_ascend/attention/fa3_v1.py"
+    with pytest.raises(ValueError, match="sha256"):
+        sources._read_sdist("vllm-ascend", "0.23.0", {path})  # pinned: SDIST_SHA256
+    with pytest.raises(ValueError, match="sha256"):
+        sources._read_sdist("vllm-ascend", "0.31.0", {path})  # not pinned: the index's hash
+    f["hashes"]["sha256"] = hashlib.sha256(body).hexdigest()
+    assert "AscendFABackend" in sources._read_sdist("vllm-ascend", "0.31.0", {path})[path]
