@@ -35,7 +35,9 @@ def vllm(v: str, path: str, needle: str, present: bool = True) -> Evidence:
     return Evidence("vllm", v, f"vllm/{path}", needle, present)
 
 
-def each(groups: tuple[str, ...], path: str, needle: str, present: bool = True) -> tuple:
+def each(
+    groups: tuple[str, ...], path: str, needle: str, present: bool = True
+) -> tuple[Evidence, ...]:
     """The same needle read in every vllm-ascend release of these groups."""
     return tuple(
         va(v, path, needle, present) for g in GROUPS if g.name in groups for v in g.releases
