@@ -120,7 +120,9 @@ def world(get: Get) -> int:
 
 
 def megatron(get: Get) -> bool:
-    return get("model_engine") == "megatron" or get(f"{A}.actor.strategy") == "megatron"
+    """model_engine is a Hydra group choice (the command's); a composed config has the strategy."""
+    engine = get("model_engine")
+    return engine == "megatron" or engine is None and get(f"{A}.actor.strategy") == "megatron"
 
 
 def engine_dp_sp(get: Get, role: str) -> tuple[int, int]:
