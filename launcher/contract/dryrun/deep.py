@@ -66,6 +66,14 @@ STAGES = {
                       "report it: the dry run failed where verl did not (the rest of check ran)"),
 }
 STAGES["vllm_engine"] = STAGES["rollout_replica"]
+FIXES = {  # check -> a fix more precise than its stage's
+    "use_mbridge": "drop use_mbridge=false from verl_overrides / extra_overrides",
+    "vllm_scheduler": "raise rollout.max_num_batched_tokens to at least rollout.max_num_seqs",
+    "replica_nodes": "make rollout tp*dp*pp a divisor or a multiple of devices_per_node",
+    "token_budget": "raise the token budget named to at least max_prompt_length + max_response_length",
+    "micro_divides": "make the micro batch named divide the per-rank batch the message gives",
+    "ulysses_remove_padding": "keep actor_rollout_ref.model.use_remove_padding=true with ulysses_sp > 1",
+}
 QUOTED = re.compile(r"'((?:actor_rollout_ref|critic|data|algorithm|trainer|reward|model_engine)[\w.]*)'")
 TIMEOUT = 300.0
 
@@ -160,7 +168,8 @@ def violation(f: dict[str, Any], composed: Composed, spec: JobSpec) -> Violation
             src = composed.source(e.origin) if e.origin else "topl"
             keys[name] = {"value": e.value, "source": f"{src}; verl key {e.key}"}
     cite = f" [{f['cite']}]" if f.get("cite") else ""
-    return Violation(st.id, sev, f"{f['check']}: {f['message']}{cite}", keys, st.fix)
+    fix = FIXES.get(f["check"], st.fix)
+    return Violation(st.id, sev, f"{f['check']}: {f['message']}{cite}", keys, fix)
 
 
 def involved(f: dict[str, Any], cmd: Command) -> list[str]:
