@@ -69,9 +69,18 @@ def _uses_ref(get: mirror.Get) -> bool:
     "TOP-INIT-010",
     ERROR,
     "the log-prob recompute and the reference split their per-rank batch into whole micro batches",
-    ("train.train_batch_size", "train.ppo_mini_batch_size", "rollout.n",
-     "train.log_prob_micro_batch_size_per_gpu", "rollout.log_prob_micro_batch_size_per_gpu",
-     "train.use_dynamic_bsz", "algorithm.use_kl_loss", "algorithm.entrypoint", *WORLD, *USER),
+    (
+        "train.train_batch_size",
+        "train.ppo_mini_batch_size",
+        "rollout.n",
+        "train.log_prob_micro_batch_size_per_gpu",
+        "rollout.log_prob_micro_batch_size_per_gpu",
+        "train.use_dynamic_bsz",
+        "algorithm.use_kl_loss",
+        "algorithm.entrypoint",
+        *WORLD,
+        *USER,
+    ),
     "make each log_prob_micro_batch_size_per_gpu divide the per-rank batch the message gives "
     "(train_batch_size * n / dp, padded by verl 0.9's trainer to its mini batch)",
 )
@@ -85,15 +94,25 @@ def recompute_micro(s: JobSpec) -> Outcome:
     get = lookup(s, cmd)
     v1 = legacy_trainer(s, cmd) is False
     found = mirror.batch_split(get, _uses_ref(get), v1, s.algorithm.use_critic)
-    return _report(s, cmd, [f for f in found if f.check == "micro_divides" and "ppo_micro" not in f.keys[0]])
+    return _report(
+        s, cmd, [f for f in found if f.check == "micro_divides" and "ppo_micro" not in f.keys[0]]
+    )
 
 
 @rule(
     "TOP-INIT-011",
     ERROR,
     "with dynamic batch size every token budget holds prompt + response",
-    ("train.use_dynamic_bsz", "train.ppo_max_token_len_per_gpu", "train.max_prompt_length",
-     "train.max_response_length", "train.ulysses_sp", "train.cp", "algorithm.use_kl_loss", *USER),
+    (
+        "train.use_dynamic_bsz",
+        "train.ppo_max_token_len_per_gpu",
+        "train.max_prompt_length",
+        "train.max_response_length",
+        "train.ulysses_sp",
+        "train.cp",
+        "algorithm.use_kl_loss",
+        *USER,
+    ),
     "raise train.ppo_max_token_len_per_gpu (and any log_prob_max_token_len_per_gpu set in "
     "verl_overrides) to at least max_prompt_length + max_response_length (per sequence-parallel rank)",
 )
@@ -122,7 +141,9 @@ def fsdp_meshes(s: JobSpec) -> Outcome:
     verl/workers/engine/fsdp/utils.py:create_device_mesh; 0.8.0 the same), for actor and ref."""
     cmd = command(s)
     get = lookup(s, cmd)
-    return _report(s, cmd, mirror.fsdp_meshes(get, ("actor", "ref") if _uses_ref(get) else ("actor",)))
+    return _report(
+        s, cmd, mirror.fsdp_meshes(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+    )
 
 
 @rule(
@@ -170,15 +191,24 @@ def mbridge(s: JobSpec) -> Outcome:
     megatron/transformer_impl.py; 0.8.0 the same) for the actor and the reference."""
     cmd = command(s)
     get = lookup(s, cmd)
-    return _report(s, cmd, mirror.use_mbridge(get, ("actor", "ref") if _uses_ref(get) else ("actor",)))
+    return _report(
+        s, cmd, mirror.use_mbridge(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+    )
 
 
 @rule(
     "TOP-INIT-016",
     ERROR,
     "verl 0.9's trainer fetches whole gen batches and filters groups by a named metric",
-    ("train.train_batch_size", "algorithm.gen_batch_size", "algorithm.filter_groups",
-     "algorithm.filter_groups_metric", "algorithm.entrypoint", "cluster.versions.verl", *USER),
+    (
+        "train.train_batch_size",
+        "algorithm.gen_batch_size",
+        "algorithm.filter_groups",
+        "algorithm.filter_groups_metric",
+        "algorithm.entrypoint",
+        "cluster.versions.verl",
+        *USER,
+    ),
     "make train.train_batch_size a multiple of algorithm.gen_batch_size; set "
     "algorithm.filter_groups_metric with filter_groups",
 )

@@ -21,6 +21,7 @@ from topl.launcher.base import children
 from topl.launcher.base.errors import ERROR, WARNING, ToplError
 from topl.launcher.contract.core import Violation
 from topl.launcher.contract.dryrun import releases
+from topl.launcher.contract.runtime import DEEP, RuntimeRule
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render.command import command
 from topl.launcher.render.invocation import render
@@ -41,29 +42,59 @@ class Stage:
 
 # stage (verl_side.py) -> the id a user meets; listed by `topl rules` (contract/runtime.py)
 STAGES = {
-    "import": Stage("TOP-DRY-000", "the declared verl is at hand for the dry run",
-                    "install the declared verl here, or let topl fetch its wheel (`topl check --deep`"
-                    " downloads it with pip into ~/.cache/topl-verl); the fast rules still ran"),
-    "compose": Stage("TOP-DRY-001", "verl's Hydra config composes the command",
-                     "fix or remove the key verl names (a key the declared verl lacks, a wrong type)"),
-    "validate_config": Stage("TOP-DRY-002", "verl's validate_config accepts the command",
-                             "change the keys verl's message names (see the keys listed)"),
-    "dataclass": Stage("TOP-DRY-003", "every config dataclass the workers build accepts its node",
-                       "change the keys verl's message names in the node listed"),
-    "mesh": Stage("TOP-DRY-004", "the training engines' device meshes cover the world",
-                  "make each parallel size divide the device count (trainer.nnodes x n_gpus_per_node)"),
-    "batch_split": Stage("TOP-DRY-005", "each step-1 pass splits into whole micro batches / budgets",
-                         "make the micro batch divide the per-rank batch, or the token budget hold prompt"
-                         " + response"),
-    "rollout_replica": Stage("TOP-DRY-006", "rollout replicas and vLLM's engine arguments are valid",
-                             "make a replica (tp x dp x pp) whole nodes or part of one; keep "
-                             "max_num_batched_tokens >= max_num_seqs"),
-    "algorithm": Stage("TOP-DRY-007", "the algorithm's names and thresholds are verl's",
-                       "use a name verl registers / a threshold its parser takes"),
-    "trainer": Stage("TOP-DRY-008", "the trainer's own start-up checks pass",
-                     "make train_batch_size a multiple of gen_batch_size; set filter_groups.metric"),
-    "internal": Stage("TOP-DRY-009", "the dry run itself ran",
-                      "report it: the dry run failed where verl did not (the rest of check ran)"),
+    "import": Stage(
+        "TOP-DRY-000",
+        "the declared verl is at hand for the dry run",
+        "install the declared verl here, or let topl fetch its wheel (`topl check --deep`"
+        " downloads it with pip into ~/.cache/topl-verl); the fast rules still ran",
+    ),
+    "compose": Stage(
+        "TOP-DRY-001",
+        "verl's Hydra config composes the command",
+        "fix or remove the key verl names (a key the declared verl lacks, a wrong type)",
+    ),
+    "validate_config": Stage(
+        "TOP-DRY-002",
+        "verl's validate_config accepts the command",
+        "change the keys verl's message names (see the keys listed)",
+    ),
+    "dataclass": Stage(
+        "TOP-DRY-003",
+        "every config dataclass the workers build accepts its node",
+        "change the keys verl's message names in the node listed",
+    ),
+    "mesh": Stage(
+        "TOP-DRY-004",
+        "the training engines' device meshes cover the world",
+        "make each parallel size divide the device count (trainer.nnodes x n_gpus_per_node)",
+    ),
+    "batch_split": Stage(
+        "TOP-DRY-005",
+        "each step-1 pass splits into whole micro batches / budgets",
+        "make the micro batch divide the per-rank batch, or the token budget hold prompt"
+        " + response",
+    ),
+    "rollout_replica": Stage(
+        "TOP-DRY-006",
+        "rollout replicas and vLLM's engine arguments are valid",
+        "make a replica (tp x dp x pp) whole nodes or part of one; keep "
+        "max_num_batched_tokens >= max_num_seqs",
+    ),
+    "algorithm": Stage(
+        "TOP-DRY-007",
+        "the algorithm's names and thresholds are verl's",
+        "use a name verl registers / a threshold its parser takes",
+    ),
+    "trainer": Stage(
+        "TOP-DRY-008",
+        "the trainer's own start-up checks pass",
+        "make train_batch_size a multiple of gen_batch_size; set filter_groups.metric",
+    ),
+    "internal": Stage(
+        "TOP-DRY-009",
+        "the dry run itself ran",
+        "report it: the dry run failed where verl did not (the rest of check ran)",
+    ),
 }
 STAGES["vllm_engine"] = STAGES["rollout_replica"]
 FIXES = {  # check -> a fix more precise than its stage's
@@ -74,7 +105,32 @@ FIXES = {  # check -> a fix more precise than its stage's
     "micro_divides": "make the micro batch named divide the per-rank batch the message gives",
     "ulysses_remove_padding": "keep actor_rollout_ref.model.use_remove_padding=true with ulysses_sp > 1",
 }
-QUOTED = re.compile(r"'((?:actor_rollout_ref|critic|data|algorithm|trainer|reward|model_engine)[\w.]*)'")
+
+
+def catalog() -> list[RuntimeRule]:
+    """The dry run's ids for `topl rules` (each stage once; vllm_engine shares rollout_replica's)."""
+    seen = {st.id: st for st in STAGES.values()}
+    why = (
+        "verl's own start-up check, run on CPU by the declared verl (launcher/contract/dryrun; "
+        "docs/startup.md): the message is verl's, with the topl keys behind the verl keys"
+    )
+    return [
+        RuntimeRule(
+            st.id,
+            WARNING if st.id in ("TOP-DRY-000", "TOP-DRY-009") else ERROR,
+            st.title,
+            ("cluster.versions.verl",),
+            st.fix,
+            why,
+            DEEP,
+        )
+        for st in seen.values()
+    ]
+
+
+QUOTED = re.compile(
+    r"'((?:actor_rollout_ref|critic|data|algorithm|trainer|reward|model_engine)[\w.]*)'"
+)
 TIMEOUT = 300.0
 
 
@@ -111,7 +167,9 @@ def request(spec: JobSpec, root: os.PathLike[str] | str) -> dict[str, Any]:
     }
 
 
-def run_child(root: os.PathLike[str] | str, requests: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def run_child(
+    root: os.PathLike[str] | str, requests: list[dict[str, Any]]
+) -> list[list[dict[str, Any]]]:
     """verl_side over `requests` in one child (one import of verl for all); a failure per request."""
     env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(root)}
     lines = "".join(json.dumps(r) + "\n" for r in requests)
@@ -119,11 +177,15 @@ def run_child(root: os.PathLike[str] | str, requests: list[dict[str, Any]]) -> l
     try:
         got = children.run(cmd, TIMEOUT, env=env, input=lines)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return [[{"stage": "import", "check": "import", "message": f"the dry run did not finish: {e}"}]] * len(requests)
+        return [
+            [{"stage": "import", "check": "import", "message": f"the dry run did not finish: {e}"}]
+        ] * len(requests)
     answers = [json.loads(x) for x in got.stdout.splitlines() if x.startswith("[")]
     if len(answers) != len(requests):
         tail = (got.stderr.strip().splitlines() or [f"exit {got.returncode}"])[-1]
-        return [[{"stage": "import", "check": "import", "message": f"verl's process stopped: {tail}"}]] * len(requests)
+        return [
+            [{"stage": "import", "check": "import", "message": f"verl's process stopped: {tail}"}]
+        ] * len(requests)
     return answers
 
 
@@ -147,7 +209,9 @@ def deep(composed: Composed, fetch: bool = True) -> tuple[list[Violation], str]:
 def unavailable(spec: JobSpec, why: str) -> Violation:
     st = STAGES["import"]
     v = str(spec.cluster.versions.verl)
-    keys = {"cluster.versions.verl": {"value": v, "source": f"stack={spec.cluster.versions.profile}"}}
+    keys = {
+        "cluster.versions.verl": {"value": v, "source": f"stack={spec.cluster.versions.profile}"}
+    }
     return Violation(st.id, WARNING, f"no dry run: {why}", keys, st.fix)
 
 
@@ -162,7 +226,10 @@ def violation(f: dict[str, Any], composed: Composed, spec: JobSpec) -> Violation
         if e is None:
             sch = schema_for(spec)
             value = sch.default(k) if sch.has(k) else None
-            keys[k] = {"value": value, "source": f"verl {sch.version}'s default (not in the command)"}
+            keys[k] = {
+                "value": value,
+                "source": f"verl {sch.version}'s default (not in the command)",
+            }
         else:
             name = e.origin or e.key
             src = composed.source(e.origin) if e.origin else "topl"

@@ -23,12 +23,16 @@ V9 = ("0.9.0", "0.9.1")
 class Cite:
     path: str  # below the verl package
     symbol: str  # Class.method or function holding the check
-    text: str  # the condition as verl writes it (an assert's test, a raise's if-test, an expression)
+    text: (
+        str  # the condition as verl writes it (an assert's test, a raise's if-test, an expression)
+    )
     kind: str = "assert"  # assert | raise (an `if` whose body raises) | expr
     versions: tuple[str, ...] = ALL  # the releases whose source has it
 
     def __str__(self) -> str:
-        return f"verl@{self.versions[-1]}:verl/{self.path}:{self.symbol} ({', '.join(self.versions)})"
+        return (
+            f"verl@{self.versions[-1]}:verl/{self.path}:{self.symbol} ({', '.join(self.versions)})"
+        )
 
 
 CHECKS = {
@@ -149,22 +153,37 @@ def fsdp_meshes(get: Get, roles: tuple[str, ...]) -> list[Finding]:
         p = f"{A}.{role}"
         sp = _int(get(f"{p}.ulysses_sequence_parallel_size")) or 1
         if sp > 1 and not get(f"{A}.model.use_remove_padding"):
-            out.append(Finding("ulysses_remove_padding",
-                               "ValueError: When using sequence parallelism (ulysses_sequence_parallel_"
-                               "size > 1), you must enable `use_remove_padding`.",
-                               (f"{p}.ulysses_sequence_parallel_size", f"{A}.model.use_remove_padding")))
+            out.append(
+                Finding(
+                    "ulysses_remove_padding",
+                    "ValueError: When using sequence parallelism (ulysses_sequence_parallel_"
+                    "size > 1), you must enable `use_remove_padding`.",
+                    (f"{p}.ulysses_sequence_parallel_size", f"{A}.model.use_remove_padding"),
+                )
+            )
         if w % sp:
-            out.append(Finding("ulysses_world",
-                               f"RuntimeError: init_device_mesh mesh_shape=(dp={w // sp}, sp={sp}) does "
-                               f"not cover world_size {w}: ulysses_sequence_parallel_size must divide it",
-                               (f"{p}.ulysses_sequence_parallel_size", "trainer.nnodes",
-                                "trainer.n_gpus_per_node")))
+            out.append(
+                Finding(
+                    "ulysses_world",
+                    f"RuntimeError: init_device_mesh mesh_shape=(dp={w // sp}, sp={sp}) does "
+                    f"not cover world_size {w}: ulysses_sequence_parallel_size must divide it",
+                    (
+                        f"{p}.ulysses_sequence_parallel_size",
+                        "trainer.nnodes",
+                        "trainer.n_gpus_per_node",
+                    ),
+                )
+            )
         fsdp = _int(get(f"{p}.fsdp_config.fsdp_size"))
         if fsdp is not None and (fsdp == 0 or 0 < fsdp < w and w % fsdp):
-            out.append(Finding("fsdp_size",
-                               f"RuntimeError: create_device_mesh mesh_shape=(ddp={w // fsdp if fsdp else '?'}"
-                               f", fsdp={fsdp}) does not cover world_size {w}: fsdp_size must divide it",
-                               (f"{p}.fsdp_config.fsdp_size", "trainer.nnodes", "trainer.n_gpus_per_node")))
+            out.append(
+                Finding(
+                    "fsdp_size",
+                    f"RuntimeError: create_device_mesh mesh_shape=(ddp={w // fsdp if fsdp else '?'}"
+                    f", fsdp={fsdp}) does not cover world_size {w}: fsdp_size must divide it",
+                    (f"{p}.fsdp_config.fsdp_size", "trainer.nnodes", "trainer.n_gpus_per_node"),
+                )
+            )
     return out
 
 
@@ -172,8 +191,16 @@ def use_mbridge(get: Get, roles: tuple[str, ...]) -> list[Finding]:
     """MegatronEngine asserts engine_config.use_mbridge for each Megatron engine it builds."""
     if not megatron(get):
         return []
-    off = [f"{A}.{r}.megatron.use_mbridge" for r in roles if get(f"{A}.{r}.megatron.use_mbridge") is False]
-    return [Finding("use_mbridge", "AssertionError: use_mbridge must be True", tuple(off))] if off else []
+    off = [
+        f"{A}.{r}.megatron.use_mbridge"
+        for r in roles
+        if get(f"{A}.{r}.megatron.use_mbridge") is False
+    ]
+    return (
+        [Finding("use_mbridge", "AssertionError: use_mbridge must be True", tuple(off))]
+        if off
+        else []
+    )
 
 
 def log_prob_batch(get: Get, v1: bool, use_critic: bool) -> int | None:
@@ -186,7 +213,10 @@ def log_prob_batch(get: Get, v1: bool, use_critic: bool) -> int | None:
     if not v1:
         return bsz if bsz % dp == 0 else None  # else balance batch / dispatch refuses first
     mult = dp
-    for mini in (get(f"{A}.actor.ppo_mini_batch_size"), get("critic.ppo_mini_batch_size") if use_critic else None):
+    for mini in (
+        get(f"{A}.actor.ppo_mini_batch_size"),
+        get("critic.ppo_mini_batch_size") if use_critic else None,
+    ):
         if _int(mini):
             mult = math.lcm(mult, mini * n)
     return -(-bsz // mult) * mult
@@ -203,8 +233,15 @@ def batch_split(get: Get, use_ref: bool, v1: bool, use_critic: bool = False) -> 
     dp, sp = engine_dp_sp(get, "actor")
     mini = (_int(get(f"{A}.actor.ppo_mini_batch_size")) or 0) * n
     bsz = log_prob_batch(get, v1, use_critic)
-    passes = [("actor", "ppo", mini // dp if mini and mini % dp == 0 else None, sp,
-               (f"{A}.actor.ppo_mini_batch_size", f"{A}.rollout.n"))]
+    passes = [
+        (
+            "actor",
+            "ppo",
+            mini // dp if mini and mini % dp == 0 else None,
+            sp,
+            (f"{A}.actor.ppo_mini_batch_size", f"{A}.rollout.n"),
+        )
+    ]
     src = ("data.train_batch_size", f"{A}.rollout.n", "trainer.nnodes", "trainer.n_gpus_per_node")
     passes.append(("rollout", "log_prob", bsz // dp if bsz else None, sp, src))
     if use_ref:
@@ -218,20 +255,28 @@ def batch_split(get: Get, use_ref: bool, v1: bool, use_critic: bool = False) -> 
             key = f"{p}.{kind}_max_token_len_per_gpu"
             tok = _int(get(key))
             if tok is not None and seq and tok * s < seq:
-                out.append(Finding("token_budget",
-                                   f"AssertionError: max_token_len must be greater than the sequence length. "
-                                   f"Got max_token_len={tok * s} and max_seq_len={seq} (prompt + response, "
-                                   f"the longest sequence a step can hold)",
-                                   (key, "data.max_prompt_length", "data.max_response_length")))
+                out.append(
+                    Finding(
+                        "token_budget",
+                        f"AssertionError: max_token_len must be greater than the sequence length. "
+                        f"Got max_token_len={tok * s} and max_seq_len={seq} (prompt + response, "
+                        f"the longest sequence a step can hold)",
+                        (key, "data.max_prompt_length", "data.max_response_length"),
+                    )
+                )
             continue
         key = f"{p}.{kind}_micro_batch_size_per_gpu"
         micro = _int(get(key))
         if micro and per_rank is not None and per_rank % micro:
-            out.append(Finding("micro_divides",
-                               f"AssertionError: data size must be divisible by force_group_size * "
-                               f"micro_batch_size_per_gpu ({per_rank} sequences per data-parallel rank on "
-                               f"the {role} {kind.replace('_', '-')} pass, micro_batch_size_per_gpu {micro})",
-                               (key, *more)))
+            out.append(
+                Finding(
+                    "micro_divides",
+                    f"AssertionError: data size must be divisible by force_group_size * "
+                    f"micro_batch_size_per_gpu ({per_rank} sequences per data-parallel rank on "
+                    f"the {role} {kind.replace('_', '-')} pass, micro_batch_size_per_gpu {micro})",
+                    (key, *more),
+                )
+            )
     return out
 
 
@@ -244,16 +289,29 @@ def replicas(get: Get) -> list[Finding]:
     pp = _int(get(f"{r}.pipeline_model_parallel_size")) or 1
     gpn = _int(get(f"{r}.n_gpus_per_node")) or _int(get("trainer.n_gpus_per_node")) or 1
     size, out = tp * dp * pp, []
-    keys = (f"{r}.tensor_model_parallel_size", f"{r}.data_parallel_size", f"{r}.pipeline_model_parallel_size")
+    keys = (
+        f"{r}.tensor_model_parallel_size",
+        f"{r}.data_parallel_size",
+        f"{r}.pipeline_model_parallel_size",
+    )
     per_node = min(gpn, size)
     if size % per_node:
-        out.append(Finding("replica_nodes",
-                           f"AssertionError: world_size {size} must be divisible by gpus_per_node {per_node}",
-                           (*keys, f"{r}.n_gpus_per_node", "trainer.n_gpus_per_node")))
+        out.append(
+            Finding(
+                "replica_nodes",
+                f"AssertionError: world_size {size} must be divisible by gpus_per_node {per_node}",
+                (*keys, f"{r}.n_gpus_per_node", "trainer.n_gpus_per_node"),
+            )
+        )
     elif get(f"{r}.name") == "vllm" and dp > 1 and per_node % tp:
-        out.append(Finding("vllm_dp_local",
-                           "AssertionError: gpus_per_node should be divisible by tensor_model_parallel_size "
-                           f"({per_node} devices of a replica per node, tp={tp})", keys[:2]))
+        out.append(
+            Finding(
+                "vllm_dp_local",
+                "AssertionError: gpus_per_node should be divisible by tensor_model_parallel_size "
+                f"({per_node} devices of a replica per node, tp={tp})",
+                keys[:2],
+            )
+        )
     return out
 
 
@@ -266,7 +324,11 @@ def vllm_scheduler(get: Get, raises_budget: bool) -> list[Finding]:
     if get(f"{r}.name") != "vllm":
         return []
     kw = f"{r}.engine_kwargs.vllm."
-    tok_key = kw + "max_num_batched_tokens" if get(kw + "max_num_batched_tokens") is not None else f"{r}.max_num_batched_tokens"
+    tok_key = (
+        kw + "max_num_batched_tokens"
+        if get(kw + "max_num_batched_tokens") is not None
+        else f"{r}.max_num_batched_tokens"
+    )
     seq_key = kw + "max_num_seqs" if get(kw + "max_num_seqs") is not None else f"{r}.max_num_seqs"
     tokens, seqs = _int(get(tok_key)), _int(get(seq_key))
     chunked = get(kw + "enable_chunked_prefill")
@@ -279,9 +341,14 @@ def vllm_scheduler(get: Get, raises_budget: bool) -> list[Finding]:
             return []  # raised to max_position_embeddings: the model's, unknown here
         tokens = max(tokens, mml)
     if tokens < seqs:
-        return [Finding("vllm_scheduler",
-                        f"ValueError: max_num_batched_tokens ({tokens}) must be greater than or equal to "
-                        f"max_num_seqs ({seqs}).", (tok_key, seq_key))]
+        return [
+            Finding(
+                "vllm_scheduler",
+                f"ValueError: max_num_batched_tokens ({tokens}) must be greater than or equal to "
+                f"max_num_seqs ({seqs}).",
+                (tok_key, seq_key),
+            )
+        ]
     return []
 
 
@@ -291,12 +358,21 @@ def v1_trainer(get: Get) -> list[Finding]:
     tbs = _int(get("data.train_batch_size")) or 0
     gen = _int(get("data.gen_batch_size")) or tbs
     if tbs and gen and tbs % gen:
-        out.append(Finding("gen_batch_size",
-                           f"ValueError: num_prompts ({tbs}) must be a positive multiple of gen_batch_size "
-                           f"({gen}); it is submitted in whole gen_batch_size dataloader fetches.",
-                           ("data.gen_batch_size", "data.train_batch_size")))
+        out.append(
+            Finding(
+                "gen_batch_size",
+                f"ValueError: num_prompts ({tbs}) must be a positive multiple of gen_batch_size "
+                f"({gen}); it is submitted in whole gen_batch_size dataloader fetches.",
+                ("data.gen_batch_size", "data.train_batch_size"),
+            )
+        )
     if get("algorithm.filter_groups.enable") and not get("algorithm.filter_groups.metric"):
-        out.append(Finding("filter_groups_metric",
-                           "ValueError: algorithm.filter_groups.metric must be set when group filtering is "
-                           "enabled", ("algorithm.filter_groups.metric", "algorithm.filter_groups.enable")))
+        out.append(
+            Finding(
+                "filter_groups_metric",
+                "ValueError: algorithm.filter_groups.metric must be set when group filtering is "
+                "enabled",
+                ("algorithm.filter_groups.metric", "algorithm.filter_groups.enable"),
+            )
+        )
     return out

@@ -32,10 +32,17 @@ from topl.launcher.contract.dryrun import mirror
 
 A = "actor_rollout_ref"
 STAGE = {  # mirror check -> stage
-    "ulysses_remove_padding": "mesh", "ulysses_world": "mesh", "fsdp_size": "mesh",
-    "use_mbridge": "mesh", "micro_divides": "batch_split", "token_budget": "batch_split",
-    "replica_nodes": "rollout_replica", "vllm_dp_local": "rollout_replica",
-    "vllm_scheduler": "vllm_engine", "gen_batch_size": "trainer", "filter_groups_metric": "trainer",
+    "ulysses_remove_padding": "mesh",
+    "ulysses_world": "mesh",
+    "fsdp_size": "mesh",
+    "use_mbridge": "mesh",
+    "micro_divides": "batch_split",
+    "token_budget": "batch_split",
+    "replica_nodes": "rollout_replica",
+    "vllm_dp_local": "rollout_replica",
+    "vllm_scheduler": "vllm_engine",
+    "gen_batch_size": "trainer",
+    "filter_groups_metric": "trainer",
 }
 # the init_model renames of the ref's keys before its ActorConfig is built
 # (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0 the same)
@@ -78,12 +85,18 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
 
     def fail(stage: str, check: str, message: str, keys=(), cite: str = "") -> None:
         if not any(f["message"] == message for f in out):  # one failure per distinct message
-            out.append({"stage": stage, "check": check, "message": message, "keys": list(keys),
-                        "cite": cite})
+            out.append(
+                {
+                    "stage": stage,
+                    "check": check,
+                    "message": message,
+                    "keys": list(keys),
+                    "cite": cite,
+                }
+            )
 
     try:
         import verl  # lazy: the declared verl, first on this child's sys.path
-
         from verl.utils.config import omega_conf_to_dataclass, validate_config
     except Exception as e:  # ImportError, or a verl whose import breaks on this host
         fail("import", "import", f"verl cannot be imported here: {_text(e)}")
@@ -103,9 +116,17 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
     use_ref, use_critic = _need_ref_critic(cfg)
     try:
         with _quiet():
-            validate_config(config=copy.deepcopy(cfg), use_reference_policy=use_ref, use_critic=use_critic)
+            validate_config(
+                config=copy.deepcopy(cfg), use_reference_policy=use_ref, use_critic=use_critic
+            )
     except Exception as e:
-        fail("validate_config", "validate_config", _text(e), (), f"{V}utils/config.py:validate_config")
+        fail(
+            "validate_config",
+            "validate_config",
+            _text(e),
+            (),
+            f"{V}utils/config.py:validate_config",
+        )
     try:
         OmegaConf.resolve(cfg)  # TaskRunner.run resolves before it builds the workers
     except Exception as e:
@@ -122,8 +143,13 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
             with _quiet():
                 omega_conf_to_dataclass(node)
         except Exception as e:
-            fail("dataclass", f"dataclass_{name}", _text(e), (prefix,),
-                 f"{V}utils/config.py:omega_conf_to_dataclass ({name})")
+            fail(
+                "dataclass",
+                f"dataclass_{name}",
+                _text(e),
+                (prefix,),
+                f"{V}utils/config.py:omega_conf_to_dataclass ({name})",
+            )
 
     a = cfg[A]
     if use_ref:
@@ -131,7 +157,9 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
         with open_dict(ref):
             ref.ppo_mini_batch_size = a.actor.ppo_mini_batch_size
             for old, new in REF_RENAMES.items():
-                ref[new] = ref.pop(old, None) if old != "log_prob_use_dynamic_bsz" else ref.pop(old, False)
+                ref[new] = (
+                    ref.pop(old, None) if old != "log_prob_use_dynamic_bsz" else ref.pop(old, False)
+                )
         build("ref", ref, f"{A}.ref")
     build("actor", a.actor, f"{A}.actor")
     build("rollout", a.rollout, f"{A}.rollout")
@@ -180,26 +208,44 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
 
     algo, actor = cfg.algorithm, cfg[A].actor
     for check, fn, value, key in (
-        ("adv_estimator", core_algos.get_adv_estimator_fn, algo.adv_estimator, "algorithm.adv_estimator"),
-        ("policy_loss", core_algos.get_policy_loss_fn, actor.policy_loss.loss_mode,
-         f"{A}.actor.policy_loss.loss_mode"),
+        (
+            "adv_estimator",
+            core_algos.get_adv_estimator_fn,
+            algo.adv_estimator,
+            "algorithm.adv_estimator",
+        ),
+        (
+            "policy_loss",
+            core_algos.get_policy_loss_fn,
+            actor.policy_loss.loss_mode,
+            f"{A}.actor.policy_loss.loss_mode",
+        ),
     ):
         try:
             fn(value)
         except Exception as e:
-            fail("algorithm", check, _text(e), (key,), f"{V}trainer/ppo/core_algos.py:{fn.__name__}")
+            fail(
+                "algorithm", check, _text(e), (key,), f"{V}trainer/ppo/core_algos.py:{fn.__name__}"
+            )
     # verl reads reward.reward_manager as a DictConfig and looks its name up
     # (trainer/ppo/reward.py); RewardManagerConfig is never built whole (its __post_init__ calls a
     # super().__post_init__ that BaseConfig lacks in 0.9.1)
     rm = cfg.get("reward", {}).get("reward_manager")
     if rm is not None and rm.get("source", "register") == "register" and rm.get("name"):
         try:
-            from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls  # lazy: verl
+            from verl.experimental.reward_loop.reward_manager import (
+                get_reward_manager_cls,  # lazy: verl
+            )
 
             get_reward_manager_cls(rm.name)
         except Exception as e:
-            fail("algorithm", "reward_manager", _text(e), ("reward.reward_manager.name",),
-                 f"{V}experimental/reward_loop/reward_manager/registry.py:get_reward_manager_cls")
+            fail(
+                "algorithm",
+                "reward_manager",
+                _text(e),
+                ("reward.reward_manager.name",),
+                f"{V}experimental/reward_loop/reward_manager/registry.py:get_reward_manager_cls",
+            )
     rc = algo.get("rollout_correction")
     if rc is None or rc.get("bypass_mode", False):
         return
@@ -210,15 +256,25 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
         try:
             h._parse_rollout_is_threshold(rc.get("rollout_is_threshold"))
         except Exception as e:
-            fail("algorithm", "rollout_is_threshold", _text(e), (f"{k}.rollout_is_threshold",),
-                 f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_is_threshold")
+            fail(
+                "algorithm",
+                "rollout_is_threshold",
+                _text(e),
+                (f"{k}.rollout_is_threshold",),
+                f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_is_threshold",
+            )
     if rc.get("rollout_rs"):
         try:
             opts = [o.strip() for o in str(rc.rollout_rs).split(",") if o.strip()]
             h._parse_rollout_rs_thresholds(opts, rc.get("rollout_rs_threshold"))
         except Exception as e:
-            fail("algorithm", "rollout_rs_threshold", _text(e), (f"{k}.rollout_rs", f"{k}.rollout_rs_threshold"),
-                 f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_rs_thresholds")
+            fail(
+                "algorithm",
+                "rollout_rs_threshold",
+                _text(e),
+                (f"{k}.rollout_rs", f"{k}.rollout_rs_threshold"),
+                f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_rs_thresholds",
+            )
 
 
 def main() -> None:
@@ -228,7 +284,15 @@ def main() -> None:
         try:
             got = dry_run(json.loads(line))
         except Exception as e:  # a bug here is reported, never a hang of the parent
-            got = [{"stage": "internal", "check": "internal", "message": _text(e), "keys": [], "cite": ""}]
+            got = [
+                {
+                    "stage": "internal",
+                    "check": "internal",
+                    "message": _text(e),
+                    "keys": [],
+                    "cite": "",
+                }
+            ]
         reply.write(json.dumps(got) + "\n")
         reply.flush()
 
