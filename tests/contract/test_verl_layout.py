@@ -14,7 +14,7 @@ from topl.launcher.contract import check
 
 V = "+verl_overrides.actor_rollout_ref."
 MCORE = ["recipe=qwen3_4b_grpo_a2_release_strict"]  # verl 0.9.1, Megatron, 1 x 8, V1 trainer
-FSDP = ["recipe=qwen3_4b_grpo_a2_release_strict", "train=fsdp"]
+FSDP = ["stack=release", "cluster.backend=ray_job", "cluster.devices_per_node=8"]  # the default
 # (case, overrides, the fast rule, keys its violation must list)
 NEGATIVE = [
     (
@@ -40,7 +40,7 @@ NEGATIVE = [
     ),
     (
         "token_budget",
-        FSDP + ["train.use_dynamic_bsz=true", "train.ppo_max_token_len_per_gpu=1024"],
+        FSDP + ["train.use_dynamic_bsz=true", "train.ppo_max_token_len_per_gpu=16"],
         "TOP-INIT-011",
         ["train.ppo_max_token_len_per_gpu", "train.max_prompt_length", "train.max_response_length"],
     ),
