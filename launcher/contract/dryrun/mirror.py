@@ -47,7 +47,7 @@ CHECKS = {
     "ulysses_remove_padding": Cite(
         "workers/engine/fsdp/transformer_impl.py",
         "FSDPEngine.__init__",
-        "self.engine_config.ulysses_sequence_parallel_size > 1 and not self.use_remove_padding",
+        "self.engine_config.ulysses_sequence_parallel_size > 1 and (not self.use_remove_padding)",
         kind="raise",
     ),
     "ulysses_world": Cite(
