@@ -11,7 +11,7 @@ from helpers import verl_release
 
 from topl.launcher.contract import check
 from topl.launcher.contract.dryrun import mirror
-from topl.launcher.contract.verl_firststep import ALL
+from topl.launcher.contract.dryrun.mirror import ALL
 from topl.launcher.contract.verl_firststep import CHECKS as FIRSTSTEP
 
 CHECKS = {**FIRSTSTEP, **mirror.CHECKS}  # the dry run's mirrored checks, which the rules share
