@@ -9,6 +9,7 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_firststep import legacy_trainer
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render.command import command
+from topl.launcher.spec import backend_traits
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -26,6 +27,7 @@ DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
         "algorithm.overlong_buffer_fraction",
         "algorithm.entrypoint",
         "cluster.versions.verl",
+        "cluster.backend",
         "verl_overrides",
     ),
     "use algorithm=dapo, or set algorithm.filter_groups=false algorithm.overlong_buffer_fraction=0 "
@@ -39,7 +41,8 @@ def dapo_only(s: JobSpec) -> Outcome:
     PPOTrainer._resolve_filter_groups_metric, the ReplayBuffer's filter_groups_metric)."""
     a = s.algorithm
     v1_filters = a.filter_groups and (
-        legacy_trainer(s, command(s)) is False
+        backend_traits.of(s).remote  # the embedded loop (backend=local) follows the entrypoint
+        and legacy_trainer(s, command(s)) is False
         and schema_for(s).has("algorithm.filter_groups.enable")
     )
     used = [
