@@ -1,6 +1,7 @@
-"""`topl check [OVERRIDES] [--json] [--fix[=warnings]]`: validate only; exit 0 when no error, 2
-when rejected. `--fix` also searches for the smallest override set that makes the spec accepted
-(launcher/plan/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too."""
+"""`topl check [OVERRIDES] [--json] [--fix[=warnings]] [--deep]`: validate only; exit 0 when no
+error, 2 when rejected. `--fix` also searches for the smallest override set that makes the spec
+accepted (launcher/plan/fix.py) and prints it as a command line; `--fix=warnings` clears warnings
+too. `--deep` also dry-runs the declared verl's own start-up checks (contract/dryrun)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,21 @@ def main(args: list[str]) -> int:
     fix_mode = None
     if "--fix=warnings" in args:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
-    flags, overrides = parse(args, flags=("--json", "--fix"))
+    flags, overrides = parse(args, flags=("--json", "--fix", "--deep"))
     fix_mode = fix_mode or ("errors" if flags.fix else None)
     composed = compose_cached(overrides)  # Hydra only when an input changed
     vs = check(composed) + installed_verl(composed.to_object())
+    note = None
+    if flags.deep:  # verl's own checks, whatever the rules said (both views of one command)
+        from topl.launcher.contract.dryrun.deep import deep  # lazy: keeps plain check lean
+
+        got, note = deep(composed)
+        vs = sorted(vs + got, key=lambda v: (v.severity != "error", v.rule))
     ok = not errors(vs)
     chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
     out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
+    if note:
+        out["deep"] = note
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
         from topl.launcher.compose.hydra import (
@@ -56,6 +65,8 @@ def main(args: list[str]) -> int:
         print_json(out)
     else:
         print_violations(vs, sys.stdout)
+        if note:
+            print(note)
         for s in chosen:
             print(f"note: {s['key']}={s['value']} chooses what runs; set by {s['source']}")
         n_err = len(errors(vs))

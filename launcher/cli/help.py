@@ -16,7 +16,7 @@ OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/overri
 
 HELP = {
     "launch": (
-        "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] "
+        "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] [--skip-deep] "
         "[--unsafe-hydra-overrides] [HYDRA FLAGS]",
         "Validate the spec, write a new run directory, start the backend (local reference "
         "engines, subprocess, or a Ray job).",
@@ -24,6 +24,8 @@ HELP = {
   --follow         ray_job: stream the job's logs until it ends
   --watch          follow logdiff / reward live; strict: stop the job on the first logdiff != 0
   --skip-doctor    remote backends run `topl doctor` first; this skips it, loudly
+  --skip-deep      remote backends dry-run the declared verl's start-up checks first (where
+                   that verl is installed or cached: docs/startup.md); this skips it, loudly
   --unsafe-hydra-overrides  allow hydra.callbacks / logging / config-dir overrides (they run code)
   -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
                    one line per point, then a table numbered as the run directories
@@ -35,12 +37,14 @@ HELP = {
   topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [--fix[=warnings]]",
+        "topl check [OVERRIDES] [--json] [--fix[=warnings]] [--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
-        "  --fix=warnings   the same, clearing warnings too",
+        "  --fix=warnings   the same, clearing warnings too\n"
+        "  --deep           also dry-run the declared verl's own start-up checks on CPU (a few\n"
+        "                   seconds; fetches that verl's wheel with pip if needed): docs/startup.md",
         """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",

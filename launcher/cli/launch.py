@@ -18,13 +18,15 @@ from topl.launcher.cli.argv import parse
 from topl.launcher.cli.compare import write_sweep
 from topl.launcher.cli.output import print_table
 from topl.launcher.contract import check, errors
+from topl.launcher.contract.dryrun.deep import deep
 from topl.launcher.run import rundir
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
 from topl.launcher.run.lifecycle import Interrupted, interrupt_sweep, signals_interrupt
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import register_configs
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
-TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
+TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--skip-deep", "--watch", UNSAFE_FLAG)
 # Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
 UNSAFE_HYDRA_FLAGS = (
     "--config-dir",
@@ -131,6 +133,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         # Hydra makes a run dir; the job reuses this spec and these violations
         composed = compose_job(overrides, prepared=prepared)
         vs = check(composed)
+        if not errors(vs) and not flags.dry_run:
+            vs += _deep(composed, flags.skip_deep)
         if errors(vs):
             print_violations(vs)
             print("topl: rejected before launch; nothing started", file=sys.stderr)
@@ -186,6 +190,25 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc
+
+
+def _deep(composed, skip: bool) -> list:
+    """Remote backends: the declared verl's own start-up checks (contract/dryrun) before anything
+    is submitted, where that verl is installed here or its wheel cached (never fetched here:
+    `topl check --deep` fetches it); `--skip-deep` skips them, loudly."""
+    if not backend_traits.of(composed.to_object()).remote:
+        return []
+    if skip:
+        print(
+            "topl: WARNING: --skip-deep: verl's own start-up checks were NOT run; a layout verl "
+            "refuses shows up minutes into the job",
+            file=sys.stderr,
+        )
+        return []
+    vs, note = deep(composed, fetch=False)
+    if note:
+        print(f"topl: {note}", file=sys.stderr)
+    return vs
 
 
 def say(event: str, **data) -> None:

@@ -23,6 +23,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     verl_fields,
     verl_firststep,
     verl_keys,
+    verl_layout,
     verl_startup,
     verl_version,
 )
