@@ -20,7 +20,7 @@ from typing import Any
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.facts.verl_schema import KNOWN, schema
-from topl.launcher.render.tables import ARR
+from topl.launcher.facts.verl_tables import ARR
 
 MODEL_KEY = f"{ARR}.model.path"
 MISSING = object()

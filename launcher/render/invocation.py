@@ -19,6 +19,13 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
 from topl.launcher.facts.verl_schema import schema, schema_for
+from topl.launcher.facts.verl_tables import (
+    ARR,
+    CODE_KEYS,
+    FSDP_KEYS,
+    MEGATRON_KEYS,
+    VERL_KEYS,
+)
 from topl.launcher.render.env import argv_env, env_vars, secret_names
 from topl.launcher.render.spelling import (
     expand,
@@ -29,13 +36,6 @@ from topl.launcher.render.spelling import (
     verl_override_items,
 )
 from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
-from topl.launcher.render.tables import (
-    ARR,
-    CODE_KEYS,
-    FSDP_KEYS,
-    MEGATRON_KEYS,
-    VERL_KEYS,
-)
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
