@@ -1,12 +1,13 @@
-"""`topl render [OVERRIDES] [--json]`: print the verl command the spec becomes; a rejected spec
-exits 2 (with `--json`: `{"ok": false, "violations": [...]}` on stdout, as `check --json`)."""
+"""`topl render [OVERRIDES] [--json] [-q|--quiet]`: print the verl command the spec becomes; a
+rejected spec exits 2 (with `--json`: `{"ok": false, "violations": [...]}` on stdout, as `check
+--json`; with `-q` only its errors on stderr)."""
 
 from __future__ import annotations
 
 import sys
 
 from topl.launcher.base.console import print_violations
-from topl.launcher.cli.argv import parse
+from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.check import installed_verl
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose.cache import compose_cached
@@ -17,7 +18,7 @@ from topl.launcher.render.invocation import render
 
 def main(args: list[str]) -> int:
 
-    flags, overrides = parse(args, flags=("--json",))
+    flags, overrides = parse(args, flags=("--json", *QUIET))
     composed = compose_cached(overrides)  # Hydra only when an input changed
     vs = check(composed)
     if errors(vs):
@@ -25,7 +26,7 @@ def main(args: list[str]) -> int:
         if flags.json:  # the same shape as `check --json`: stdout stays JSON for machines
             out = {"ok": False, "violations": [v.to_dict() for v in vs]}
             print_json(out | {"command_line_only": settings(composed)})
-        print_violations(vs)
+        print_violations(errors(vs) if quiet(flags) else vs)
         print("topl render: the spec is rejected; fix the errors above", file=sys.stderr)
         return 2
     spec = composed.to_object()
