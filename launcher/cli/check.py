@@ -13,6 +13,7 @@ from topl.launcher.base.errors import ERROR, INFO, WARNING
 from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose.cache import compose_cached
+from topl.launcher.compose.env_refs import unset_note, without_secrets
 from topl.launcher.compose.meaning import settings
 from topl.launcher.contract import check, errors
 from topl.launcher.contract.core import Violation
@@ -32,7 +33,8 @@ def main(args: list[str]) -> int:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
     flags, overrides = parse(args, flags=("--json", "--fix", *QUIET))
     fix_mode = fix_mode or ("errors" if flags.fix else None)
-    composed = compose_cached(overrides)  # Hydra only when an input changed
+    # Hydra only when an input changed; an unset secret is not needed to check
+    composed, unset = without_secrets(lambda: compose_cached(overrides))
     vs = check(composed) + installed_verl(composed.to_object())
     ok = not errors(vs)
     chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
@@ -65,6 +67,8 @@ def main(args: list[str]) -> int:
         print_violations(vs, sys.stdout)
         for s in chosen:
             print(f"note: {s['key']}={s['value']} chooses what runs; set by {s['source']}")
+        if unset:
+            print(unset_note(unset))
         print(f"{'OK' if ok else 'REJECTED'}: {counts(vs)}")
         if fix is not None:
             _print_fix(fix, after, overrides)

@@ -11,6 +11,7 @@ from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.check import installed_verl
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose.cache import compose_cached
+from topl.launcher.compose.env_refs import unset_note, without_secrets
 from topl.launcher.compose.meaning import settings
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
@@ -19,7 +20,8 @@ from topl.launcher.render.invocation import render
 def main(args: list[str]) -> int:
 
     flags, overrides = parse(args, flags=("--json", *QUIET))
-    composed = compose_cached(overrides)  # Hydra only when an input changed
+    # Hydra only when an input changed; a secret is printed as `${NAME:?...}`, never its value
+    composed, unset = without_secrets(lambda: compose_cached(overrides))
     vs = check(composed)
     if errors(vs):
         vs += installed_verl(composed.to_object())  # what `check` adds: the same answer
@@ -35,4 +37,6 @@ def main(args: list[str]) -> int:
         print_json(inv.to_dict(spec.cluster.python))
     else:
         print(inv.command(spec.cluster.python))
+        if unset and not quiet(flags):
+            print(unset_note(unset), file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose import did_you_mean, recipes, untrusted
 from topl.launcher.compose.composed import Composed
+from topl.launcher.compose.env_refs import UnsetEnv
 from topl.launcher.compose.sources import conf_dir, record_defaults, sources_of
 from topl.launcher.spec.job import JobSpec, register_configs
 
@@ -121,7 +122,8 @@ def friendly_error(e: Exception, overrides: list[str]) -> ToplError:
     unset = re.search(r"Environment variable '([A-Za-z_]\w*)' not found", msg)
     if unset:  # `cluster.env.NAME: ${oc.env:NAME}` reads the launching shell's variable
         name = unset[1]
-        return ToplError(
+        return UnsetEnv(
+            name,
             f"cluster.env.{name} is read from this shell's environment (`${{oc.env:{name}}}`), "
             f"and {name} is not set here",
             where=f"overrides: {' '.join(overrides) or '(none)'}",

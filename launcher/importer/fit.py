@@ -206,6 +206,23 @@ def script_values(s) -> dict[str, Any]:
     return {k: st.value for k, st in s.overrides.items()} if s is not None else {}
 
 
+# The data_dir convention (render/invocation.py:data_files): what each data key is rendered as.
+DATA_FILES = {"data.train_files": "train.parquet", "data.val_files": "test.parquet"}
+
+
+def data_dir_of(s: Any) -> str | None:
+    """DIR where the script's (read.Script) data files are DIR/train.parquet and DIR/test.parquet (strings):
+    written as `data_dir`, the spec field that renders both, not as verl_overrides that replace
+    what topl renders from it (TOP-VERL-003)."""
+    dirs = set()
+    for key, name in DATA_FILES.items():
+        st = s.overrides.get(key)
+        if st is None or not isinstance(st.value, str) or not st.value.endswith("/" + name):
+            return None
+        dirs.add(st.value[: -len(name) - 1])
+    return dirs.pop() if len(dirs) == 1 else None
+
+
 def field_holds(cfg, f: str, value: Any) -> bool:
     """Does spec field `f` take `value` (a typed field refuses None where it is not Optional)?"""
     from omegaconf import OmegaConf
