@@ -37,9 +37,10 @@ HELP = {
   topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [--fix[=warnings]] [--deep]",
+        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
+        "  -q, --quiet      errors only: nothing when accepted\n"
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
         "  --fix=warnings   the same, clearing warnings too\n"
@@ -50,9 +51,10 @@ HELP = {
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
     ),
     "render": (
-        "topl render [OVERRIDES] [--json]",
+        "topl render [OVERRIDES] [--json] [-q|--quiet]",
         "Print the verl command (env included) the spec becomes.",
-        '  --json           {"entrypoint", "overrides", "env", "command"}',
+        '  --json           {"entrypoint", "overrides", "env", "command"}\n'
+        "  -q, --quiet      when rejected, its errors only (no warnings)",
         "  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json",
     ),
     "rules": (
@@ -82,12 +84,13 @@ HELP = {
   topl recipes import run_grpo.sh -o my_grpo.yaml --env DEVICE=npu""",
     ),
     "plan": (
-        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]",
+        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank] [-q|--quiet]",
         "Expand a sweep, validate every point (contract + memory estimate), launch nothing.",
         "  --json           machine-readable\n  --all            list every point, not only "
         "the first ones\n"
         "  --rank           the accepted points, cheapest first, by a roofline estimate of one "
-        "step (docs/rank.md)",
+        "step (docs/rank.md)\n"
+        "  -q, --quiet      the rejected points only: nothing when every point is valid",
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8\n"
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8 --rank",
     ),

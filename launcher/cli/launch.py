@@ -141,7 +141,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             return 2
         ctx.prepared = (composed, vs)
         if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            preflight(composed.to_object())
+            preflight(composed.to_object(), say)
             ctx.preflown = True
     made = None
     if not informational:
@@ -244,6 +244,8 @@ def say(event: str, **data) -> None:
             f"{f['needed']}\n  fix: {f['fix']}",
             file=sys.stderr,
         )
+    elif event == "phase":  # a pre-check that may take a while: said as it starts
+        print(f"topl: {data['text']}", file=sys.stderr, flush=True)
     elif event == "follow_hint":
         print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
     else:  # a new event the CLI does not know yet: shown, never dropped
