@@ -12,6 +12,13 @@ import pytest
 
 from topl.launcher.compose.hydra import compose_job
 
+# Test modules share fixtures and case tables by module name across stage folders (tests/plan's
+# fix search reads tests/contract's cases): every stage folder is importable, whatever pytest
+# collects first.
+sys.path[:0] = sorted(
+    p.path for p in os.scandir(os.path.dirname(__file__)) if p.is_dir() and p.name[0] not in "._"
+)
+
 # The slow tier (`-m slow`): what needs a fresh venv or a wheel build, a real Ray head, real
 # training runs of the reference engines, or an end-to-end launch. `pytest` (the developer loop)
 # leaves it out through pyproject's addopts; CI and the README's command (`pytest -m "not matrix"`)
@@ -25,6 +32,9 @@ SLOW_MODULES = {
     # reductions they are compared with are unit-tested in one process (test_tp_pairs.py,
     # test_kernels_alignment.py)
     "test_collectives.py",
+    # the dry run: one child per declared verl that imports it (~3-5 s of CPU each), over every
+    # shipped recipe, the negative classes and a bounded hypothesis property (issue 46)
+    "test_dryrun_verl.py",
 }
 SLOW_TESTS = {
     # a 16-request probe engine run (~20 s); the four one-request matrix points stay fast
