@@ -37,9 +37,10 @@ HELP = {
   topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [--fix[=warnings]] [--deep]",
+        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
+        "  -q, --quiet      errors only: nothing when accepted\n"
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
         "  --fix=warnings   the same, clearing warnings too\n"
@@ -50,9 +51,10 @@ HELP = {
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
     ),
     "render": (
-        "topl render [OVERRIDES] [--json]",
+        "topl render [OVERRIDES] [--json] [-q|--quiet]",
         "Print the verl command (env included) the spec becomes.",
-        '  --json           {"entrypoint", "overrides", "env", "command"}',
+        '  --json           {"entrypoint", "overrides", "env", "command"}\n'
+        "  -q, --quiet      when rejected, its errors only (no warnings)",
         "  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json",
     ),
     "rules": (
@@ -82,12 +84,13 @@ HELP = {
   topl recipes import run_grpo.sh -o my_grpo.yaml --env DEVICE=npu""",
     ),
     "plan": (
-        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]",
+        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank] [-q|--quiet]",
         "Expand a sweep, validate every point (contract + memory estimate), launch nothing.",
         "  --json           machine-readable\n  --all            list every point, not only "
         "the first ones\n"
         "  --rank           the accepted points, cheapest first, by a roofline estimate of one "
-        "step (docs/rank.md)",
+        "step (docs/rank.md)\n"
+        "  -q, --quiet      the rejected points only: nothing when every point is valid",
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8\n"
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8 --rank",
     ),
@@ -139,6 +142,21 @@ HELP = {
         "  --interval S     seconds between reads (default 1.0)",
         "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
     ),
+    "compare": (
+        "topl compare PATH... [--json | --csv] [--sort KEY [--desc]] [--plot OUT.png]",
+        "Runs side by side, one row each: run directories, sweep directories (every point, "
+        "dropped ones too) or a quoted glob. The swept keys, verdict, state and exit, steps (a "
+        "running job: its latest), max |Δ log p| and the first step it was not 0, reward at the "
+        "first and last step, median step time and tokens/s, plan --rank's predicted step and "
+        "measured/predicted. What a run directory lacks is said in its row.",
+        "  --json           {swept, runs: [...]} (fields: docs/guide.md)\n"
+        "  --csv            one line per run, for spreadsheets\n"
+        "  --sort KEY       a column (step_s_median, logdiff_max, reward_last, ...) or a swept key;\n"
+        "                   rows without a value last; --desc: descending\n"
+        "  --plot OUT.png   reward and max |Δ log p| per step, step time vs prediction (matplotlib)",
+        "  topl compare runs/multirun/20261203-120000-000000 --sort step_s_median\n"
+        "  topl compare 'runs/2026*' --json\n  topl compare RUN_A RUN_B --plot cmp.png",
+    ),
 }
 
 
@@ -147,7 +165,13 @@ def text(cmd: str) -> str:
 
     usage, what, flags, examples = HELP[cmd]
     out = f"usage: {usage}\n\n{textwrap.fill(what, 96)}\n\nflags:\n{flags}\n  -h, --help       this help\n"
-    if cmd not in ("rules", "recipes", "diagnose", "watch"):  # these take no Hydra overrides
+    if cmd not in (
+        "rules",
+        "recipes",
+        "diagnose",
+        "watch",
+        "compare",
+    ):  # these take no Hydra overrides
         out += f"\n{OVERRIDES}\n"
     return out + f"\nexamples:\n{examples}\n"
 

@@ -7,6 +7,7 @@ every point and each job builds its spec from the config Hydra composed for it.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from omegaconf import DictConfig
@@ -14,12 +15,13 @@ from omegaconf import DictConfig
 from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.compare import write_sweep
 from topl.launcher.cli.output import print_table
 from topl.launcher.contract import check, errors
 from topl.launcher.contract.dryrun.deep import deep
 from topl.launcher.run import rundir
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
-from topl.launcher.run.lifecycle import signals_interrupt
+from topl.launcher.run.lifecycle import Interrupted, interrupt_sweep, signals_interrupt
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import register_configs
 
@@ -139,7 +141,7 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             return 2
         ctx.prepared = (composed, vs)
         if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            preflight(composed.to_object())
+            preflight(composed.to_object(), say)
             ctx.preflown = True
     made = None
     if not informational:
@@ -161,6 +163,17 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     sys.argv = ["topl", *hydra_flags, *hydra_overrides]
     try:
         app()
+    except (Interrupted, KeyboardInterrupt) as e:
+        if multirun and made is not None:  # every started point's status says so, none starts
+            signum = getattr(e, "signum", signal.SIGINT)
+            marked = ", ".join(interrupt_sweep(made, signum)) or "none"
+            print(
+                f"topl: {signal.Signals(signum).name}: the sweep was stopped, no further point "
+                f"starts (points marked interrupted here: {marked}; sweep dir {made})",
+                file=sys.stderr,
+            )
+            return 128 + signum
+        raise
     except SystemExit as e:
         if e.code not in (0, None):
             if informational or multirun:
@@ -172,6 +185,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             rundir.seal(made)  # whatever Hydra or the sweeper wrote: owner-only, secrets out
     if multirun and made is not None:
         sweep_table(made, overrides)
+        if not flags.dry_run:  # every point has ended: the runs side by side, in the sweep dir
+            write_sweep(made)
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc
@@ -229,6 +244,8 @@ def say(event: str, **data) -> None:
             f"{f['needed']}\n  fix: {f['fix']}",
             file=sys.stderr,
         )
+    elif event == "phase":  # a pre-check that may take a while: said as it starts
+        print(f"topl: {data['text']}", file=sys.stderr, flush=True)
     elif event == "follow_hint":
         print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
     else:  # a new event the CLI does not know yet: shown, never dropped

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch, watch_ray, watch_status
+from topl.launcher.run import watch, watch_io, watch_ray, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
@@ -28,8 +29,9 @@ def main(args: list[str]) -> int:
     flags, rest = parse(
         args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}
     )
+    interval = _interval(flags.interval)
     run_dir = _run_dir(rest)
-    status = watch_status.read_status(run_dir)
+    status = watch_io.read_status(run_dir)
     if status.get("state") == "dry_run":
         return _dry_run(run_dir, flags.json)
     strict = (flags.strict or watch_status.is_strict_run(run_dir)) and not flags.no_stop
@@ -37,19 +39,21 @@ def main(args: list[str]) -> int:
     stopped = {}
 
     def on_stop(reason: str) -> None:
-        stopped["how"] = how = watch_status.stop_job(
-            run_dir, watch_status.read_status(run_dir), w.ray
-        )
-        watch.mark(run_dir, reason, how)
+        now = watch_io.read_status(run_dir)
+        if watch_status.ended(now):  # reading a finished run never changes its record
+            stopped["how"] = how = f"the run already ended ({clean(now.get('state'))})"
+            print(f"topl watch: {how}: nothing stopped, status.json left as it is", file=sys.stderr)
+            return
+        stopped["how"] = how = watch_status.stop_job(run_dir, now, w.ray)
+        sent = how.startswith(("SIGTERM", "ray job"))  # else no topl will record its own stop
+        watch.mark(run_dir, reason, how, wait_s=30.0 if sent else 0.0)
         print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout
     done = (lambda: w.ended() or True) if flags.once else None
-    watch.follow(
-        w, out=out, interval=float(flags.interval), on_stop=on_stop, done=done, quiet=flags.json
-    )
+    watch.follow(w, out=out, interval=interval, on_stop=on_stop, done=done, quiet=flags.json)
     png = watch.plot(w.steps, run_dir / "watch.png") if w.steps else None
-    end = watch_status.read_status(run_dir)
+    end = watch_io.read_status(run_dir)
     state = end.get("state")
     if flags.json:
         print(
@@ -74,6 +78,21 @@ def main(args: list[str]) -> int:
             print(f"plot: {png}")
         print(clean(f"topl watch: run {_describe(end)} (run dir {run_dir})"))
     return 1 if w.reason or state in ("failed", "interrupted") else 0
+
+
+def _interval(text: str) -> float:
+    """--interval S: seconds between polls, a finite number in [0, 3600]."""
+    try:
+        s = float(text)
+    except ValueError:
+        s = math.nan
+    if not 0 <= s <= 3600:  # nan and inf fail too
+        raise ToplError(
+            f"--interval {clean(text)!s:.40}: seconds between polls, a number in [0, 3600]",
+            where="command line",
+            fix="e.g. --interval 2",
+        )
+    return s
 
 
 def _run_dir(rest: list[str]) -> Path:

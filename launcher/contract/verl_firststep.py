@@ -20,8 +20,8 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.dryrun.mirror import Cite
 from topl.launcher.contract.verl_startup import actor_dp
 from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.facts.verl_tables import ARR
 from topl.launcher.render.command import command, note
-from topl.launcher.render.tables import ARR
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -14,8 +14,8 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.dryrun import mirror
 from topl.launcher.contract.verl_firststep import legacy_trainer
 from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.facts.verl_tables import ARR
 from topl.launcher.render.command import command, note
-from topl.launcher.render.tables import ARR
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome

@@ -19,23 +19,25 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
 from topl.launcher.facts.verl_schema import schema, schema_for
-from topl.launcher.render.env import argv_env, env_vars, secret_names
-from topl.launcher.render.spelling import (
-    expand,
-    respell,
-    spell,
-    unset_vars,
-    unspellable,
-    verl_override_items,
-)
-from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
-from topl.launcher.render.tables import (
+from topl.launcher.facts.verl_tables import (
     ARR,
     CODE_KEYS,
     FSDP_KEYS,
     MEGATRON_KEYS,
     VERL_KEYS,
 )
+from topl.launcher.render.env import argv_env, env_vars, secret_names
+from topl.launcher.render.spelling import (
+    expand,
+    respell,
+    secret_vars,
+    spell,
+    unset_vars,
+    unspellable,
+    verl_override_items,
+)
+from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -68,12 +70,20 @@ class Invocation:
         """A runnable command line; a secret is read from the running shell (`NAME=${NAME:?..}`:
         bash does not split an assignment, and stops with the message when NAME is unset)."""
         hidden = set(self.secrets)
-        env = " ".join(
+        assigns = [
             f"{k}=${{{k}:?is a secret: export it first}}"
             if k in hidden
             else f"{k}={shlex.quote(v)}"
             for k, v in self.env.items()
-        )
+        ]
+        # the assignments packed into lines of at most ENV_WIDTH (one was 937 characters)
+        lines: list[str] = []
+        for a in assigns:
+            if lines and len(lines[-1]) + 1 + len(a) <= ENV_WIDTH:
+                lines[-1] += " " + a
+            else:
+                lines.append(a)
+        env = " \\\n  ".join(lines)
         head = " ".join(shlex.quote(a) for a in [python, *self.argv[:3]])
         args = " \\\n    ".join([head, *(shlex.quote(a) for a in self.overrides)])
         return f"{env} \\\n  {args}" if env else args
@@ -90,6 +100,7 @@ class Invocation:
         }
 
 
+ENV_WIDTH = 96  # the environment's lines in a printed command (the overrides: one a line)
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@\-]+$")
 _LOOKS_TYPED = re.compile(r"^([-+]?[0-9_.]+([eE][-+]?[0-9]+)?|true|false|null|none|inf|nan)$", re.I)
 
@@ -272,6 +283,17 @@ def render(s: JobSpec, environ: Mapping[str, str] | None = None) -> Invocation:
             f"verl {sch.version} ({sch.config}) has no {', '.join(bad)}: the command cannot compose",
             where="cluster.versions.verl",
             fix="declare the verl that has the key (stack=...), or unset the field that renders it",
+        )
+    # verl's argv is public (`ps`); the local backend starts no verl (TOP-SCHEMA-004 says the same)
+    secret = secret_vars(pairs, environ) if backend_traits.of(s).remote else {}
+    if secret:
+        names = sorted({n for ns in secret.values() for n in ns})
+        raise ToplError(
+            f"{', '.join(secret)} refer to {', '.join('$' + n for n in names)}, a secret: "
+            "expanded here it would be on verl's command line, readable by everyone (`ps`)",
+            where="verl_overrides / the spec's values",
+            fix="drop the reference; a secret reaches the job only through cluster.env "
+            f"(`+cluster.env.{names[0]}='${{oc.env:{names[0]}}}'`)",
         )
     unset = unset_vars(pairs, environ)
     if unset:  # TOP-SCHEMA-004

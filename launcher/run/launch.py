@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from topl.launcher.base.errors import ToplError
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
-from topl.launcher.run import backends, lifecycle, rundir, watch
+from topl.launcher.run import backends, identity, lifecycle, rundir, watch
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ EVENTS = {
     "doctor_skipped": "",  # --skip-doctor
     "doctor_error": "node, finding",  # one doctor error on one node
     "follow_hint": "run_dir",  # a detached job: how to follow it
+    "phase": "text",  # a remote launch's pre-check that may take a while, as it starts
 }
 
 
@@ -106,6 +107,9 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         rundir.set_status(run_dir, "failed", error=f"rejected by {', '.join(ids)}", started=False)
         ctx.say("rejected", run_dir=run_dir)
         return
+    point = list(hc.overrides.task) if ctx.multirun else None
+    ident = identity.of(composed, run_dir, rundir.spec_text(composed), point)
+    spec = identity.stamp(spec, composed, ident)  # the trackers verl logs to know the run
     inv = render(spec)
     if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
         try:
@@ -132,6 +136,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             run_dir,
             lambda: start(ctx, spec, inv, run_dir),
             detached=backend.detached(ctx.follow),
+            reraise=ctx.multirun,  # a signal stops the whole sweep, not only this point
             backend=backend.traits.name,
         )
 
@@ -157,10 +162,17 @@ def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> 
     return backend.start(spec, inv, run_dir, ctx.follow)
 
 
-def preflight(spec: JobSpec) -> None:
+def preflight(spec: JobSpec, say: Callable[..., None] = _silent) -> None:
     """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
     or one message (exit 2) before a run directory is written."""
-    backends.of(spec).preflight(spec)
+    backend = backends.of(spec)
+    if backend.traits.nodes and spec.cluster.ray_address:
+        say(
+            "phase",
+            text=f"reaching the Ray head at {spec.cluster.ray_address} "
+            f"(up to {spec.cluster.ray_timeout_s:g} s)",
+        )
+    backend.preflight(spec)
 
 
 def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
@@ -172,10 +184,16 @@ def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
         return True
     backend = backends.of(spec)
     where = spec.cluster.ray_address if backend.traits.nodes else None
+    limit = spec.cluster.ray_timeout_s + 600
+    ctx.say(
+        "phase",
+        text=f"checking the target stack: topl doctor on {where or 'this machine'} "
+        f"(up to {limit:g} s; --skip-doctor skips it, loudly)",
+    )
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
     nodes = lifecycle.with_deadline(
         lambda: backend.doctor(spec),
-        spec.cluster.ray_timeout_s + 600,
+        limit,
         f"topl doctor on {where or 'this machine'}",
         fix="check that the Ray head answers (`ray status`), or --skip-doctor",
     )
