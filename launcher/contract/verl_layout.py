@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from topl.launcher.spec.job import JobSpec
 
 INTERP = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,([^}]*))?\}")
-USER = ("verl_overrides", "algorithm.extra_overrides")
+# what every rule here reads besides its own keys: the declared verl (its schema's defaults)
+USER = (
+    "verl_overrides",
+    "algorithm.extra_overrides",
+    "algorithm.config_name",
+    "cluster.versions.verl",
+    "cluster.versions.verl_patches",
+)
 WORLD = ("cluster.nodes", "cluster.devices_per_node")
 
 
@@ -78,6 +85,7 @@ def _uses_ref(get: mirror.Get) -> bool:
         "train.use_dynamic_bsz",
         "algorithm.use_kl_loss",
         "algorithm.entrypoint",
+        "algorithm.use_critic",
         *WORLD,
         *USER,
     ),
@@ -111,6 +119,7 @@ def recompute_micro(s: JobSpec) -> Outcome:
         "train.ulysses_sp",
         "train.cp",
         "algorithm.use_kl_loss",
+        "algorithm.entrypoint",
         *USER,
     ),
     "raise train.ppo_max_token_len_per_gpu (and any log_prob_max_token_len_per_gpu set in "

@@ -16,7 +16,8 @@ UNSET_SWEEP = [
     "recipe=qwen3_30b_a3b_grpo_a3_strict",
     f"model.hf_path=/models/q,${VAR}/q",
     "train.tp=1,2",
-    "rollout.max_num_seqs=16,32",
+    # a key no command-reading rule reads (rollout.max_num_seqs is read by TOP-INIT-014 now)
+    "rollout.gpu_memory_utilization=0.5,0.6",
 ]
 
 
@@ -64,7 +65,7 @@ def test_a_trace_that_forgot_a_selection_by_type_gives_other_verdicts(monkeypatc
 
 def test_traced_answers_are_looked_up_by_every_key_their_traces_read(monkeypatch):
     """The traced rules' answers together are kept by the union of the keys their traces read
-    (here model.hf_path and train.tp: not max_num_seqs); a union that left a key out reuses one
+    (here model.hf_path and train.tp: not gpu_memory_utilization); a union that left a key out reuses one
     point's answers at another."""
     from topl.launcher.plan import memo as sweep_memo
 
@@ -130,7 +131,9 @@ def test_a_point_answered_from_memos_makes_no_spec(monkeypatch):
     real = P.copy_on_write
     monkeypatch.setattr(P, "copy_on_write", lambda *a: made.append(1) or real(*a))
     recipe = "recipe=qwen3_30b_a3b_grpo_a3_strict"
-    points = expand_items([recipe, "train.tp=1,2", "rollout.max_num_seqs=16,32", "rollout.tp=1,2"])
+    points = expand_items(
+        [recipe, "train.tp=1,2", "rollout.gpu_memory_utilization=0.5,0.6", "rollout.tp=1,2"]
+    )
     want = _verdicts(Planner(memo=False), points)
     fast = Planner()
     assert _verdicts(fast, points) == want
