@@ -84,7 +84,8 @@ def test_remote_launch_without_address_refuses_and_check_warns(tmp_path):
     r = run_topl("check", *A3_NO_ADDRESS, "--json")
     assert r.returncode == 0  # validating a shared recipe still passes
     got = {v["rule"]: v["severity"] for v in json.loads(r.stdout)["violations"]}
-    assert got["TOP-CLUS-001"] == "warning" and set(got.values()) == {"warning"}
+    # nothing but warnings and notes (info: what the seed measured at logdiff 0)
+    assert got["TOP-CLUS-001"] == "warning" and set(got.values()) <= {"warning", "info"}
     r = run_topl("launch", *A3_NO_ADDRESS, cwd=tmp_path)
     assert r.returncode == 2 and "cluster.ray_address" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []  # no run directory left behind
@@ -121,7 +122,11 @@ def test_ray_unreachable_is_one_message_and_no_run_dir(tmp_path):
     r = run_topl("launch", *STRICT_A3, f"cluster.ray_address={address}", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert f"the Ray head at {address}" in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) <= 4
+    progress = (
+        "topl: dry run:",
+    )  # the deep dry run's one-line report comes first, where verl is at hand
+    message = [l for l in r.stderr.strip().splitlines() if not l.startswith(progress)]
+    assert len(message) <= 4, r.stderr
     assert list(tmp_path.iterdir()) == []
     r = run_topl("doctor", *STRICT_A3, "--ray", address)
     assert r.returncode == 2 and address in r.stderr and "Traceback" not in r.stderr
