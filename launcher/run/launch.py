@@ -18,6 +18,7 @@ from topl.launcher.base.errors import ToplError
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
 from topl.launcher.run import backends, lifecycle, rundir, watch
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> 
     """Start the backend; its return code (negative N: the job died of signal N)."""
     backend = backends.of(spec)
     backend.preflight(spec)  # again: a Ray head may have gone since the up-front check
-    if backend.traits.remote and not doctor_ok(ctx, spec, run_dir):
+    if backend_traits.of(spec).remote and not doctor_ok(ctx, spec, run_dir):
         raise ToplError(
             "the doctor found errors; nothing started",
             where=str(run_dir / "doctor.json"),
@@ -171,7 +172,7 @@ def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
         ctx.say("doctor_skipped")
         return True
     backend = backends.of(spec)
-    where = spec.cluster.ray_address if backend.traits.nodes else None
+    where = spec.cluster.ray_address if backend.traits.addressed else None
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
     nodes = lifecycle.with_deadline(
         lambda: backend.doctor(spec),

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 from topl.launcher.base import redact
 from topl.launcher.run import watch_io, watch_ray, watch_status
+from topl.launcher.run.backends import slurm_client
 from topl.launcher.run.watch_io import clean
 from topl.launcher.run.watch_ray import RayJob
 from topl.launcher.run.watch_status import mark
@@ -92,12 +93,13 @@ class Watcher:
     run_dir: Path
     strict: bool
     ray: RayJob | None = None  # the run's Ray job (None: not one)
+    slurm: str | None = None  # the run's Slurm job id (None: not one)
     ray_logs: bool = False  # read the job's log from Ray (nobody streams it into verl.log)
     steps: list[tuple[int, dict]] = field(default_factory=list)
     guards: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
     notes: list[str] = field(default_factory=list)  # shown with the next poll (Ray job states)
-    ray_state: str | None = None
+    job_state: str | None = None
     _seen: int = 0
 
     def __post_init__(self):
@@ -114,7 +116,7 @@ class Watcher:
             gone = st.get("state") == "running"
         state = st.get("state")
         if gone:
-            if self.ray is None:
+            if self.ray is None and self.slurm is None:
                 watch_status.update(
                     self.run_dir,
                     "failed",
@@ -123,15 +125,17 @@ class Watcher:
                     recorded_by="topl watch",
                 )
                 return True
-            state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
+            state = "submitted"  # the job outlives its topl: Ray (or Slurm) says how it goes
+        if state == "submitted" and self.slurm is not None:
+            return self._slurm_ended(self.slurm)
         if state == "submitted" and self.ray is not None:
             self.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
             info = self.ray.info()
             status = getattr(info.status, "value", str(info.status))
             if (
-                status != self.ray_state
+                status != self.job_state
             ):  # PENDING can last long (no free resources): say where it is
-                self.ray_state = status
+                self.job_state = status
                 self.notes.append(f"ray job {self.ray.job_id}: {status}")
             if status not in watch_ray.RAY_ENDS:
                 return False
@@ -148,6 +152,26 @@ class Watcher:
             )
             return True
         return state not in (None, "running", "submitted")
+
+    def _slurm_ended(self, job_id: str) -> bool:
+        """Slurm's word on a job nobody follows (its console is verl.log in the run dir); the end
+        recorded in status.json, with Slurm's state (CANCELLED: interrupted)."""
+        st = slurm_client.state(job_id, self.run_dir)
+        if st.slurm != self.job_state:  # PENDING can last long: say where it is, and why
+            self.job_state = st.slurm
+            self.notes.append(f"slurm job {job_id}: {st.slurm}" + (f" ({st.reason})" * bool(st.reason)))
+        if not st.ended:
+            return False
+        code = st.exit_code if st.exit_code is not None else int(st.status != "succeeded")
+        watch_status.update(
+            self.run_dir,
+            st.status,
+            exit_code=code,
+            slurm_state=st.slurm,
+            **({"slurm_reason": clean(st.reason)[:500]} if st.reason else {}),
+            recorded_by="topl watch",
+        )
+        return True
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()
