@@ -10,6 +10,8 @@ B = STRICT_A3
 OFF = ["recipe=qwen3_4b_grpo_a3_off"]
 ARR = "actor_rollout_ref"
 PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
+SL = B + ["cluster=slurm_a3"]  # the Slurm preset of the same A3 nodes
+SL_OK = SL + ["cluster.slurm.partition=a3", "cluster.slurm.time_min=600"]
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
     "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
@@ -95,6 +97,16 @@ CASES = {
         B + ["rollout.per_request_seed=true"],
     ),
     "TOP-CLUS-001": (B, B + ["cluster.ray_address=http://head:8265"]),  # presets name no head
+    "TOP-SLURM-001": (SL, SL + ["cluster.slurm.partition=a3"]),  # the preset names none
+    "TOP-SLURM-002": (SL, SL + ["cluster.slurm.time_min=600"]),
+    "TOP-SLURM-003": (
+        SL_OK + ["cluster.slurm.gres=gpu"],  # NPUs counted as GPUs: never used
+        SL_OK,
+    ),
+    "TOP-SLURM-004": (
+        SL_OK + ["cluster.slurm.sbatch=['--wrap=rm -rf x','--mem=500G']"],
+        SL_OK + ["cluster.slurm.sbatch=['--mem=500G','--exclusive']"],
+    ),
     "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
     "TOP-ALG-002": (
         ["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"],

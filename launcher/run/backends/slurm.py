@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base import redact
 from topl.launcher.run.backends import slurm_client
-from topl.launcher.run.backends.slurm_script import LOG, SCRIPT, script
+from topl.launcher.run.backends.slurm_script import SCRIPT, script
 from topl.launcher.run.lifecycle import Interrupted
 from topl.launcher.spec.backend_traits import TRAITS
 
@@ -43,9 +43,10 @@ def submit(spec: JobSpec, inv: Invocation, run_dir: Path) -> str:
 
 
 def follow_job(job_id: str, run_dir: Path, poll: float = POLL_S) -> int:
-    """Stream the job's console until Slurm says it ended; its exit code. Interrupted (Ctrl-C,
-    SIGTERM, a broken console): scancel first, then raise."""
-    log, pos, noted = run_dir / LOG, 0, None
+    """Stream the job's log (Slurm's: the script's steps, Ray's start, the job's console) until
+    Slurm says the job ended; its exit code. Interrupted (Ctrl-C, SIGTERM, a broken console):
+    scancel first, then raise."""
+    log, pos, noted = run_dir / f"slurm-{job_id}.out", 0, None
     try:
         while True:
             st = slurm_client.state(job_id, run_dir)

@@ -100,6 +100,10 @@ class State:
         return ENDS[self.slurm]
 
 
+def _reason(text: str) -> str:
+    return "" if text.strip() in ("None", "(null)", "") else text.strip()
+
+
 def _exit_code(text: str) -> int | None:
     """Slurm's `EXIT:SIGNAL` (a signal N counts as 128 + N, as a shell reports it)."""
     m = re.match(r"^(\d+):(\d+)$", text.strip())
@@ -115,13 +119,12 @@ def state(job_id: str, run_dir: Path | None = None) -> State:
     now, _, reason = (words.strip().splitlines() or [""])[0].partition("|")
     now = now.split()[0] if now.strip() else ""
     if now and now not in ENDS:
-        return State(now, None, "" if reason in ("None", "") else reason)
+        return State(now, None, _reason(reason))
     show = slurm("scontrol", "show", "job", "-o", job_id, check=False)
     fields = dict(re.findall(r"(\w+)=(\S*)", show))
     if fields.get("JobState"):
-        return State(
-            fields["JobState"], _exit_code(fields.get("ExitCode", "")), fields.get("Reason", "")
-        )
+        why = fields.get("Reason", "")
+        return State(fields["JobState"], _exit_code(fields.get("ExitCode", "")), _reason(why))
     acct = slurm("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode", check=False)
     line = (acct.strip().splitlines() or [""])[0]
     if "|" in line:

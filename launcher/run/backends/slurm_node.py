@@ -4,7 +4,7 @@ as `python -m topl.launcher.run.backends.slurm_node COMMAND ...` with cluster.py
 - `doctor RUN_DIR`: topl's checks on this node (one srun task per node) into RUN_DIR/doctor/NODE.json;
   exit 1 on an error finding, so the job stops before Ray or verl starts.
 - `embedded RUN_DIR`: topl's reference engines on this node (cluster.slurm.run=embedded).
-- `free-port`: a TCP port free on this node.
+- `free-port`: a TCP port free on this node; `token`: a Ray auth token for the job.
 - `ray-start --head IP PORT` / `ray-start --worker HEAD:PORT`: `ray start --block` with free ports
   for the parts of a Ray node that listen on fixed defaults (two jobs on one node never collide).
 - `ray-ready HEAD:PORT NODES SECONDS`: wait until NODES Ray nodes are alive, or exit 1.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
 import time
@@ -107,6 +108,10 @@ def main(argv: list[str]) -> int:
         return doctor(Path(args[0]))
     if cmd == "embedded":
         return embedded(Path(args[0]))
+    if cmd == "token":  # as Ray makes one (ray@2.60.0:python/ray/_private/authentication/
+        # authentication_token_generator.py:generate_new_authentication_token)
+        print(secrets.token_hex(32))
+        return 0
     if cmd == "free-port":
         print(free_port())
         return 0

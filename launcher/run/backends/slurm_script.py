@@ -101,7 +101,11 @@ def ray_lines(spec: JobSpec) -> list[str]:
     sl = spec.cluster.slurm
     port = str(sl.ray_port) if sl.ray_port else f'$("$PY" -m {NODE} free-port)'
     return [
-        "# Ray inside the allocation: the head here, a worker on every other node",
+        "# Ray inside the allocation: the head here, a worker on every other node. One auth token",
+        "# per job, by environment only (Ray 2.60 enables token auth by default: ray@2.60.0:python/",
+        "# ray/_private/authentication/authentication_token_setup.py:enable_token_auth_by_default)",
+        f'ray_auth=$("$PY" -m {NODE} token) || finish {RAY_NOT_READY}',
+        "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=${ray_auth}",
         'head_ip=$(hostname --ip-address | awk \'{print $1}\')',
         f"port={port}",
         'export RAY_ADDRESS="$head_ip:$port"  # verl\'s ray.init() joins this cluster',
