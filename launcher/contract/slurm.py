@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import world_size
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ _DIRECTIVE = re.compile(r"^--([a-z][a-z-]*)(?:=([\x20-\x7e]+))?$")
 
 
 def on_slurm(s: JobSpec) -> bool:
-    return s.cluster.backend == "slurm"
+    return backend_traits.of(s).allocates
 
 
 @rule(

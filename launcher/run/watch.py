@@ -159,7 +159,9 @@ class Watcher:
         st = slurm_client.state(job_id, self.run_dir)
         if st.slurm != self.job_state:  # PENDING can last long: say where it is, and why
             self.job_state = st.slurm
-            self.notes.append(f"slurm job {job_id}: {st.slurm}" + (f" ({st.reason})" * bool(st.reason)))
+            self.notes.append(
+                f"slurm job {job_id}: {st.slurm}" + (f" ({st.reason})" * bool(st.reason))
+            )
         if not st.ended:
             return False
         code = st.exit_code if st.exit_code is not None else int(st.status != "succeeded")

@@ -23,6 +23,7 @@ class Traits:
     here: bool  # verl's processes start on this machine, with cluster.python
     nodes: bool  # verl's processes run on a cluster's nodes, out of this machine's sight
     addressed: bool = False  # needs a running Ray cluster's address (cluster.ray_address)
+    allocates: bool = False  # asks Slurm for an allocation of its own (cluster.slurm)
 
 
 TRAITS = {
@@ -32,7 +33,7 @@ TRAITS = {
         Traits("subprocess", remote=True, here=True, nodes=False),
         Traits("ray_job", remote=True, here=False, nodes=True, addressed=True),
         # Ray is started inside the allocation: no address to name
-        Traits("slurm", remote=True, here=False, nodes=True),
+        Traits("slurm", remote=True, here=False, nodes=True, allocates=True),
     )
 }
 NAMES = tuple(TRAITS)  # cluster.backend's allowed values
@@ -53,6 +54,6 @@ def of(job: HasCluster) -> Traits:
     """The traits of the job's backend (cluster.backend). A Slurm allocation that runs topl's
     reference engines (cluster.slurm.run=embedded) runs no verl: not `remote`."""
     t = traits(job.cluster.backend)
-    if t.name == "slurm" and job.cluster.slurm.run == "embedded":
+    if t.allocates and job.cluster.slurm.run == "embedded":
         return replace(t, remote=False)
     return t

@@ -116,8 +116,15 @@ def start() -> Cluster:
     env = {**os.environ, "SLURM_CONF": str(d / "slurm.conf")}
     cluster = Cluster(d, env)
     steps = [
-        [_find("munged"), "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
-         f"--log-file={d}/munged.log", f"--pid-file={d}/munged.pid", f"--seed-file={d}/seed"],
+        [
+            _find("munged"),
+            "--force",
+            f"--socket={d}/munge.sock",
+            f"--key-file={key}",
+            f"--log-file={d}/munged.log",
+            f"--pid-file={d}/munged.pid",
+            f"--seed-file={d}/seed",
+        ],
         [_find("slurmctld"), "-i"],
         [_find("slurmd"), "-N", NODE],
     ]
@@ -125,7 +132,9 @@ def start() -> Cluster:
         for argv in steps:  # each daemonizes: the call returns once it runs
             out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
             if out.returncode != 0:
-                raise Unavailable(f"{Path(argv[0]).name} did not start: {out.stderr.strip()[-400:]}")
+                raise Unavailable(
+                    f"{Path(argv[0]).name} did not start: {out.stderr.strip()[-400:]}"
+                )
         deadline, state = time.monotonic() + WAIT_S, ""
         while time.monotonic() < deadline:
             state = subprocess.run(
@@ -135,7 +144,8 @@ def start() -> Cluster:
                 return cluster
             time.sleep(0.3)
         logs = "".join(
-            (d / f).read_text(errors="replace")[-600:] for f in ("slurmctld.log", "slurmd.log")
+            (d / f).read_text(errors="replace")[-600:]
+            for f in ("slurmctld.log", "slurmd.log")
             if (d / f).exists()
         )
         raise Unavailable(f"node {NODE} not idle after {WAIT_S:g} s (state {state!r}): {logs}")

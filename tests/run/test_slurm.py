@@ -78,7 +78,9 @@ def test_verl_script_allocates_starts_ray_on_every_node_and_runs_the_command_the
 
 
 def test_embedded_script_runs_the_reference_engines_without_ray(tmp_path):
-    spec, inv = _spec([*EMBEDDED, "cluster.slurm.doctor=false", "cluster.slurm.sbatch=['--mem=1G']"])
+    spec, inv = _spec(
+        [*EMBEDDED, "cluster.slurm.doctor=false", "cluster.slurm.sbatch=['--mem=1G']"]
+    )
     text = script(spec, inv, tmp_path)
     assert "#SBATCH --mem=1G" in text and "slurm_node embedded" in text
     assert "ray" not in text.lower().replace("array", "") and "doctor" not in text
@@ -112,8 +114,10 @@ def test_submit_writes_script_and_job_id_and_hands_secrets_by_environment(tmp_pa
             {"squeue": "COMPLETED|None", "scontrol": "JobId=42 JobState=COMPLETED ExitCode=0:0"},
             ("COMPLETED", True, 0, ""),
         ),
-        ({"scontrol": "JobId=42 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0"},
-         ("FAILED", True, 3, "NonZeroExitCode")),
+        (
+            {"scontrol": "JobId=42 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0"},
+            ("FAILED", True, 3, "NonZeroExitCode"),
+        ),
         ({"scontrol": "JobId=42 JobState=CANCELLED ExitCode=0:15"}, ("CANCELLED", True, 143, "")),
         ({"sacct": "TIMEOUT|0:0"}, ("TIMEOUT", True, 0, "")),  # the controller forgot: accounting
         ({"slurm_exit": "7"}, ("UNKNOWN", True, 7, "")),  # neither: the script's own exit file

@@ -92,8 +92,9 @@ def test_verl_command_runs_on_ray_started_inside_the_allocation(cluster, tmp_pat
     stub.write_text(STUB.format(py=sys.executable))
     stub.chmod(0o755)
     args = [*BASE, "cluster.device=cpu", "train.steps=1", f"cluster.python={stub}"]
-    r, run = _launch(cluster, tmp_path, *args, "cluster.slurm.doctor=false", "--follow",
-                     "--skip-doctor")
+    r, run = _launch(
+        cluster, tmp_path, *args, "cluster.slurm.doctor=false", "--follow", "--skip-doctor"
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "Ray ready at" in r.stdout  # every node of the allocation joined the head
     line = next(x for x in (run / "verl.log").read_text().splitlines() if "VERL-STUB" in x)
@@ -116,9 +117,21 @@ def test_watch_stop_and_ctrl_c_cancel_the_job_which_ends_interrupted(cluster, tm
     # Ctrl-C on a followed launch: topl cancels its job before it exits
     env = {**cluster.env, "PYTHONSAFEPATH": "1"}
     p = subprocess.Popen(
-        [sys.executable, "-m", "topl.launcher.cli", "launch", *EMB, "train.steps=500",
-         "cluster.slurm.doctor=false", "--follow"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "topl.launcher.cli",
+            "launch",
+            *EMB,
+            "train.steps=500",
+            "cluster.slurm.doctor=false",
+            "--follow",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     seen = []
     for line in p.stdout:
@@ -138,8 +151,14 @@ def test_watch_stop_and_ctrl_c_cancel_the_job_which_ends_interrupted(cluster, tm
 def test_sweep_submits_each_valid_point_as_one_job_and_never_queues_the_invalid(cluster, tmp_path):
     before = _jobs(cluster)
     r = run_topl(
-        "launch", "-m", *EMB, "train.steps=1", "cluster.slurm.doctor=false",
-        "cluster.slurm.time_min=1,2,3,0", cwd=tmp_path, env=cluster.env,
+        "launch",
+        "-m",
+        *EMB,
+        "train.steps=1",
+        "cluster.slurm.doctor=false",
+        "cluster.slurm.time_min=1,2,3,0",
+        cwd=tmp_path,
+        env=cluster.env,
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     new = _jobs(cluster) - before

@@ -53,7 +53,10 @@ def follow_job(job_id: str, run_dir: Path, poll: float = POLL_S) -> int:
             pos = _stream(log, pos)
             if st.slurm != noted:
                 noted = st.slurm
-                print(f"topl: Slurm job {job_id}: {st.slurm}" + (f" ({st.reason})" if st.reason else ""))
+                print(
+                    f"topl: Slurm job {job_id}: {st.slurm}"
+                    + (f" ({st.reason})" if st.reason else "")
+                )
             if st.ended:
                 _stream(log, pos)
                 break

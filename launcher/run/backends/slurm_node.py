@@ -43,8 +43,11 @@ def doctor(run_dir: Path) -> int:
     (out / f"{host}.json").write_text(json.dumps({"node": host, "findings": findings}, indent=1))
     bad = [f for f in findings if f["severity"] == "error"]
     for f in bad:
-        print(f"topl doctor on {host}: ERROR {f['id']}: {f['what']}: found {f['found']}, "
-              f"needed {f['needed']}; fix: {f['fix']}", file=sys.stderr)
+        print(
+            f"topl doctor on {host}: ERROR {f['id']}: {f['what']}: found {f['found']}, "
+            f"needed {f['needed']}; fix: {f['fix']}",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 
@@ -97,8 +100,11 @@ def ray_ready(address: str, nodes: int, seconds: float) -> int:
         except Exception as e:  # noqa: BLE001 - the head is not up yet: try again
             why = f"{type(e).__name__}: {str(e)[:200]}"
         time.sleep(1.0)
-    print(f"topl: Ray at {address} not ready after {seconds:g} s ({why}); see "
-          "cluster.slurm.ray_ready_s and the job's log", file=sys.stderr)
+    print(
+        f"topl: Ray at {address} not ready after {seconds:g} s ({why}); see "
+        "cluster.slurm.ray_ready_s and the job's log",
+        file=sys.stderr,
+    )
     return 1
 
 

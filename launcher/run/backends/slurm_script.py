@@ -72,7 +72,7 @@ def script(spec: JobSpec, inv: Invocation, run_dir: Path) -> str:
         ': "${VERL_FILE_LOGGER_PATH:=$RUN_DIR/metrics.jsonl}" "${TOPL_GUARD_DIR:=$RUN_DIR/guard}"',
         "export VERL_FILE_LOGGER_PATH TOPL_GUARD_DIR",
         'mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        'head_node=${nodes[0]}',
+        "head_node=${nodes[0]}",
         'echo "topl: job $SLURM_JOB_ID on ${nodes[*]}"',
     ]
     if sl.doctor:
@@ -86,14 +86,17 @@ def script(spec: JobSpec, inv: Invocation, run_dir: Path) -> str:
     else:
         lines += ray_lines(spec)
         payload = " ".join(q(a) for a in [spec.cluster.python, *inv.argv])
-    return "\n".join(
-        [
-            *lines,
-            "# the job, on the first node (where this script runs), its console in the run dir",
-            f'PYTHONUNBUFFERED=1 {payload} 2>&1 | tee -a "$RUN_DIR/{LOG}"',
-            "finish ${PIPESTATUS[0]}",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                *lines,
+                "# the job, on the first node (where this script runs), its console in the run dir",
+                f'PYTHONUNBUFFERED=1 {payload} 2>&1 | tee -a "$RUN_DIR/{LOG}"',
+                "finish ${PIPESTATUS[0]}",
+            ]
+        )
+        + "\n"
+    )
 
 
 def ray_lines(spec: JobSpec) -> list[str]:
@@ -106,7 +109,7 @@ def ray_lines(spec: JobSpec) -> list[str]:
         "# ray/_private/authentication/authentication_token_setup.py:enable_token_auth_by_default)",
         f'ray_auth=$("$PY" -m {NODE} token) || finish {RAY_NOT_READY}',
         "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=${ray_auth}",
-        'head_ip=$(hostname --ip-address | awk \'{print $1}\')',
+        "head_ip=$(hostname --ip-address | awk '{print $1}')",
         f"port={port}",
         'export RAY_ADDRESS="$head_ip:$port"  # verl\'s ray.init() joins this cluster',
         'srun --overlap --nodes=1 --ntasks=1 -w "$head_node" '
