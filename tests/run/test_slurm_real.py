@@ -16,7 +16,7 @@ import time
 
 import pytest
 import slurm_cluster
-from helpers import run_topl
+from helpers import run_topl, run_topl_inproc
 
 pytestmark = pytest.mark.slow
 
@@ -70,13 +70,13 @@ def _wait_running(cluster, job_id: str, seconds: float = 30.0) -> None:
 
 
 def test_embedded_default_runs_in_an_allocation_and_watch_follows_it_to_the_end(cluster, tmp_path):
-    r, run = _launch(cluster, tmp_path, *EMB, "train.steps=2")
+    r, run = _launch(cluster, tmp_path, *EMB, "train.steps=1", "local.plot=false")
     assert r.returncode == 0, r.stderr
     assert "submitted Slurm job" in r.stdout and "topl watch" in r.stdout
     w = run_topl("watch", str(run), "--json", "--interval", "0.5", env=cluster.env)
     assert w.returncode == 0, w.stderr
     out = json.loads(w.stdout)
-    assert (out["state"], out["steps"]) == ("succeeded", 2)
+    assert (out["state"], out["steps"]) == ("succeeded", 1)
     assert out["last"]["topl/max_abs_logprob_diff"] == 0.0  # the embedded default's metrics
     st = out["status"]
     assert (st["exit_code"], st["slurm_state"], st["backend"]) == (0, "COMPLETED", "slurm")
@@ -174,8 +174,10 @@ def test_sweep_submits_each_valid_point_as_one_job_and_never_queues_the_invalid(
 
 def test_contract_refuses_an_impossible_allocation_before_the_queue(cluster, tmp_path):
     before = _jobs(cluster)
-    r, run = _launch(cluster, tmp_path, *EMB, "cluster.nodes=2", "cluster.devices_per_node=4")
-    assert r.returncode == 2 and "TOP-SLURM-003" in r.stderr and run is None
-    r, _ = _launch(cluster, tmp_path, *EMB, "cluster.slurm.time_min=null")
+    launch = [*EMB, "cluster.nodes=2", "cluster.devices_per_node=4"]
+    r = run_topl_inproc("launch", *launch, f"run_root={tmp_path}", env=cluster.env)
+    assert r.returncode == 2 and "TOP-SLURM-003" in r.stderr and not any(tmp_path.iterdir())
+    launch = [*EMB, "cluster.slurm.time_min=null"]
+    r = run_topl_inproc("launch", *launch, f"run_root={tmp_path}", env=cluster.env)
     assert r.returncode == 2 and "TOP-SLURM-002" in r.stderr
     assert _jobs(cluster) == before
