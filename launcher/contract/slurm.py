@@ -48,7 +48,8 @@ EXTRA_DIRECTIVES = (
     "gpu-bind",
     "gpu-freq",
 )
-_DIRECTIVE = re.compile(r"^--([a-z][a-z-]*)(?:=([\x20-\x7e]+))?$")
+_DIRECTIVE = re.compile(r"^--([a-z][a-z-]*)(?:=([\x21-\x7e]+))?$")  # no space, no newline
+_NAMED = re.compile(r"^[A-Za-z0-9_.,+-]+$")  # a partition, account or qos name (or a list)
 
 
 def on_slurm(s: JobSpec) -> bool:
@@ -128,10 +129,17 @@ def allocation(s: JobSpec) -> Outcome:
 @rule(
     "TOP-SLURM-004",
     ERROR,
-    "extra sbatch directives are options Slurm knows, none that topl writes itself",
-    ("cluster.backend", "cluster.slurm.sbatch"),
+    "extra sbatch directives are options Slurm knows, none that topl writes itself; names are names",
+    (
+        "cluster.backend",
+        "cluster.slurm.sbatch",
+        "cluster.slurm.partition",
+        "cluster.slurm.account",
+        "cluster.slurm.qos",
+    ),
     f"keep only `--NAME` or `--NAME=VALUE` with NAME one of {', '.join(EXTRA_DIRECTIVES)}; "
-    "set nodes, partition, account, qos, time and gres through their cluster fields",
+    "set nodes, partition, account, qos, time and gres through their cluster fields (names of "
+    "letters, digits and ._,+-)",
 )
 def directives(s: JobSpec) -> Outcome:
     """Each entry becomes one `#SBATCH` line of the run's slurm.sbatch: a newline would start a
@@ -144,5 +152,8 @@ def directives(s: JobSpec) -> Outcome:
         m = _DIRECTIVE.match(str(d))
         if not m or m.group(1) not in EXTRA_DIRECTIVES:
             bad.append(repr(d)[:80])
+    sl = s.cluster.slurm
+    names = {"partition": sl.partition, "account": sl.account, "qos": sl.qos}
+    bad += [f"{k}={v!r}"[:80] for k, v in names.items() if v and not _NAMED.match(str(v))]
     if bad:
-        return f"cluster.slurm.sbatch: {', '.join(bad)} not allowed"
+        return f"cluster.slurm: {', '.join(bad)} not allowed"

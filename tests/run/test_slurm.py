@@ -87,6 +87,19 @@ def test_embedded_script_runs_the_reference_engines_without_ray(tmp_path):
     assert not backend_traits.of(spec).remote  # the contract treats it as the local engines
 
 
+def test_a_value_that_would_start_a_script_line_is_refused_by_the_contract_and_the_script(
+    tmp_path,
+):
+    from topl.launcher.contract import check
+
+    bad = [*EMBEDDED, "cluster.slurm.partition='debug\nrm -rf ~'"]
+    assert "TOP-SLURM-004" in {v.rule for v in check(compose_job(bad))}
+    spec, inv = _spec(EMBEDDED)
+    spec.cluster.slurm.sbatch = ["--mem=1G\ntouch /tmp/pwned"]  # past the contract: still refused
+    with pytest.raises(ToplError, match="one sbatch option per line"):
+        script(spec, inv, tmp_path)
+
+
 def test_a_run_dir_an_sbatch_line_cannot_carry_is_refused(tmp_path):
     spec, inv = _spec(EMBEDDED)
     with pytest.raises(ToplError, match="run_root"):

@@ -26,6 +26,8 @@ NODE = "topl.launcher.run.backends.slurm_node"  # the in-allocation entry (`pyth
 SCRIPT = "slurm.sbatch"  # in the run directory
 LOG = "verl.log"  # the job's console, in the run directory (`topl watch` tails it)
 _PLAIN = re.compile(r"^[A-Za-z0-9_./@+:=,-]+$")  # a path an #SBATCH line carries as it is
+_DIRECTIVE = re.compile(r"^--[a-z][a-z-]*(=[\x21-\x7e]+)?$")  # one option, no space, no newline
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # an environment variable's name
 # exit codes of the script's own steps (the job's own code otherwise)
 DOCTOR_FAILED, RAY_NOT_READY = 3, 4
 
@@ -48,6 +50,13 @@ def directives(spec: JobSpec, run_dir: Path) -> list[str]:
     out += [f"--gres={sl.gres}:{c.devices_per_node}"] if sl.gres else []
     out += [f"--cpus-per-task={sl.cpus_per_node}"] if sl.cpus_per_node else []
     out += [f"--output={run_dir}/slurm-%j.out"]
+    bad = [d for d in [*out, *sl.sbatch] if not _DIRECTIVE.match(d)]
+    if bad:  # the contract (TOP-SLURM-004) refuses these first; a line never starts a command
+        raise ToplError(
+            f"{', '.join(repr(d)[:80] for d in bad)}: not one sbatch option per line",
+            where="cluster.slurm",
+            fix="names of letters, digits and ._-: no spaces, quotes or newlines",
+        )
     return [*out, *sl.sbatch]
 
 
@@ -55,6 +64,12 @@ def script(spec: JobSpec, inv: Invocation, run_dir: Path) -> str:
     """The whole sbatch script (secrets by name only: sbatch hands their values to the job)."""
     sl, q = spec.cluster.slurm, shlex.quote
     hidden = set(inv.secrets)
+    if any(not _NAME.match(k) for k in inv.env):
+        raise ToplError(
+            f"cluster.env names {', '.join(repr(k) for k in inv.env if not _NAME.match(k))}",
+            where="cluster.env",
+            fix="environment variable names are letters, digits and _",
+        )
     exports = [f"export {k}={q(v)}" for k, v in inv.env.items() if k not in hidden]
     lines = [
         "#!/usr/bin/env bash",
