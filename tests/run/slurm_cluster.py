@@ -8,6 +8,7 @@ Unavailable with why: the caller skips on it (and CI, which installs Slurm, fail
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -83,7 +84,15 @@ class Cluster:
         ).stdout
 
     def stop(self) -> None:
-        """SIGTERM to each daemon this helper started (by its pid file), then the folder."""
+        """Cancel every job and wait (bounded) until the queue is empty: a step daemon whose
+        slurmd went first would wait for it forever. Then SIGTERM to each daemon this helper
+        started (by its pid file), SIGKILL to a step daemon of this cluster still there (its
+        environment names this SLURM_CONF), and the folder."""
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.run("scancel", "--user=root")
+            deadline = time.monotonic() + 15
+            while self.run("squeue", "-h", "-o", "%i").strip() and time.monotonic() < deadline:
+                time.sleep(0.3)
         for name in reversed(DAEMONS):
             try:
                 pid = int((self.folder / f"{name}.pid").read_text().split()[0])
@@ -91,6 +100,13 @@ class Cluster:
             except (OSError, ValueError, IndexError):
                 continue
         time.sleep(0.5)
+        mark = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError):
+                if (proc / "comm").read_text().strip() == "slurmstepd" and mark in (
+                    proc / "environ"
+                ).read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGKILL)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
