@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base import redact
+from topl.launcher.base.errors import ToplError
 from topl.launcher.run.backends import slurm_client
 from topl.launcher.run.backends.slurm_script import SCRIPT, script
 from topl.launcher.run.lifecycle import Interrupted
@@ -62,8 +63,15 @@ def follow_job(job_id: str, run_dir: Path, poll: float = POLL_S) -> int:
                 break
             time.sleep(poll)
     except BaseException:
-        slurm_client.cancel(job_id)
-        print(f"topl: cancelled Slurm job {job_id} (scancel)", file=sys.stderr)
+        try:
+            slurm_client.cancel(job_id)
+            print(f"topl: cancelled Slurm job {job_id} (scancel)", file=sys.stderr)
+        except ToplError as e:  # the controller is gone too: say what may still run
+            print(
+                f"topl: could not cancel Slurm job {job_id} ({e.message}); run `scancel "
+                f"{job_id}` where Slurm answers",
+                file=sys.stderr,
+            )
         raise
     if st.status == "interrupted":  # scancel by someone else: the run was stopped, as by SIGTERM
         raise Interrupted(signal.SIGTERM)
