@@ -96,13 +96,63 @@ def save(path: str | Path, recorder: Recorder, manifest: Manifest) -> Path:
     return path
 
 
+# What a dump folder may hold, checked before any work (a dump may come from anywhere): the
+# deepest released LLMs have ~100-200 layers; a manifest is a few MB of row keys.
+MAX_LAYERS = 4096
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+class BadDump(ValueError):
+    """A dump folder that cannot be read as one (not a regular file, corrupt, out of bounds)."""
+
+
+def _regular(path: Path, cap: int | None = None) -> int:
+    """The size of a regular file (a FIFO or a device would hang the reader), at most `cap`."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise BadDump(f"{path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadDump(f"{path} is not a regular file (a FIFO, a device or a folder)")
+    if cap is not None and st.st_size > cap:
+        raise BadDump(f"{path} is {st.st_size} bytes; a dump's manifest is at most {cap}")
+    return st.st_size
+
+
+def _layer(name: str) -> int:
+    m = re.match(r"layers\.(\d{1,9})\.", name)
+    return int(m.group(1)) if m else (MAX_LAYERS if name.startswith("layers.") else -1)
+
+
 def load(path: str | Path) -> tuple[Manifest, dict[str, Rows]]:
+    """A dump folder's (manifest, rows); BadDump, before any work, for what is not one."""
     path = Path(path)
-    manifest = json.loads((path / "manifest.json").read_text())
-    tensors = load_file(str(path / "dump.safetensors"))
-    rows = {
-        b: {tuple(k): tensors[b][i] for i, k in enumerate(manifest["keys"][b])} for b in tensors
-    }
+    _regular(path / "manifest.json", MAX_MANIFEST_BYTES)
+    try:
+        manifest = json.loads((path / "manifest.json").read_bytes())
+    except (ValueError, RecursionError) as e:
+        raise BadDump(f"{path / 'manifest.json'} is not JSON ({e})") from None
+    model = manifest.get("model", {}) if isinstance(manifest, dict) else None
+    keys = manifest.get("keys") if isinstance(manifest, dict) else None
+    if not isinstance(model, dict) or not isinstance(keys, dict):
+        raise BadDump(f"{path / 'manifest.json'}: not a dump manifest (its model and keys)")
+    layers = model.get("num_layers") or 0
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= MAX_LAYERS:
+        raise BadDump(f"manifest model.num_layers={str(layers)[:40]}: an int in [0, {MAX_LAYERS}]")
+    _regular(path / "dump.safetensors")
+    try:
+        tensors = load_file(str(path / "dump.safetensors"))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own errors for a bad file
+        raise BadDump(f"{path / 'dump.safetensors'} is not a safetensors file ({e})") from None
+    if any(_layer(b) >= MAX_LAYERS for b in tensors):
+        raise BadDump(f"{path}: a boundary of a layer past {MAX_LAYERS}")
+    try:
+        rows = {b: {tuple(k): tensors[b][i] for i, k in enumerate(keys[b])} for b in tensors}
+    except (KeyError, IndexError, TypeError) as e:
+        raise BadDump(f"{path}: the manifest's keys do not match the tensors ({e!r:.80})") from None
     return manifest, rows
 
 

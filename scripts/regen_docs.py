@@ -1,5 +1,6 @@
 """Regenerate every generated table and reference in the docs (the tests check each one):
-docs/reference.md (rule catalog, doctor checks, supported stacks, field constraints);
+docs/reference.md (rule catalog, doctor checks, supported stacks, field constraints); the
+release table of docs/stacks.md;
 docs/fields.md; the recipe matrix.
 
     python scripts/regen_docs.py
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from topl.launcher.cli.rules import rules_markdown
 from topl.launcher.doctor.report import checks_markdown
-from topl.launcher.facts.stacks import stacks_markdown
+from topl.launcher.facts.stacks import releases_markdown, stacks_markdown
 from topl.launcher.spec.constraints import table as constraints_table
 from topl.launcher.spec.fields import fields_markdown
 from topl.launcher.spec.job import JobSpec
@@ -35,5 +36,7 @@ for marker, table in (
 ):
     text = splice(text, marker, table)
 reference.write_text(text)
+stacks = ROOT / "docs" / "stacks.md"
+stacks.write_text(splice(stacks.read_text(), "releases", releases_markdown()))
 (ROOT / "docs" / "fields.md").write_text(fields_markdown())
 subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_recipes.py")], check=True)

@@ -12,6 +12,13 @@ import pytest
 
 from topl.launcher.compose.hydra import compose_job
 
+# Test modules share fixtures and case tables by module name across stage folders (tests/plan's
+# fix search reads tests/contract's cases): every stage folder is importable, whatever pytest
+# collects first.
+sys.path[:0] = sorted(
+    p.path for p in os.scandir(os.path.dirname(__file__)) if p.is_dir() and p.name[0] not in "._"
+)
+
 # The slow tier (`-m slow`): what needs a fresh venv or a wheel build, a real Ray head, real
 # training runs of the reference engines, or an end-to-end launch. `pytest` (the developer loop)
 # leaves it out through pyproject's addopts; CI and the README's command (`pytest -m "not matrix"`)
@@ -38,6 +45,8 @@ SLOW_TESTS = {
         "test_strict_stops_on_the_first_nonzero_logdiff",
         "test_cli_launch_default_short",
     },
+    # a child that imports verl and mlflow and writes a real MLflow store (~15 s)
+    "test_identity.py": {"test_a_real_mlflow_store_written_by_verls_tracking_shows_the_run"},
     # every shipped recipe composed through the cache twice (~25 s)
     "test_compose_cache.py": {"test_every_shipped_recipe_hits_with_the_same_verdicts_and_command"},
     "test_front_door.py": {

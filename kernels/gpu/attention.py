@@ -11,8 +11,9 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   in tile order 0, 1, 2, ... by `_fold`: the reference plan of kernels/attention.py (per-range
   partials merged in order). So the split points are fixed by the context length (one per tile).
 - training and prefill fold in registers while walking the tiles; split-KV decode computes tile
-  states in parallel programs, stores them in fp32 (exact) and `_combine` folds them in the same
-  order with the same `_fold`: the same bits, with up to one program per tile.
+  states in parallel programs, stores them in fp32 (exact) and `_combine` (or, in small batches,
+  the last program of each run to finish) folds them in the same order with the same `_fold`:
+  the same bits, with up to one program per tile.
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
@@ -89,9 +90,37 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
     return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
 
 
+_CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
+
+
+def _counts(dev: torch.device, n: int) -> torch.Tensor | None:
+    """Zeroed arrival counts (each call leaves them zero); None if they would have to be made
+    while a CUDA graph is being captured (the zeroing would only run at replay)."""
+    i = dev.index or 0
+    if i not in _CNT or _CNT[i].numel() < n:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        _CNT[i] = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=dev)
+    return _CNT[i]
+
+
+_SMS: dict[int, int] = {}
+_DUMMY: dict[int, torch.Tensor] = {}
+
+
 def _sms(dev: torch.device) -> int:
-    n: int = torch.cuda.get_device_properties(dev).multi_processor_count
-    return n
+    i = dev.index or 0
+    if i not in _SMS:
+        _SMS[i] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return _SMS[i]
+
+
+def _dummy(dev: torch.device) -> torch.Tensor:
+    """An int32 stand-in for the argument a path does not read (kept: no allocation per call)."""
+    i = dev.index or 0
+    if i not in _DUMMY:
+        _DUMMY[i] = torch.zeros(1, dtype=torch.int32, device=dev)
+    return _DUMMY[i]
 
 
 def attention(
@@ -116,6 +145,7 @@ def attention(
     whole: bool = True,
     combine: tuple[int, int, int] | None = None,
     graph: bool = False,
+    fused: bool | None = None,
 ) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
@@ -125,8 +155,10 @@ def attention(
     result has the same bits either way, and so do `tma` (None: on Hopper, K/V tiles seen whole by
     every row load through the tensor-memory engine in big calls and in calls captured into a CUDA
     graph, `graph=True`) and `whole` (False: every tile takes the
-    masked path, the kernel before whole tiles were split off). `check=False` allows launch
-    settings outside CONFIGS (to show that they change the bits)."""
+    masked path, the kernel before whole tiles were split off), `fused` (split-KV: the last program
+    of a run folds its tile states, instead of a second launch) and `tiles_per_prog` / `stages` /
+    `combine`. `check=False` allows launch settings outside CONFIGS (to show that they change the
+    bits)."""
     tq, h, dim = q.shape
     kvh = k.shape[-2]
     group = h // kvh
@@ -146,10 +178,8 @@ def attention(
     bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, qt)))
     pos = as_t(q_pos)
     o = torch.empty_like(q)
-    bt = (
-        block_table if block_table is not None else torch.zeros(1, 1, dtype=torch.int32, device=dev)
-    )
-    k0 = kv_start if kv_start is not None else torch.zeros(1, dtype=torch.int32, device=dev)
+    bt = block_table if block_table is not None else _dummy(dev).view(1, 1)
+    k0 = kv_start if kv_start is not None else _dummy(dev)
     n_blk = len(bseq)
     if split is None:  # few programs for the SMs, and tile states that fit in 256 MiB
         split = n_blk * kvh < _sms(dev)
@@ -167,11 +197,9 @@ def attention(
         tma = (
             big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
         )
-    if split:  # a few tiles per program: tensor-memory loads need no prefetch buffers (H200: B4
-        # ctx4096 decode tile states 17.8 -> 12.9 us); pointer loads keep 2 (3 overflow shared memory)
-        ns = min(stages, 2) if stages else (1 if tma else 2)
     scale = (1.0 / math.sqrt(dim)) * 1.4426950408889634
     kw = {"G": group, "QT": qt, "BLOCK_N": tile, "D": dim}
+    cnt = None
     if not split:
         wm = wl = wa = o
         grid: tuple[int, ...] = (n_blk, kvh)
@@ -184,6 +212,15 @@ def attention(
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)
         grid = (n_blk, kvh, triton.cdiv(tiles, tpp))
+        # fused: the last program of a (run, KV head) folds, no second launch; it pays where few
+        # chains fold (H200: B1 ctx16384 39.1 -> 31.0 us) and costs a little at B16 (ctx16384
+        # 220 -> 226 us). Explicit `combine` layouts are the separate fold's.
+        if fused if fused is not None else (combine is None and tq * kvh <= 16):
+            cnt = _counts(dev, n_blk * kvh)
+        # tensor-memory loads of a few tiles per program need no prefetch buffer (H200: B4 ctx4096
+        # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
+        # loads keep 2 (3 overflow shared memory)
+        ns = min(stages, 2) if stages else (2 if not tma or (cnt is not None and tpp >= 8) else 1)
     kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
     _attn[grid](
         q,
@@ -201,6 +238,7 @@ def attention(
         wm,
         wl,
         wa,
+        cnt if cnt is not None else o,
         q.stride(0),
         q.stride(1),
         kf.stride(0),
@@ -216,12 +254,14 @@ def attention(
         SPLIT=split,
         TMA=tma,
         WHOLE=whole,
+        FUSED=cnt is not None,
+        FOLD_U=combine[2] if combine else (32 if tpp and tiles >= 32 else 8),
         num_warps=nw,
         num_stages=ns,
         enable_fp_fusion=False,  # the masked and whole-tile paths must round alike (_full_tile)
         **kw,
     )
-    if split:
+    if split and cnt is None:
         # long rows: a program per (token, head), 32 tiles' loads ahead of the fold; short rows: the
         # G heads of a KV head in one program, 8 tiles (H200: B1 ctx16384 43 -> 40 us, B1 ctx1024 9.4
         # vs 11.1 us); neither choice changes a bit

@@ -119,6 +119,7 @@ def _attn(
     WM,
     WL,
     WA,
+    CNT,
     sqt,
     sqh,
     skt,
@@ -138,6 +139,8 @@ def _attn(
     SPLIT: tl.constexpr,
     TMA: tl.constexpr,
     WHOLE: tl.constexpr,
+    FUSED: tl.constexpr,
+    FOLD_U: tl.constexpr,
 ):
     blk, kvh = tl.program_id(0), tl.program_id(1)
     seq, q0, nq = tl.load(BSEQ + blk), tl.load(BQ0 + blk), tl.load(BNQ + blk)
@@ -191,6 +194,22 @@ def _attn(
                 PAGED,
             )
             _store_state(WM, WL, WA, hrow, j, mt, lt, acct, valid, d, D)
+        if FUSED:  # the last program of this (run, KV head) to finish folds the run's tile states
+            # every thread's states are written before one thread's release (CUTLASS's split-K
+            # semaphore pattern); the fold reads them from L2 (.cg), never a stale L1 line
+            tl.debug_barrier()
+            cnt = CNT + blk * tl.num_programs(1) + kvh
+            if tl.atomic_add(cnt, 1, sem="acq_rel") == tl.num_programs(2) - 1:
+                gg = tl.arange(0, G)
+                for tt in range(0, nq):  # the run's tokens one by one: only real rows fold
+                    base = (q0 + tt) * swt + (kvh * G + gg) * swh
+                    n_tiles = tl.load(QPOS + q0 + tt) // BLOCK_N + 1
+                    l, acc = _fold_states(WM, WL, WA, base, d, n_tiles, D, FOLD_U)
+                    tl.store(
+                        O + (q0 + tt) * sot + (kvh * G + gg)[:, None] * soh + d[None, :],
+                        (acc / l[:, None]).to(O.dtype.element_ty),
+                    )
+                tl.atomic_xchg(cnt, 0)
     else:
         m = tl.full([QT * G], float("-inf"), tl.float32)
         l = tl.zeros([QT * G], tl.float32)
@@ -236,6 +255,28 @@ def _attn(
 
 
 @triton.jit
+def _fold_states(WM, WL, WA, base, d, n_tiles, D: tl.constexpr, U: tl.constexpr):
+    """Fold the stored tile states 0 .. n_tiles - 1 of rows `base` (channels d) in tile order with
+    `_fold`: the training loop replayed. The loop body is unrolled U times, so the U tiles' loads
+    are independent of the fold chain and issue ahead of it; a tile past the last loads as
+    (-inf, 0, 0), which `_fold` leaves exact (a = 1, b = 0). Returns (sum, unnormalised output)."""
+    m = tl.full(base.shape, float("-inf"), tl.float32)
+    l = tl.zeros(base.shape, tl.float32)
+    acc = tl.zeros([base.shape[0], d.shape[0]], tl.float32)
+    for j0 in range(0, n_tiles, U):
+        for k in tl.static_range(U):
+            live = j0 + k < n_tiles
+            idx = base + j0 + k
+            mt = tl.load(WM + idx, mask=live, other=float("-inf"), cache_modifier=".cg")
+            lt = tl.load(WL + idx, mask=live, other=0.0, cache_modifier=".cg")
+            acct = tl.load(
+                WA + idx[:, None] * D + d[None, :], mask=live, other=0.0, cache_modifier=".cg"
+            )
+            m, l, acc = _fold(m, l, acc, mt, lt, acct)
+    return l, acc
+
+
+@triton.jit
 def _combine(
     O,
     QPOS,
@@ -252,26 +293,14 @@ def _combine(
     DC: tl.constexpr,
     U: tl.constexpr,
 ):
-    """Fold one query token's stored tile states (GH heads, DC of the D channels) in tile order,
-    with `_fold`: the training loop replayed. The loop body is unrolled U times, so the U tiles'
-    loads are independent of the fold chain and issue ahead of it; a tile past the last loads as
-    (-inf, 0, 0), which `_fold` leaves exact (a = 1, b = 0). Heads and channels are independent in
-    the fold: splitting them over programs changes no bits."""
+    """Fold one query token's stored tile states (GH heads, DC of the D channels) in tile order
+    (`_fold_states`). Heads and channels are independent in the fold: splitting them over
+    programs changes no bits."""
     tok = tl.program_id(0)
     h = tl.program_id(1) * GH + tl.arange(0, GH)
     d = tl.program_id(2) * DC + tl.arange(0, DC)
     n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
-    base = tok * swt + h * swh  # [GH]
-    m = tl.full([GH], float("-inf"), tl.float32)
-    l = tl.zeros([GH], tl.float32)
-    acc = tl.zeros([GH, DC], tl.float32)
-    for j0 in range(0, n_tiles, U):
-        for k in tl.static_range(U):
-            live = j0 + k < n_tiles
-            idx = base + j0 + k
-            mt = tl.load(WM + idx, mask=live, other=float("-inf"))
-            lt = tl.load(WL + idx, mask=live, other=0.0)
-            acct = tl.load(WA + idx[:, None] * D + d[None, :], mask=live, other=0.0)
-            m, l, acc = _fold(m, l, acc, mt, lt, acct)
-    out = acc / l[:, None]
-    tl.store(O + tok * sot + h[:, None] * soh + d[None, :], out.to(O.dtype.element_ty))
+    l, acc = _fold_states(WM, WL, WA, tok * swt + h * swh, d, n_tiles, D, U)
+    tl.store(
+        O + tok * sot + h[:, None] * soh + d[None, :], (acc / l[:, None]).to(O.dtype.element_ty)
+    )

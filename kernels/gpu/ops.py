@@ -1,8 +1,12 @@
 """Batch-invariant matmul, RMSNorm and log-softmax in Triton.
 
-Each output element is reduced in one fixed order whatever M is: the matmul's K loop runs in order
-into one accumulator with no split-K (its tile plan may follow M: no plan changes an element's
-additions, see PLANS), and the reductions use one program per row.
+Each output element is reduced in one fixed order whatever M is. The matmul cuts K into chunks of
+K_CHUNK (fixed by K alone, like the attention's KV tile): each chunk is an in-order chain of MMAs
+into its own fp32 accumulator from zero, and the chunks are added in order, 0 + c0 + c1 + ...,
+rounded to the output dtype once. Whether one program walks every chunk and adds them in registers
+(large M) or the chunks run in parallel programs whose fp32 partials the last one to finish adds
+in the same order (small M: split-K without an M-dependent order), an element's additions are the
+same. The reductions use one program per row.
 """
 
 from __future__ import annotations
@@ -13,28 +17,32 @@ import torch
 import triton
 import triton.language as tl
 
+# The one reduction order: K in chunks of K_CHUNK (the last one shorter), added in chunk order.
+# Every plan below and every M use it; only this constant (and K) sets an element's additions, so
+# no environment variable may change it (training and rollout processes must agree). 1024 over 512
+# on an H200: fewer chunk ends at large M, enough programs at small M.
+K_CHUNK = 1024
+
 # Tile plan of the pointer kernel: fixed for every M (a row's K loop and MMA never change).
 # TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).
 MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8,3").split(","))
 
-# The plan by M: (max M, kernel, (BM, BN, BK, warps, stages)). An output element is the same chain
-# of 16-deep warpgroup MMAs (wgmma) over K in order into one fp32 accumulator, no split-K, whatever
-# the tile and whether TMA or pointer loads feed it: BM >= 64 keeps the wgmma, and the tile, warps
-# and stages change which elements a program owns, not an element's additions (measured on an
-# H200; tests/test_gpu.py checks every plan against every other, bit for bit). So the plan may
-# follow M for speed. Below M = 2048 the TMA launch (host-built descriptors, ~60 us) costs more
-# than it saves.
+# The plan by M: (max M, kernel, (BM, BN, BK, warps, stages)). Within a chunk an element is the
+# same chain of 16-deep warpgroup MMAs (wgmma) over K in order into one fp32 accumulator, whatever
+# the tile and whether TMA or pointer loads feed it: BM >= 64 keeps the wgmma, and the tile, warps,
+# stages and chunks per program change which elements and chunks a program owns, not an element's
+# additions (measured on an H200; tests/test_gpu.py checks every plan against every other, bit for
+# bit). So the plan may follow M for speed. Below M = 2048 the TMA launch (host-built descriptors,
+# ~60 us) costs more than it saves, except under CUDA-graph capture (`graph=True`).
 SMALL_M = 256
 PLANS = (
-    (SMALL_M, "ptr", (64, 64, 128, 4, 4)),  # BN by the grid below
+    (SMALL_M, "ptr", (64, 64, 128, 4, 3)),  # BN and chunks per program by the grid below
     (2048, "ptr", (128, 128, 64, 8, 3)),
     (1 << 62, "tma", (128, 256, 64, 8, 3)),
 )
-# Up to M = 256 the projections are bound by reading W, and the grid decides the speed: the widest
-# BN (of SMALL_BN, BM = 64, BK = 128) that still gives at least SMALL_GRID x SMs programs. Fitted on
-# an H200 over qkv_proj / o_proj / expert gate+up at M = 1 ... 128 (scripts/bench_gpu.py): BN 64 /
-# 32 / 32 at M <= 64, 128 / 32 / 32 at M = 128. Like every plan, no BN changes an element's additions.
-SMALL_BN, SMALL_GRID = (128, 64, 32), 0.55
+# Up to M = 256 the projections are bound by reading W, and the grid decides the speed
+# (`small_plan`). Like every plan, no BN, split or stage count changes an element's additions.
+SMALL_BN, SMALL_GRID, SPLIT_GRID = (64, 32), 0.55, 0.9
 TMA_PLANS = (
     (2048, (128, 128, 64, 8, 4)),
     (1 << 62, (128, 256, 64, 8, 3)),
@@ -46,6 +54,8 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
     X,
     W,
     Y,
+    P,
+    CNT,
     M,
     N,
     K,
@@ -55,17 +65,33 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
     swk,
     sym,
     syn,
+    CPP,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
+    KC: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
+    """SPLIT False: a program walks every chunk of its tile and adds them in registers. SPLIT True:
+    program (m, n, s) computes chunks [s * CPP, (s + 1) * CPP), stores their fp32 partials in P, and
+    the last program of the tile to finish (arrival count in CNT) adds all of them in chunk order
+    and resets the count: one launch, and the additions of the unsplit form. The K loop is one
+    flat loop with the chunk end under a condition (a loop per chunk restarts the load pipeline
+    at every chunk: H200, qkv_proj M = 16, 9.1 vs 8.1 us)."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
+    out = (rm[:, None] < M) & (rn[None, :] < N)
+    part = P + rm[:, None] * N + rn[None, :]
+    per: tl.constexpr = KC // BK  # K steps per chunk
+    n_k = tl.cdiv(K, BK)
+    i0 = tl.program_id(2) * CPP * per if SPLIT else 0
+    i1 = tl.minimum(i0 + CPP * per, n_k) if SPLIT else n_k
     acc = tl.zeros([BM, BN], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        kk = k0 + rk
+    total = tl.zeros([BM, BN], dtype=tl.float32)
+    for i in range(i0, i1):
+        kk = i * BK + rk
         x = tl.load(
             X + rm[:, None] * sxm + kk[None, :] * sxk,
             mask=(rm[:, None] < M) & (kk[None, :] < K),
@@ -77,11 +103,26 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
             other=0.0,
         )
         acc = tl.dot(x, tl.trans(w), acc)
-    tl.store(
-        Y + rm[:, None] * sym + rn[None, :] * syn,
-        acc.to(Y.dtype.element_ty),
-        mask=(rm[:, None] < M) & (rn[None, :] < N),
-    )
+        if (i % per == per - 1) | (i == n_k - 1):  # a chunk ends
+            if SPLIT:
+                tl.store(part + (i // per) * M * N, acc, mask=out)
+            else:
+                total += acc
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+    if SPLIT:
+        # every thread's partials are written before one thread's release (CUTLASS's split-K
+        # semaphore pattern); the acquire side reads the partials from L2 (.cg), not a stale L1
+        tl.debug_barrier()
+        cnt = CNT + pid_m * tl.num_programs(1) + pid_n
+        if tl.atomic_add(cnt, 1, sem="acq_rel") == tl.num_programs(2) - 1:
+            for c in range(0, tl.cdiv(K, KC)):
+                total += tl.load(part + c * M * N, mask=out, other=0.0, cache_modifier=".cg")
+            tl.store(
+                Y + rm[:, None] * sym + rn[None, :] * syn, total.to(Y.dtype.element_ty), mask=out
+            )
+            tl.atomic_xchg(cnt, 0)
+    else:
+        tl.store(Y + rm[:, None] * sym + rn[None, :] * syn, total.to(Y.dtype.element_ty), mask=out)
 
 
 @triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
@@ -95,26 +136,43 @@ def _bi_matmul_tma(  # type: ignore[no-untyped-def]
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
+    KC: tl.constexpr,
     GROUP_M: tl.constexpr,
     OUT: tl.constexpr,
     PROGRAMS,
+    FLAT: tl.constexpr,
 ):
     """Persistent: PROGRAMS programs walk the output tiles (grouped by GROUP_M rows of tiles for
-    L2 reuse); TMA feeds the MMA. Each tile: one accumulator, K in order."""
+    L2 reuse); TMA feeds the MMA. Each tile: K chunks in order, each its own accumulator, added in
+    registers, in one flat K loop (FLAT False: a loop per chunk, explored)."""
     n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    per: tl.constexpr = KC // BK
+    n_k = tl.cdiv(K, BK)
     for tile in range(tl.program_id(0), n_m * n_n, PROGRAMS):
         group = tile // (GROUP_M * n_n)
         first = group * GROUP_M
         rows = tl.minimum(n_m - first, GROUP_M)
         pm = first + (tile % (GROUP_M * n_n)) % rows
         pn = (tile % (GROUP_M * n_n)) // rows
+        total = tl.zeros([BM, BN], dtype=tl.float32)
         acc = tl.zeros([BM, BN], dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            acc = tl.dot(x_desc.load([pm * BM, k0]), w_desc.load([pn * BN, k0]).T, acc)
-        y_desc.store([pm * BM, pn * BN], acc.to(OUT))
+        if FLAT:
+            for i in range(0, n_k):
+                acc = tl.dot(x_desc.load([pm * BM, i * BK]), w_desc.load([pn * BN, i * BK]).T, acc)
+                if (i % per == per - 1) | (i == n_k - 1):
+                    total += acc
+                    acc = tl.zeros([BM, BN], dtype=tl.float32)
+        else:
+            for c0 in range(0, K, KC):
+                acc = tl.zeros([BM, BN], dtype=tl.float32)
+                for k0 in range(c0, tl.minimum(c0 + KC, K), BK):
+                    acc = tl.dot(x_desc.load([pm * BM, k0]), w_desc.load([pn * BN, k0]).T, acc)
+                total += acc
+        y_desc.store([pm * BM, pn * BN], total.to(OUT))
 
 
 _SMS: dict[int, int] = {}
+_CNT: dict[int, torch.Tensor] = {}  # split-K arrival counts per device, zero between calls
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
@@ -123,6 +181,17 @@ def _sms(device: torch.device) -> int:
     if dev not in _SMS:
         _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
     return _SMS[dev]
+
+
+def _counts(device: torch.device, n: int) -> torch.Tensor | None:
+    """Zeroed arrival counts (each call leaves them zero); None if they would have to be made
+    while a CUDA graph is being captured (the zeroing would only run at replay)."""
+    dev = device.index or 0
+    if dev not in _CNT or _CNT[dev].numel() < n:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        _CNT[dev] = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
+    return _CNT[dev]
 
 
 def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -136,37 +205,58 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
+def small_plan(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
+    """(BN, K chunks per program) up to SMALL_M (BM = 64, BK = 128, 3 stages): the widest BN of
+    SMALL_BN with SMALL_GRID x SMs tiles; where even the narrowest leaves too few tiles and the K
+    chunks make up a grid (o_proj, K = 4096: 32 tiles x 4 chunks), a program per chunk at the
+    widest BN with SPLIT_GRID x SMs programs. H200: the split pays there (o_proj M = 1: 9.7 ->
+    8.0 us) and costs elsewhere (qkv_proj M = 16: 7.9 -> 9.6 us), so it is kept to that case."""
+    chunks = triton.cdiv(k, K_CHUNK)
+    tiles_m = triton.cdiv(m, 64)
+    bn = next((b for b in SMALL_BN if tiles_m * triton.cdiv(n, b) >= SMALL_GRID * sms), None)
+    if bn is not None or tiles_m * triton.cdiv(n, SMALL_BN[-1]) * chunks < sms:
+        return bn or SMALL_BN[-1], 0
+    grid = SPLIT_GRID * sms
+    return next((b for b in SMALL_BN if tiles_m * triton.cdiv(n, b) * chunks >= grid), 32), 1
+
+
 def bi_matmul(
     x: torch.Tensor,
     w: torch.Tensor,
     plan: tuple[int, ...] | None = None,
     tma: bool | None = None,
     graph: bool = False,
+    split: int | None = None,
+    kc: int | None = None,
+    flat: bool | None = None,
 ) -> torch.Tensor:
-    """x [M, K] @ w [N, K].T: every output element the same in-order K reduction for any M.
+    """x [M, K] @ w [N, K].T: every output element the same chunked in-order K reduction for any M.
 
-    The plan for M from PLANS (`plan` / `tma` force one); the persistent TMA kernel needs Hopper or
-    later; elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG. `graph=True`:
-    the call is captured into a CUDA graph, so the descriptors' host cost is paid once and M above
-    SMALL_M takes the persistent TMA kernel too (H200, M = 1024: 1.15 / 0.92 / 1.15x cuBLAS on
-    qkv / o_proj / gate+up, against 1.40 / 1.24 / 1.43x pointer-fed)."""
+    The plan for M from PLANS (`plan` / `tma` force one; `split`: K chunks per program, 0 for a
+    program per tile walking all chunks); the persistent TMA kernel needs Hopper or later;
+    elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG. `graph=True`: the call
+    is captured into a CUDA graph, so the descriptors' host cost is paid once and M above SMALL_M
+    takes the persistent TMA kernel too. `kc` (exploration only) replaces K_CHUNK: other bits;
+    `flat` (exploration) picks the TMA kernel's K-loop form: same bits."""
     m, k = x.shape
     n = w.shape[0]
+    kc = kc or K_CHUNK
     y = torch.empty(m, n, device=x.device, dtype=x.dtype)
     auto: tuple[int, ...]  # (BM, BN, BK, warps, stages)
     _, kind, auto = next(p for p in PLANS if m <= p[0])
     if graph and m <= TMA_PLANS[0][0]:
         kind, auto = "tma", TMA_PLANS[0][1]
+    cpp = 0
     if m <= SMALL_M:
-        need = SMALL_GRID * _sms(x.device)
-        bn = next((b for b in SMALL_BN if triton.cdiv(m, 64) * triton.cdiv(n, b) >= need), 32)
-        kind, auto = "ptr", (64, bn, 128, 4, 4)
+        bn, cpp = small_plan(m, n, k, _sms(x.device))
+        kind, auto = "ptr", (64, bn, 128, 4, 3)
     if "TOPL_MM_CONFIG" in os.environ or not _tma_ok(x, w):
-        kind, auto = "ptr", MM_CONFIG
+        kind, auto, cpp = "ptr", MM_CONFIG, 0
     if tma if tma is not None else kind == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         bm, bn, bk, warps, stages = plan or auto
+        assert kc % bk == 0, "a K step must not straddle a chunk end"
         grid = min(_sms(x.device), triton.cdiv(m, bm) * triton.cdiv(n, bn))
         _bi_matmul_tma[(grid,)](
             TensorDescriptor.from_tensor(x, [bm, bk]),
@@ -178,19 +268,32 @@ def bi_matmul(
             BM=bm,
             BN=bn,
             BK=bk,
+            KC=kc,
             GROUP_M=8,
             OUT=_TL[x.dtype],
             PROGRAMS=grid,
+            # one flat K loop, except 128 x 256 tiles: the loop per chunk (H200, M = 8192:
+            # qkv_proj 1.15 -> 1.05x cuBLAS), where the flat loop holds two 128-register accumulators
+            FLAT=bn < 256 if flat is None else flat,
             num_warps=warps,
             num_stages=stages,
         )
         return y
     bm, bn, bk, warps, stages = plan or (auto if kind == "ptr" else MM_CONFIG)
-    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    assert kc % bk == 0, "a K step must not straddle a chunk end"
+    cpp = cpp if split is None else split
+    chunks = triton.cdiv(k, kc)
+    cnt = _counts(x.device, triton.cdiv(m, bm) * triton.cdiv(n, bn)) if 0 < cpp < chunks else None
+    if cnt is None:
+        cpp = 0
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), triton.cdiv(chunks, cpp) if cpp else 1)
+    part = torch.empty(chunks, m, n, device=x.device, dtype=torch.float32) if cpp else y
     _bi_matmul[grid](
         x,
         w,
         y,
+        part,
+        cnt if cnt is not None else y,
         m,
         n,
         k,
@@ -200,9 +303,12 @@ def bi_matmul(
         w.stride(1),
         y.stride(0),
         y.stride(1),
+        cpp,
         BM=bm,
         BN=bn,
         BK=bk,
+        KC=kc,
+        SPLIT=cpp > 0,
         num_warps=warps,
         num_stages=stages,
     )

@@ -1,7 +1,8 @@
 """Install the alignments into a running vLLM-Ascend process, all or nothing: every target of the
 installed version is resolved and its parameters compared first (`resolve`); only when all are
 as `targets` declares them is anything replaced (`apply`). Runs on NPU hosts only (torch_npu);
-the maths lives in `ops` and is tested on CPU.
+the maths lives in `ops` and is tested on CPU. The MoE replacements live here, those every
+model runs through in `dense`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from topl.launcher.align import ops
-from topl.launcher.align.targets import TARGETS, Target, version_key
+from topl.launcher.align import dense, ops
+from topl.launcher.align.targets import TARGETS, Target, covered, version_key
 
 
 class AlignError(RuntimeError):
@@ -46,7 +47,7 @@ def resolve(version: str) -> tuple[list[tuple[Target, object, str, object]], lis
     """([(target, owner, name, original)], [problems]) for an installed vllm-ascend version."""
     key = version_key(version)
     if not key:
-        return [], [f"vllm-ascend {version}: topl's alignment module knows {', '.join(TARGETS)}"]
+        return [], [f"vllm-ascend {version}: topl's alignment module covers {covered()}"]
     found, problems = [], []
     for t in TARGETS[key]:
         try:
@@ -74,8 +75,8 @@ def apply(version: str | None = None) -> list[str]:
             raise AlignError(
                 "topl.launcher.align: vllm-ascend is not installed in this Python "
                 f"({sys.executable}); nothing patched\n  fix: install the vllm-ascend version the "
-                "stack profile declares (stack=release: 0.23.0.post1, stack=prerelease: "
-                "0.30.0rc2) where verl runs, or drop topl.launcher.align.load from "
+                "stack profile declares (cluster.versions.vllm_ascend; topl covers "
+                f"{covered()}) where verl runs, or drop topl.launcher.align.load from "
                 "VERL_USE_EXTERNAL_MODULES (topl adds it only for strict runs on NPU stacks)"
             ) from None
     found, problems = resolve(version)
@@ -83,8 +84,8 @@ def apply(version: str | None = None) -> list[str]:
         raise AlignError(
             f"topl.launcher.align: refusing to patch vllm-ascend {version} (nothing patched):\n  "
             + "\n  ".join(problems)
-            + "\n  fix: install the vllm-ascend version the stack profile declares (stack=release:"
-            " 0.23.0.post1, stack=prerelease: 0.30.0rc2); `topl check` names what is aligned"
+            + "\n  fix: install the vllm-ascend version the stack profile declares (topl covers "
+            f"{covered()}); `topl check` names what is aligned"
         )
     for t, owner, name, original in found:
         new = REPLACEMENTS[t.impl or t.alignment](original)
@@ -112,37 +113,28 @@ def _fn(original: Any) -> Any:
 # ---- replacements: each takes the original and returns the new callable
 
 
-def _silu_mul(original: Any) -> Any:
-    def forward_oot(self, x):
-        from vllm_ascend.utils import get_weight_prefetch_method
-
-        prefetch = get_weight_prefetch_method()
-        prefetch.maybe_prefetch_mlp_weight_preprocess(prefetch.MLP_DOWN, x)
-        out = ops.silu_mul(x)
-        prefetch.maybe_prefetch_mlp_weight_postprocess(out)
-        return out
-
-    return forward_oot
-
-
 def _moe_mlp(original: Any) -> Any:
+    """moe_mlp.unquant_apply_mlp, 0.20.2rc1-0.27.1rc1: 10, 14, 16 or 18 parameters by group
+    (targets.GROUPS), which unified_apply_mlp passes as keywords, so the replacement reads them
+    by name. Like the original it returns (hidden_states, None): MoECommMethod.fused_experts
+    unpacks `mlp_output, before_gmm2_evt = self._apply_mlp(...)` (fact align_moe_mlp)."""
     orig = _fn(original)
+    sig = inspect.signature(orig)
 
-    def unquant_apply_mlp(hidden_states, w1, w2, group_list, w1_bias=None, w2_bias=None,
-                          activation=None, group_list_type=1, topk_scales=None, need_trans=True,
-                          swiglu_limit=0.0, lora_context=None, expanded_row_idx=None,
-                          topk_ids=None):  # fmt: skip
-        name = getattr(activation, "value", activation)
-        if lora_context is not None or swiglu_limit or name not in (None, "silu"):
+    def unquant_apply_mlp(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        name = getattr(a["activation"], "value", a["activation"])
+        if a.get("lora_context") is not None or a.get("swiglu_limit") or name not in (None, "silu"):
             # LoRA, clamped SwiGLU and other activations: vllm-ascend's own path (topl aligns
             # the plain SwiGLU that Megatron's GroupedMLP runs)
-            return orig(hidden_states, w1, w2, group_list, w1_bias, w2_bias, activation,
-                        group_list_type, topk_scales, need_trans, swiglu_limit, lora_context,
-                        expanded_row_idx, topk_ids)  # fmt: skip
+            return orig(*args, **kwargs)
         import torch
         import torch_npu
 
-        if need_trans:
+        w1, w2, group_list_type = a["w1"], a["w2"], a["group_list_type"]
+        if a["need_trans"]:
             w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)
 
         def gmm(x: Any, w: Any, b: Any) -> Any:
@@ -153,13 +145,13 @@ def _moe_mlp(original: Any) -> Any:
                 split_item=2,
                 group_list_type=group_list_type,
                 group_type=0,
-                group_list=group_list,
+                group_list=a["group_list"],
             )[0]
 
-        act = ops.silu_mul(gmm(hidden_states, w1, w1_bias))
-        if topk_scales is not None:  # Megatron's experts: (act * probs).to(act dtype)
-            act = (act * topk_scales).to(act.dtype)
-        return gmm(act, w2, w2_bias)
+        act = ops.silu_mul(gmm(a["hidden_states"], w1, a["w1_bias"]))
+        if a["topk_scales"] is not None:  # Megatron's experts: (act * probs).to(act dtype)
+            act = (act * a["topk_scales"]).to(act.dtype)
+        return gmm(act, w2, a["w2_bias"]), None
 
     return unquant_apply_mlp
 
@@ -257,34 +249,6 @@ def _moe_mlp_hooks(original: Any) -> Any:
     return apply_moe_mlp
 
 
-def _logits_vocab(original: Any) -> Any:
-    """verl's monkey_patch_compute_logits sets logits[..., len(tokenizer):] to -inf; Megatron's
-    log-prob sums over every row of the output layer, so the rollout's must too. The vision
-    placeholders verl also bans (multimodal models only) stay banned: sampling one takes the
-    job down (verl@0.9.1:verl/workers/rollout/utils.py:get_vision_placeholder_token_ids)."""
-
-    def monkey_patch_compute_logits(model, vocab_size, banned_token_ids=None):
-        if not banned_token_ids:
-            return  # vLLM's compute_logits as it is
-        from types import MethodType
-
-        import torch
-
-        inner = model.compute_logits
-        banned = torch.tensor(banned_token_ids, dtype=torch.long)
-
-        def compute_logits(self, *args, **kwargs):
-            nonlocal banned
-            logits = inner(*args, **kwargs)
-            if banned.device != logits.device:
-                banned = banned.to(logits.device)
-            return logits.index_fill_(-1, banned, float("-inf"))
-
-        model.compute_logits = MethodType(compute_logits, model)
-
-    return monkey_patch_compute_logits
-
-
 def _dispatch(original: Any) -> Any:
     def token_dispatch(self, token_dispatch_input):
         from vllm_ascend.ops.fused_moe import token_dispatcher as td
@@ -327,45 +291,6 @@ def _combine(original: Any) -> Any:
     return _combine_postprocess
 
 
-def _logprobs(original: Any) -> Any:
-    def compute_logprobs(logits):
-        return ops.log_softmax(logits)
-
-    return compute_logprobs
-
-
-def _row_parallel(original: Any) -> Any:
-    def forward(self, input_):
-        from vllm.distributed import (
-            split_tensor_along_last_dim,
-            tensor_model_parallel_all_gather,
-            tensor_model_parallel_reduce_scatter,
-        )
-
-        if self.input_is_parallel:
-            x = input_
-        else:
-            x = split_tensor_along_last_dim(input_, num_partitions=self.tp_size)[
-                self.tp_rank
-            ].contiguous()
-        bias = None if self.tp_rank > 0 or self.skip_bias_add else self.bias
-        partial = self.quant_method.apply(self, x, bias)
-        if self.reduce_results and self.tp_size > 1:
-            out = ops.row_parallel_reduce(
-                partial,
-                self.tp_size,
-                lambda t: tensor_model_parallel_reduce_scatter(t, dim=0),
-                lambda t: tensor_model_parallel_all_gather(t, dim=0),
-            )
-        else:
-            out = partial
-        if not self.return_bias:
-            return out
-        return out, (self.bias if self.skip_bias_add else None)
-
-    return forward
-
-
 def _comm_alltoall(original: Any) -> Any:
     def select_moe_comm_method(num_tokens, vllm_config, *args, **kwargs):
         from vllm_ascend.ascend_forward_context import MoECommType
@@ -375,16 +300,14 @@ def _comm_alltoall(original: Any) -> Any:
     return select_moe_comm_method
 
 
+# patches.REPLACEMENTS keys (targets.Target.impl, else the alignment) -> replacement factory
 REPLACEMENTS = {
-    "silu_mul": _silu_mul,
+    **dense.REPLACEMENTS,
     "moe_mlp": _moe_mlp,
     "expert_select": _expert_select,
     "dispatch": _dispatch,
     "combine": _combine,
-    "logprobs": _logprobs,
-    "row_parallel": _row_parallel,
     "comm_alltoall": _comm_alltoall,
-    "logits_vocab": _logits_vocab,
     "moe_mlp_hooks": _moe_mlp_hooks,
     "router": _router,
 }

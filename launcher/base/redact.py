@@ -13,7 +13,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 REDACTED = "<redacted>"
 MIN_VALUE_LEN = 6  # shorter values (true, 1, abc) would garble output when replaced everywhere
@@ -37,7 +37,7 @@ _ENDINGS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PWD")
 _STARTS = ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _NOT_SECRET = {"PWD", "OLDPWD"}  # the shell's working directories
 
-_SHAPES = [
+_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # scheme://user:PASSWORD@host (DATABASE_URL, REDIS_URL, git remotes)
     (
         # (an empty user, and a password with `/` or `@` in it, are still userinfo: it ends at
@@ -48,11 +48,30 @@ _SHAPES = [
         ),
         r"\g<keep>" + REDACTED,
     ),
+    # user:PASSWORD@host without a scheme (a Ray address `user:pass@head:6379`); the user part
+    # is a name (no `/`, `:` or `@`), the host a name with an optional port
     (
         re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL
+            r"(?<![\w.%+/:@-])(?P<keep>[A-Za-z][A-Za-z0-9._%+-]*:)(?!//)[^\s\"'@/]+"
+            r"(?=@[A-Za-z0-9.-]+(?::\d+)?(?:[/\s\"'?#,;)]|$))"
+        ),
+        r"\g<keep>" + REDACTED,
+    ),
+    (
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----",
+            re.DOTALL,
         ),
         REDACTED,
+    ),
+    # an entry of an environment map under a lower-case name (`cluster.env.hf_token=...`,
+    # `env_vars.my_key: ...`): _ASSIGN reads only upper-case names, everywhere else
+    (
+        re.compile(
+            r"(?P<keep>(?:\benv|env_vars)\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*['\"]?)"
+            r"(?P<value>[^\s\"',}\]]+)"
+        ),
+        lambda m: m[0] if not secret_name(m["name"]) else m["keep"] + REDACTED,
     ),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key id
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),  # GitHub tokens
@@ -104,7 +123,9 @@ def secret_entry(name: str, value: Any) -> bool:
 # is only run where one of its needles is there (`plan --json` writes megabytes with none).
 _NEEDLES = [
     ("://",),
+    ("@",),
     ("-----begin ",),
+    ("env.", "env_vars."),
     ("akia", "asia"),
     ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
     ("github_pat_",),
@@ -218,6 +239,35 @@ def remember(env: dict[str, Any]) -> None:
 
 def text(text: str) -> str:
     return current().text(text)
+
+
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+MAX_KEY_LINES = 256  # a 16384-bit RSA key in PEM is ~200 lines; past that, lines show again
+
+
+class Lines:
+    """Redacts a stream one line at a time (a job's console): a private key printed over many
+    lines is removed whole, from its BEGIN line to its END line."""
+
+    def __init__(self) -> None:
+        self.inside = 0  # lines of an open key block seen so far
+
+    def __call__(self, line: str) -> str:
+        if self.inside:
+            end = _PEM_END.search(line)
+            if end is None:
+                self.inside += 1
+                if self.inside > MAX_KEY_LINES:  # never ended: not a key after all
+                    self.inside = 0
+                return ""
+            self.inside = 0
+            return text(line[end.end() :]) if line[end.end() :].strip() else ""
+        begin = _PEM_BEGIN.search(line)
+        if begin is not None and _PEM_END.search(line, begin.end()) is None:
+            self.inside = 1
+            return text(line[: begin.start()]) + REDACTED + "\n"
+        return text(line)
 
 
 class _Stream:

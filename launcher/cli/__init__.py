@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from topl.launcher.base import redact
+from topl.launcher.base import children, redact
 from topl.launcher.base.errors import (
     LOCAL_EXTRA,
     ToplError,
@@ -37,6 +37,8 @@ commands:
   probe     run the reference rollout and training engines, compare log-probs (--json, --dump DIR)
   watch     follow RUN_DIR: logdiff/reward per step, guard records; strict: stop on logdiff != 0
             (--no-stop, --strict, --once, --json, --interval S)
+  compare   runs or sweeps side by side: verdict, steps, logdiff, reward, step time vs plan --rank's
+            (--json, --csv, --sort KEY [--desc], --plot OUT.png)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
@@ -84,6 +86,7 @@ COMMANDS = (
     "doctor",
     "diagnose",
     "watch",
+    "compare",
 )
 
 
@@ -160,9 +163,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         if cmd != "rules":  # the one command that reads nothing relative to it
             _working_directory()
-        if cmd not in ("rules", "diagnose"):
+        if cmd not in ("rules", "diagnose", "compare"):
             check_sweeper_discoverable()
-        return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
+        with lifecycle.signals_interrupt():  # SIGTERM unwinds like Ctrl-C: children go with us
+            return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
     except ToplError as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -188,6 +192,7 @@ def _main(argv: list[str] | None) -> int:
         )
         return 2
     except (KeyboardInterrupt, lifecycle.Interrupted) as e:  # before a job started: nothing to stop
+        children.kill_all()  # the doctor's interpreter (and its children), waited on in a thread
         signum = getattr(e, "signum", signal.SIGINT)
         print(f"\ntopl: {signal.Signals(signum).name}: stopped", file=sys.stderr)
         return 128 + signum

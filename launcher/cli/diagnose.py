@@ -33,7 +33,14 @@ def main(args: list[str]) -> int:
                 where=a,
                 fix="make dumps with `topl probe --dump DIR` or kernels.dump.HookDumper",
             )
-        loaded.append(dump.load(a))
+        try:
+            loaded.append(dump.load(a))
+        except dump.BadDump as e:  # checked before any work: one message, exit 2
+            raise ToplError(
+                str(e),
+                where=a,
+                fix="point at a dump folder written by `topl probe --dump DIR` (or HookDumper)",
+            ) from None
     try:
         report = diagnose(*loaded, common_only=flags.common)
     except BoundaryMismatch as e:

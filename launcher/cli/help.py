@@ -138,6 +138,21 @@ HELP = {
         "topl) and wait for its end to be recorded",
         "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
     ),
+    "compare": (
+        "topl compare PATH... [--json | --csv] [--sort KEY [--desc]] [--plot OUT.png]",
+        "Runs side by side, one row each: run directories, sweep directories (every point, "
+        "dropped ones too) or a quoted glob. The swept keys, verdict, state and exit, steps (a "
+        "running job: its latest), max |Δ log p| and the first step it was not 0, reward at the "
+        "first and last step, median step time and tokens/s, plan --rank's predicted step and "
+        "measured/predicted. What a run directory lacks is said in its row.",
+        "  --json           {swept, runs: [...]} (fields: docs/guide.md)\n"
+        "  --csv            one line per run, for spreadsheets\n"
+        "  --sort KEY       a column (step_s_median, logdiff_max, reward_last, ...) or a swept key;\n"
+        "                   rows without a value last; --desc: descending\n"
+        "  --plot OUT.png   reward and max |Δ log p| per step, step time vs prediction (matplotlib)",
+        "  topl compare runs/multirun/20261203-120000-000000 --sort step_s_median\n"
+        "  topl compare 'runs/2026*' --json\n  topl compare RUN_A RUN_B --plot cmp.png",
+    ),
 }
 
 
@@ -146,7 +161,13 @@ def text(cmd: str) -> str:
 
     usage, what, flags, examples = HELP[cmd]
     out = f"usage: {usage}\n\n{textwrap.fill(what, 96)}\n\nflags:\n{flags}\n  -h, --help       this help\n"
-    if cmd not in ("rules", "recipes", "diagnose", "watch"):  # these take no Hydra overrides
+    if cmd not in (
+        "rules",
+        "recipes",
+        "diagnose",
+        "watch",
+        "compare",
+    ):  # these take no Hydra overrides
         out += f"\n{OVERRIDES}\n"
     return out + f"\nexamples:\n{examples}\n"
 

@@ -7,6 +7,7 @@ every point and each job builds its spec from the config Hydra composed for it.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from omegaconf import DictConfig
@@ -14,11 +15,12 @@ from omegaconf import DictConfig
 from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.compare import write_sweep
 from topl.launcher.cli.output import print_table
 from topl.launcher.contract import check, errors
 from topl.launcher.run import rundir
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
-from topl.launcher.run.lifecycle import signals_interrupt
+from topl.launcher.run.lifecycle import Interrupted, interrupt_sweep, signals_interrupt
 from topl.launcher.spec.job import register_configs
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
@@ -157,6 +159,17 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     sys.argv = ["topl", *hydra_flags, *hydra_overrides]
     try:
         app()
+    except (Interrupted, KeyboardInterrupt) as e:
+        if multirun and made is not None:  # every started point's status says so, none starts
+            signum = getattr(e, "signum", signal.SIGINT)
+            marked = ", ".join(interrupt_sweep(made, signum)) or "none"
+            print(
+                f"topl: {signal.Signals(signum).name}: the sweep was stopped, no further point "
+                f"starts (points marked interrupted here: {marked}; sweep dir {made})",
+                file=sys.stderr,
+            )
+            return 128 + signum
+        raise
     except SystemExit as e:
         if e.code not in (0, None):
             if informational or multirun:
@@ -168,6 +181,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
             rundir.seal(made)  # whatever Hydra or the sweeper wrote: owner-only, secrets out
     if multirun and made is not None:
         sweep_table(made, overrides)
+        if not flags.dry_run:  # every point has ended: the runs side by side, in the sweep dir
+            write_sweep(made)
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch, watch_ray, watch_status
+from topl.launcher.run import watch, watch_io, watch_ray, watch_status
 from topl.launcher.run.backends import slurm_client
 from topl.launcher.run.watch_io import clean
 
@@ -33,8 +34,9 @@ def main(args: list[str]) -> int:
         flags=("--no-stop", "--strict", "--once", "--json", "--stop"),
         options={"--interval": "1.0"},
     )
+    interval = _interval(flags.interval)
     run_dir = _run_dir(rest)
-    status = watch_status.read_status(run_dir)
+    status = watch_io.read_status(run_dir)
     if status.get("state") == "dry_run":
         return _dry_run(run_dir, flags.json)
     if flags.stop:
@@ -46,19 +48,21 @@ def main(args: list[str]) -> int:
     stopped = {}
 
     def on_stop(reason: str) -> None:
-        stopped["how"] = how = watch_status.stop_job(
-            run_dir, watch_status.read_status(run_dir), w.ray
-        )
-        watch.mark(run_dir, reason, how)
+        now = watch_io.read_status(run_dir)
+        if watch_status.ended(now):  # reading a finished run never changes its record
+            stopped["how"] = how = f"the run already ended ({clean(now.get('state'))})"
+            print(f"topl watch: {how}: nothing stopped, status.json left as it is", file=sys.stderr)
+            return
+        stopped["how"] = how = watch_status.stop_job(run_dir, now, w.ray)
+        sent = how.startswith(("SIGTERM", "ray job"))  # else no topl will record its own stop
+        watch.mark(run_dir, reason, how, wait_s=30.0 if sent else 0.0)
         print(clean(f"topl watch: {how}; status.json marked failed"), file=sys.stderr)
 
     out = io.StringIO() if flags.json else sys.stdout
     done = (lambda: w.ended() or True) if flags.once else None
-    watch.follow(
-        w, out=out, interval=float(flags.interval), on_stop=on_stop, done=done, quiet=flags.json
-    )
+    watch.follow(w, out=out, interval=interval, on_stop=on_stop, done=done, quiet=flags.json)
     png = watch.plot(w.steps, run_dir / "watch.png") if w.steps else None
-    end = watch_status.read_status(run_dir)
+    end = watch_io.read_status(run_dir)
     state = end.get("state")
     if flags.json:
         print(
@@ -97,7 +101,7 @@ def _stop(run_dir: Path, status: dict, as_json: bool, wait_s: float = 60.0) -> i
         deadline = time.monotonic() + wait_s
         while not w.ended() and time.monotonic() < deadline:
             time.sleep(0.5)
-    end = watch_status.read_status(run_dir)
+    end = watch_io.read_status(run_dir)
     if as_json:
         print(json.dumps({"run_dir": str(run_dir), "stop": how, "state": end.get("state")}))
     else:
@@ -107,6 +111,21 @@ def _stop(run_dir: Path, status: dict, as_json: bool, wait_s: float = 60.0) -> i
 
 def _ended(st: dict) -> bool:
     return st.get("state") not in (None, "running", "submitted")
+
+
+def _interval(text: str) -> float:
+    """--interval S: seconds between polls, a finite number in [0, 3600]."""
+    try:
+        s = float(text)
+    except ValueError:
+        s = math.nan
+    if not 0 <= s <= 3600:  # nan and inf fail too
+        raise ToplError(
+            f"--interval {clean(text)!s:.40}: seconds between polls, a number in [0, 3600]",
+            where="command line",
+            fix="e.g. --interval 2",
+        )
+    return s
 
 
 def _run_dir(rest: list[str]) -> Path:

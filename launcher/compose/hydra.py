@@ -21,7 +21,7 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose import did_you_mean, recipes, untrusted
 from topl.launcher.compose.composed import Composed
-from topl.launcher.compose.sources import conf_dir, record_defaults, sources_of
+from topl.launcher.compose.sources import conf_dir, recipe_sweeps, record_defaults, sources_of
 from topl.launcher.spec.job import JobSpec, register_configs
 
 if TYPE_CHECKING:
@@ -291,6 +291,6 @@ def from_hydra_job(
         OmegaConf.to_container(typed, resolve=True), f"overrides: {' '.join(user_overrides)}"
     )
     chosen = {k: v for k, v in choices.items() if v is not None and "hydra/" not in k}
-    sources = sources_of(None, hydra_overrides, root)
+    sources = sources_of(None, hydra_overrides, root, swept=recipe_sweeps(root, user_overrides))
     recipe = str(root.source_of(chosen.get("recipe"))) if root else None
     return Composed(typed, sources, user_overrides, chosen, recipe)

@@ -124,6 +124,7 @@ class RecipeRoot:
     def __init__(self, path: Path):
         self.source = path
         self.files: dict[str, Path] = {}  # recipe name in the root -> its source file
+        self.swept: dict[str, Path] = {}  # a recipe's hydra.sweeper.params key -> that recipe
         self.user_value = path.stem  # the recipe override as the user spelled it (sweeps: a,b)
         self.dir = Path(tempfile.mkdtemp(prefix="topl-recipe-"))  # mode 0700
         try:
@@ -162,6 +163,7 @@ class RecipeRoot:
                 fix="rename one of them",
             )
         self.files[name] = recipe.path
+        self.swept.update(dict.fromkeys(recipe.swept, recipe.path))
         fd = os.open(
             self.dir / "recipe" / f"{name}.yaml", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
         )

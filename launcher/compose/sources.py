@@ -13,7 +13,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from topl.launcher.base.tree import flatten
-from topl.launcher.compose import recipes, untrusted
+from topl.launcher.compose import recipes
+from topl.launcher.compose.untrusted_options import SELECTABLE
 
 if TYPE_CHECKING:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -114,7 +115,9 @@ def sources_of(
     hydra_overrides: list[str],
     root: recipes.RecipeRoot | None,
     defaults: Any = None,
+    swept: dict[str, str] | None = None,
 ) -> dict[str, str]:
+    """Each composed key's source; `swept`: keys a recipe's sweep parameters set (recipe_sweeps)."""
     fkey = getattr(defaults, "fkey", None) or _sources_key(hydra_overrides, root)
     if fkey not in _FILE_SOURCES:
         _remember(fkey, file_sources(loader or loader_for(root), hydra_overrides, root, defaults))
@@ -125,11 +128,26 @@ def sources_of(
         if "@" in key or "/" in key or key in GROUPS:
             continue  # a group choice: its file is the source of the values
         text = ov.input_line or f"{key}={ov.value()}"
-        sources[key] = f"command line `{text}`"
+        where = f"command line `{text}`"
+        if swept and key in swept:
+            where = f"{swept[key]} (hydra.sweeper.params `{text}`)"
+        sources[key] = where
         for k in list(sources):
             if k.startswith(key + "."):
-                sources[k] = f"command line `{text}`"
+                sources[k] = where
     return sources
+
+
+def recipe_sweeps(root: recipes.RecipeRoot | None, user_overrides: list[str]) -> dict[str, str]:
+    """The keys a sweep point got from a recipe's `hydra.sweeper.params` -> that recipe's label
+    (a key the user typed, as itself or as a sweep parameter, is the command line's)."""
+    if root is None:
+        return {}
+    typed = {
+        o.partition("=")[0].lstrip("+~").strip().removeprefix("hydra.sweeper.params.").lstrip("+~")
+        for o in user_overrides
+    }
+    return {k: _label(path) for k, path in root.swept.items() if k not in typed}
 
 
 def file_sources(
@@ -172,7 +190,7 @@ def file_sources(
     return sources
 
 
-GROUPS = untrusted.SELECTABLE | {"recipe"}
+GROUPS = SELECTABLE | {"recipe"}
 
 
 def _label(path: Path) -> str:

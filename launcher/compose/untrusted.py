@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +19,12 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose import meaning
 from topl.launcher.compose.did_you_mean import nearest
+from topl.launcher.compose.untrusted_options import (
+    OPTION_NAME,
+    SELECTABLE,
+    sweep_params,
+    sweep_points,
+)
 from topl.launcher.compose.untrusted_yaml import (
     MAX_BYTES,
     load_yaml,
@@ -30,10 +35,6 @@ from topl.launcher.spec.job import JobSpec
 MAX_INCLUDES = 8  # recipes including recipes, depth
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
-# The config groups a recipe may select: the folders of topl's conf/ (one source of truth).
-SELECTABLE = frozenset(
-    p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
-)
 UNSAFE_FLAG = "--unsafe-hydra-overrides"
 # hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
 RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
@@ -53,11 +54,11 @@ CLI_HYDRA = (
 # Hydra launcher plugins the command line may pick by name: both run topl's jobs on this machine,
 # in-process (basic) or in local worker processes (joblib); others submit elsewhere (slurm, ray).
 CLI_LAUNCHERS = ("basic", "joblib")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
 # `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
 # (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
 _RESOLVER = re.compile(r"\$\{(?!\s*\.*[A-Za-z_][\w.]*(?:\[\d+\][\w.]*)*\s*\})")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab / newline, DEL, C1
 _PACKAGE = re.compile(r"^#\s*@package\s+(\S+)\s*$", re.MULTILINE)
 
 
@@ -90,6 +91,18 @@ def check_values(node: Any, where: str, *, resolvers: bool) -> None:
             fix="remove those keys (topl never instantiates code from a config)",
         )
     if not resolvers:
+        controls = [
+            p
+            for p, k, v in _walk(node)
+            if any(isinstance(t, str) and _CONTROL.search(t) for t in (k, v))
+        ]
+        if controls:  # a terminal escape (or a NUL) printed by check / render would run there
+            raise ToplError(
+                f"control character (a terminal escape sequence or NUL) at "
+                f"{', '.join(sorted(set(map(repr, controls))))}",
+                where=where,
+                fix="write the value as plain text (tab and newline are fine)",
+            )
         calls = [
             p
             for p, _, v in _walk(node)
@@ -134,6 +147,19 @@ def check_no_secret_on_argv(node: Any, where: str) -> None:
     outside cluster.env. Everyone on the machine reads argv (`ps`)."""
 
     r = redact.current()
+    built = [
+        p
+        for p, _, v in _walk(node)
+        if isinstance(v, str) and not p.startswith(OFF_ARGV) and _RESOLVER.search(v)
+    ]
+    if built:  # `$${x}` with x `{oc.env:HF_TOKEN}`: verl's own Hydra would resolve it
+        raise ToplError(
+            f"{', '.join(sorted(set(built)))}: resolves to a resolver call (`${{name:...}}`), "
+            "which verl's Hydra would run on its side (`oc.env` copies a secret into verl's "
+            "config and logs)",
+            where=where,
+            fix="write the value out; a secret goes to the job only through cluster.env",
+        )
     hits = [
         p
         for p, _, v in _walk(node)
@@ -164,6 +190,9 @@ def check_recipe(data: Any, where: str, spec_fields: set[str]) -> list[str]:
         )
     _check_hydra(data.get("hydra"), where)
     _check_meaning(data, where)
+    for point in sweep_points(data, where):  # each value a sweep parameter may take is a recipe's
+        check_values(point, f"{where}: hydra.sweeper.params", resolvers=False)
+        _check_meaning(point, f"{where}: hydra.sweeper.params")
     return _check_defaults(data.get("defaults", []), where)
 
 
@@ -229,7 +258,7 @@ def _check_defaults(entries: Any, where: str) -> list[str]:
     for e in entries:
         if e == "_self_":
             continue
-        if isinstance(e, str) and _NAME.match(e) and not e.endswith((".yaml", ".yml")):
+        if isinstance(e, str) and OPTION_NAME.match(e) and not e.endswith((".yaml", ".yml")):
             includes.append(
                 e
             )  # a recipe by name (resolved in the shipped folder / TOPL_RECIPE_PATH)
@@ -237,7 +266,12 @@ def _check_defaults(entries: Any, where: str) -> list[str]:
         if isinstance(e, dict) and len(e) == 1:
             ((key, value),) = e.items()
             m = _GROUP_ENTRY.match(str(key))
-            if m and m["group"] in SELECTABLE and isinstance(value, str) and _NAME.match(value):
+            if (
+                m
+                and m["group"] in SELECTABLE
+                and isinstance(value, str)
+                and OPTION_NAME.match(value)
+            ):
                 continue
         raise ToplError(f"defaults entry {e!r} is not allowed in a recipe", where=where, fix=how)
     return includes
@@ -250,6 +284,7 @@ class Recipe:
     path: Path
     text: bytes
     includes: list[str]
+    swept: list[str] = dataclasses.field(default_factory=list)  # its hydra.sweeper.params keys
 
 
 def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
@@ -263,7 +298,9 @@ def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
             where=str(path),
             fix="start the file with `# @package _global_`",
         )
-    return Recipe(path, text, check_recipe(data, str(path), spec_fields))
+    includes = check_recipe(data, str(path), spec_fields)
+    swept = [str(k).lstrip("+~").strip() for k in sweep_params(data)]
+    return Recipe(path, text, includes, swept)
 
 
 def guard_overrides(overrides: list[str]) -> list[str]:
@@ -291,6 +328,14 @@ def guard_overrides(overrides: list[str]) -> list[str]:
             continue
         if key in LABELS:
             _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
+        if inner.lstrip("+~") in SELECTABLE and ("/" in o.split("=", 1)[-1] or ".." in o):
+            raise ToplError(
+                f"`{o}`: a group's option is a file of topl's conf/, named, never a path "
+                "(`../` would make Hydra load any YAML, whose `hydra:` section runs code)",
+                where=f"command line `{o}`",
+                fix=f"use an option `topl launch --info defaults` lists for {inner.lstrip('+~')}; "
+                "a file of your own goes in a recipe (recipe=PATH)",
+            )
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
@@ -337,7 +382,13 @@ def check_run_path(path: str, where: str) -> None:
     the default run dir name, could otherwise climb out of run_root)."""
     from pathlib import PurePath
 
-    if ".." in PurePath(path).parts or "\0" in path:
+    if "\0" in path:
+        raise ToplError(
+            "the run directory's name holds a NUL character",
+            where=where,
+            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir as plain text",
+        )
+    if ".." in PurePath(path).parts:
         raise ToplError(
             f"the run directory {path} climbs out of its folder (`..`)",
             where=where,

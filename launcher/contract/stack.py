@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from topl.launcher.spec.job import JobSpec
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy.patch"
+# the vllm-ascend releases topl knows (issue 47's range, 0.18.0 on) that ship FA3 themselves
+FA3_RELEASES = ", ".join(
+    v for v in align_targets.KNOWN if facts.supports("fa3_backend", {"vllm_ascend": v})
+)
 
 
 @rule(
@@ -45,17 +49,24 @@ def vllm_pp(s: JobSpec) -> Outcome:
         "cluster.versions.vllm_ascend_patches",
         "cluster.versions.flash_attn_npu",
     ),
-    "use stack=release (vllm-ascend 0.23.0.post1) or stack=seed (0.18.0 + the seed's FA3 patch), "
-    "with flash-attention-npu installed",
-    facts=("fa3_backend", "rl_config"),
+    f"declare a vllm-ascend that ships FA3 ({FA3_RELEASES}; stack=release and stack=prerelease "
+    "pin 0.23.0.post1 and 0.30.0rc2), or use stack=seed (0.18.0 + the seed's FA3 patch), with "
+    "flash-attention-npu installed",
+    facts=("fa3_backend", "seed_fa3_patch_applies", "rl_config"),
 )
 def fa3_available(s: JobSpec) -> Outcome:
     """FA3 (attention/fa3_v1.py, num_splits=1) first ships in vllm-ascend 0.20.2rc1 (final 0.23.0);
-    0.18.0 has it only with the seed's source patch. rl_config selects it from 0.27.1rc1 only."""
+    0.18.0 has it only with the seed's source patch, which no later tree takes (0.19.1rc1 has
+    neither). rl_config selects it from 0.27.1rc1 only."""
     if is_strict(s) and on_npu(s):
         v = s.cluster.versions
         if not facts.supports("fa3_backend", v):
-            return f"vllm-ascend {v.vllm_ascend} has no FA3 backend (and no true_on_policy patch)"
+            patchable = facts.supports("seed_fa3_patch_applies", v)
+            return f"vllm-ascend {v.vllm_ascend} has no FA3 backend, " + (
+                "and the true_on_policy patch that adds it is not declared"
+                if patchable
+                else "and the seed's FA3 patch (true_on_policy) does not apply to its tree"
+            )
         if not v.flash_attn_npu:
             return "flash-attention-npu (FA3 kernels) not declared"
 
@@ -104,13 +115,14 @@ def bi_ops(s: JobSpec) -> Outcome:
         "cluster.versions.verl_patches",
         "model.num_experts",
     ),
-    "use stack=seed (the seed's module and its versions together), or stack=release / "
-    "stack=prerelease (topl's alignment module, vllm-ascend 0.23.0.post1 / 0.30.0rc2)",
+    "declare a vllm-ascend topl's alignment module covers "
+    f"({align_targets.covered()}; stack=release and stack=prerelease pin 0.23.0.post1 and "
+    "0.30.0rc2), or use stack=seed (the seed's module and its versions together)",
     facts=(
         "seed_patch_module",
+        "fa3_backend",
+        "seed_fa3_patch_applies",
         "verl_external_modules",
-        "align_moe_mlp",
-        "align_expert_select",
         "align_logits_vocab",
         "training_consistency_only_selects_fa3",
     ),
@@ -120,9 +132,11 @@ def patch_module(s: JobSpec) -> Outcome:
     Megatron's dispatch / combine order, its log-softmax and padded row-parallel reduction
     (topl.launcher.align.targets.ALIGNMENTS). Three things can provide them: the seed's module
     (vllm-ascend 0.18.0 only: it git-applies a 0.18.0 patch and raises on other trees), topl's
-    alignment module (added by the renderer on the versions it has targets for), or the version
-    itself (none does: 0.30.0rc2's rl_config.enable_training_consistency only selects FA3).
-    An alignment nothing provides is an error; a dense model needs no MoE alignment."""
+    alignment module (added by the renderer on the releases it has targets for: 0.20.2rc1 to
+    0.30.0rc2), or the version itself (none does: rl_config.enable_training_consistency only
+    selects FA3). 0.18.0 without the seed's module and 0.19.1rc1 cannot be aligned (no FA3:
+    targets.UNALIGNABLE says why, with the facts); an alignment nothing provides is an error;
+    a dense model needs no MoE alignment."""
     if not (is_strict(s) and on_npu(s)):
         return None
     v, mod = s.cluster.versions, s.cluster.external_modules
@@ -136,6 +150,11 @@ def patch_module(s: JobSpec) -> Outcome:
         return f"patches {patches} declared but no module (VERL_USE_EXTERNAL_MODULES) applies them"
     if mod == SEED_MODULE:
         return None
+    if str(v.vllm_ascend) in align_targets.UNALIGNABLE:
+        why, fids = align_targets.UNALIGNABLE[str(v.vllm_ascend)]
+        return f"vllm-ascend {v.vllm_ascend} cannot be aligned: {why} ({_cites(fids, v)})"
+    if not align_targets.version_key(v.vllm_ascend):
+        return next(iter(align_targets.missing(v.vllm_ascend).values()))
     gaps = {
         a: why
         for a, why in align_targets.missing(v.vllm_ascend).items()
@@ -145,6 +164,17 @@ def patch_module(s: JobSpec) -> Outcome:
         return f"vllm-ascend {v.vllm_ascend}: nothing provides the alignment of " + "; ".join(
             f"{a} ({why})" for a, why in gaps.items()
         )
+
+
+def _cites(fids: tuple[str, ...], v: object) -> str:
+    """The citations of these facts read in the declared release (and the seed's patch)."""
+    declared = str(getattr(v, "vllm_ascend", ""))
+    return "; ".join(
+        e.cite
+        for f in fids
+        for e in facts.fact(f).evidence
+        if e.version == declared or e.package.startswith("github:")
+    )
 
 
 @rule(

@@ -14,7 +14,7 @@ from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
 from topl.launcher.facts.verl_schema import SCHEMA_KEYS, schema_for
 from topl.launcher.render.command import command
-from topl.launcher.render.spelling import spell, unset_vars
+from topl.launcher.render.spelling import secret_vars, spell, unset_vars
 from topl.launcher.render.tables import GRAD_OFFLOAD
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
@@ -117,13 +117,15 @@ def mindspeed_repatch(s: JobSpec) -> Outcome:
 @rule(
     "TOP-SCHEMA-004",
     ERROR,
-    "no value refers to a shell variable unset where topl launches",
+    "no value refers to a shell variable unset where topl launches, or to a secret",
     ("verl_overrides", "data_dir"),
-    "export the variable before launching, or write the path out in the recipe",
+    "export the variable before launching, or write the path out in the recipe; a secret goes "
+    "to the job only through cluster.env (`+cluster.env.NAME='${oc.env:NAME}'`)",
 )
 def shell_variables(s: JobSpec) -> Outcome:
     """topl starts verl without a shell: `$HOME` / `${VAR}` / `~/` in a value are expanded at render
-    time from the launching environment; an unset one would reach verl as its literal name."""
+    time from the launching environment; an unset one would reach verl as its literal name, a
+    secret one would put the secret on verl's command line."""
 
     got = _rendered(s)
     if got is None:
@@ -132,9 +134,16 @@ def shell_variables(s: JobSpec) -> Outcome:
     # topl's keys and verl_overrides (extra_overrides are TOP-VERL-001's); only a string or a
     # list can name a variable (unset_vars skips every other value)
     texts = got[0].typed(("topl", "verl_overrides"), (str, list, tuple))
-    unset = unset_vars([(e.key, e.value) for e in texts])
-    if unset:
-        return "; ".join(f"{k} refers to ${', $'.join(v)} (unset)" for k, v in unset.items())
+    pairs = [(e.key, e.value) for e in texts]
+    unset, secret = unset_vars(pairs), secret_vars(pairs)
+    if unset or secret:  # a secret expanded here would be on verl's argv (`ps`)
+        return "; ".join(
+            [f"{k} refers to ${', $'.join(v)} (unset)" for k, v in unset.items()]
+            + [
+                f"{k} refers to ${', $'.join(v)} (a secret: argv is public)"
+                for k, v in secret.items()
+            ]
+        )
 
 
 @rule(

@@ -28,6 +28,29 @@ COMMITS = {
     },
     "psyloy/verl-ascend-recipe": {"6823af18": "6823af180b31b3b83dee4098281169ad2bac8693"},
 }
+# PyPI sdists, pinned: the sha256 of each archive read (the index's own hash when it was read;
+# `topl.launcher.facts.sources` refuses a different file under the same name). vllm-ascend: the
+# releases topl's alignment module covers or refuses (launcher/align/targets.py), 0.18.0 on.
+SDIST_SHA256 = {
+    "vllm-ascend": {
+        "0.18.0": "8df042cfaae06fab993bff5f38bb45097634c3f398b2cf74e068347abdddb344",
+        "0.19.1rc1": "1e1d27a5cc5775a8b5fc6c09fbae07fb3c5625e5622cdb13d14eb3e2a8837e23",
+        "0.20.2rc1": "8ebd5c5b2ef5009baae1c5ddee390a0fe2821ef31aa33312a0b491f5b5185797",
+        "0.21.0rc1": "9c0a2e432a2135f46c753c9f5f3718a95ef86872f041ad331028dadfced3e06c",
+        "0.22.1rc1": "8b2dc4585ec4f92332afa00dc301f5fbc669904366959a02dce81603a4351d56",
+        "0.23.0rc1": "dda0a586c742fbb6e152df27794ce54632947cbdfcd30102ded17ad584eda386",
+        "0.23.0": "a58db76eaffcf328b13b315a0db3a57d381a8947d01057ddcefe4ad02372b242",
+        "0.23.0.post1": "a3b9f4a5dd7aa50c37e03d1f35937c4ae5aeacc49b734cac74d59ce5757738e1",
+        "0.24.0rc1": "56d2949177f3be1c76230cc048adbda5264c7a937ce8e42578ba6fc74d4909ca",
+        "0.25.1rc1": "63f1ade8ed4c42f1e78adb5f4afe91be7ae872636b08be89f9b069dd5946e0e4",
+        "0.26.0rc1": "647533d9ae77ae765c2c4b88eaa8f2cfcde56cc7621e393e3be63bfb7303d6b3",
+        "0.27.1rc1": "6fa8b357b624df4c8810c445da24082a9147009d8fe1db33eff815c8ab9805f0",
+        "0.28.0rc1": "bde8bf4207d225df86d8f3b7d9b2bd89ff5e5e56af0cbe4bf8b5b691b98bbe95",
+        "0.29.0rc1": "680f58f98b8a8a4d92380f77a5d3949107da6db0b7cfc17834898d32fdfcdfd1",
+        "0.30.0rc1": "62466241beb151652e95ae47f1d1f5cb7bf66367d6e5c14c74d6b72c0f026ebe",
+        "0.30.0rc2": "05cb51448c0cd174ea338b16ebbfc8e215f44b373ea2a0d65f1314523a01152f",
+    }
+}
 SEED = "psyloy/verl-ascend-recipe"
 SEED_AT = "6823af18"
 TOP = "true_on_policy"

@@ -15,7 +15,9 @@ Used by `scripts/check_facts.py` and the `facts_sources` tests; never by the lau
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
 import io
 import json
 import os
@@ -30,7 +32,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from topl.launcher.facts.evidence import COMMITS, Evidence
+from topl.launcher.facts.evidence import COMMITS, SDIST_SHA256, Evidence
 
 RAW = "https://raw.githubusercontent.com"
 
@@ -181,6 +183,10 @@ def _read_sdist(package: str, version: str, paths: set[str]) -> dict[str, str | 
     if f is None:
         raise Unreachable(f"no sdist for {package}=={version}")
     data = _get(f["url"], timeout=300)
+    want = SDIST_SHA256.get(package, {}).get(version) or f.get("hashes", {}).get("sha256")
+    got = hashlib.sha256(data).hexdigest()
+    if want and got != want:  # not "unreachable": a different file under a release's name
+        raise ValueError(f"{f['filename']}: sha256 {got}, pinned / indexed {want}")
     out: dict[str, str | None] = {p: None for p in paths}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
         for m in t:
@@ -261,3 +267,30 @@ def found(e: Evidence, text: str | None) -> bool:
     if e.needle.startswith("re:"):
         return re.search(e.needle[3:], text, re.DOTALL) is not None
     return e.needle in text
+
+
+def definition(text: str, attr: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The `def` of `attr` ("Class.method" or "function") at the top of a module's source (the
+    last one, as Python keeps it), or None when the module does not define it."""
+    *path, name = attr.split(".")
+    body: list[ast.stmt] = ast.parse(text).body
+    for part in path:
+        cls = next(
+            (n for n in reversed(body) if isinstance(n, ast.ClassDef) and n.name == part), None
+        )
+        if cls is None:
+            return None
+        body = cls.body
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
+    return next((n for n in reversed(body) if isinstance(n, funcs) and n.name == name), None)
+
+
+def params(text: str, attr: str) -> tuple[str, ...] | None:
+    """The parameter names of `attr` as `inspect.signature` lists them, less *args / **kwargs
+    (posonly + args + kwonly): what `topl.launcher.align.patches.resolve` compares at run time;
+    None when the module does not define it."""
+    fn = definition(text, attr)
+    if fn is None:
+        return None
+    a = fn.args
+    return tuple(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)

@@ -1,5 +1,7 @@
-"""The README's "Supported stacks" table, generated from the shipped profiles and the facts:
-`python -m topl.launcher.facts.stacks` (tests/facts/test_facts.py keeps the README in sync)."""
+"""The generated stack tables: docs/reference.md's "Supported stacks" (the shipped profiles and
+the facts: `python -m topl.launcher.facts.stacks`) and docs/stacks.md's per-release table
+(`releases_markdown`); `python scripts/regen_docs.py` writes both, tests/facts/test_facts.py
+keeps them in sync."""
 
 from __future__ import annotations
 
@@ -99,6 +101,39 @@ def stacks_markdown() -> str:
     ]
     out = ["| | " + " | ".join(f"`stack={n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
     out += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(out)
+
+
+def releases_markdown() -> str:
+    """docs/stacks.md's release table: every vllm-ascend release topl knows (issue 47's range),
+    its target group, the vLLM it pins, how FA3 is chosen, and what strict gets, dense and MoE
+    (the shipped strict recipes on each: tests/facts/test_facts_releases.py)."""
+    group = {v: g.name for g in targets.GROUPS for v in g.releases}
+    out = [
+        "| vllm-ascend | group | vLLM | FA3 chosen by | strict, dense | strict, MoE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in targets.KNOWN:
+        on = {"vllm_ascend": v}
+        fa3 = (
+            "`additional_config.rl_config`"
+            if supports("rl_config", on)
+            else "`attention_backend=FLASH_ATTN` + `VLLM_BATCH_INVARIANT=1`"
+            if supports("fa3_backend", on)
+            else "none (the seed's patch: `stack=seed`)"
+            if supports("seed_fa3_patch_applies", on)
+            else "none"
+        )
+        if v in targets.UNALIGNABLE:
+            dense = moe = "refused (TOP-STACK-002, TOP-STACK-005: no FA3)"
+            if supports("seed_fa3_patch_applies", on):
+                dense = moe = "`stack=seed` only (the seed's module)"
+        else:
+            gaps = targets.missing(v)
+            dense = "topl's module" + (" (gaps)" if set(gaps) - targets.MOE_ONLY else "")
+            moe = "topl's module" + (" (gaps)" if gaps else "")
+        pin = targets.VLLM_PIN[v]
+        out.append(f"| {v} | {group.get(v, '-')} | {pin} | {fa3} | {dense} | {moe} |")
     return "\n".join(out)
 
 

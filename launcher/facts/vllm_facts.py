@@ -17,6 +17,7 @@ FA3_EAGER = (
     "Please use `enforce_eager=True` when enabling FA3."  # the same docs, 0.20.2rc1-0.21.0rc1
 )
 BI_DOC = "docs/source/user_guide/feature_guide/batch_invariance.md"
+BI_IMPORT = "from vllm.model_executor.layers.batch_invariant import vllm_is_batch_invariant"
 
 VLLM_FACTS: tuple[Fact, ...] = (
     # ---- vllm-ascend: the FA3 backend and how it is chosen
@@ -28,12 +29,29 @@ VLLM_FACTS: tuple[Fact, ...] = (
         patch="vllm_ascend_patches:true_on_policy",
         evidence=(
             va("0.18.0", "attention/fa3_v1.py", "AscendFABackend", present=False),
+            va("0.19.1rc1", "attention/fa3_v1.py", "AscendFABackend", present=False),
+            va("0.20.2rc1", "attention/fa3_v1.py", "class AscendFABackend"),
             va("0.23.0.post1", "attention/fa3_v1.py", "class AscendFABackend"),
             va("0.23.0.post1", "attention/fa3_v1.py", "num_splits=1"),
             va("0.30.0rc2", "attention/fa3_v1.py", "num_splits=1"),
             seed(FA3_PATCH, "+class AscendFABackend(AttentionBackend)"),
         ),
         detect=("vllm_ascend", "attention/fa3_v1.py", "class AscendFABackend"),
+    ),
+    Fact(
+        "seed_fa3_patch_applies",
+        "vllm_ascend",
+        "the seed's FA3 source patch (vllm_ascend_true_on_policy.patch) applies to the tree: its "
+        "batch_invariant.py hunk needs 0.18.0's vllm_is_batch_invariant import, which 0.19.1rc1 "
+        "replaced (`git apply --check`: patch failed: vllm_ascend/batch_invariant.py:16)",
+        "==0.18.0",
+        evidence=(
+            va("0.18.0", "batch_invariant.py", BI_IMPORT),
+            va("0.19.1rc1", "batch_invariant.py", BI_IMPORT, present=False),
+            seed(FA3_PATCH, " " + BI_IMPORT),  # a context line of the hunk @@ -16,135 +16,211 @@
+        ),
+        range_note="the seed's patch is written for 0.18.0 (its README's 版本配套); read there and "
+        "in 0.19.1rc1, the next release, where it stops applying (and later trees ship FA3)",
     ),
     Fact(
         "fa3_by_attention_backend",

@@ -23,6 +23,7 @@ from topl.launcher.render.env import argv_env, env_vars, secret_names
 from topl.launcher.render.spelling import (
     expand,
     respell,
+    secret_vars,
     spell,
     unset_vars,
     unspellable,
@@ -36,6 +37,7 @@ from topl.launcher.render.tables import (
     MEGATRON_KEYS,
     VERL_KEYS,
 )
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -272,6 +274,17 @@ def render(s: JobSpec, environ: Mapping[str, str] | None = None) -> Invocation:
             f"verl {sch.version} ({sch.config}) has no {', '.join(bad)}: the command cannot compose",
             where="cluster.versions.verl",
             fix="declare the verl that has the key (stack=...), or unset the field that renders it",
+        )
+    # verl's argv is public (`ps`); the local backend starts no verl (TOP-SCHEMA-004 says the same)
+    secret = secret_vars(pairs, environ) if backend_traits.of(s).remote else {}
+    if secret:
+        names = sorted({n for ns in secret.values() for n in ns})
+        raise ToplError(
+            f"{', '.join(secret)} refer to {', '.join('$' + n for n in names)}, a secret: "
+            "expanded here it would be on verl's command line, readable by everyone (`ps`)",
+            where="verl_overrides / the spec's values",
+            fix="drop the reference; a secret reaches the job only through cluster.env "
+            f"(`+cluster.env.{names[0]}='${{oc.env:{names[0]}}}'`)",
         )
     unset = unset_vars(pairs, environ)
     if unset:  # TOP-SCHEMA-004

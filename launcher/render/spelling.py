@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from topl.launcher.facts.verl_schema import Schema
 
 from topl.launcher import facts
+from topl.launcher.base import redact
 from topl.launcher.base.tree import flatten
 from topl.launcher.render.tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
 
@@ -108,6 +109,28 @@ def expand(v: Any, environ: Mapping[str, str] | None = None) -> Any:
     if v == "~" or v.startswith("~/"):
         v = "${HOME}" + v[1:]
     return _VAR.sub(lambda m: env[m.group(1) or m.group(2)], v)
+
+
+def secret_vars(
+    pairs: list[tuple[str, Any]], environ: Mapping[str, str] | None = None
+) -> dict[str, list[str]]:
+    """{verl key: [variables]} whose expansion would put a secret on verl's command line: a
+    secret-named variable (`team-$WANDB_API_KEY`), or one whose value has a credential shape or
+    is a known secret. argv is readable by everyone on the machine (`ps`)."""
+    env = os.environ if environ is None else environ
+    r = redact.current()
+    out = {}
+    for k, v in pairs:
+        if not isinstance(v, (str, list, tuple)):
+            continue
+        bad = [
+            n
+            for n in shell_vars(v)
+            if redact.secret_name(n) or (n in env and r.text(env[n]) != env[n])
+        ]
+        if bad:
+            out[k] = bad
+    return out
 
 
 def unset_vars(

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from topl.launcher.base.errors import ToplError
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
-from topl.launcher.run import backends, lifecycle, rundir, watch
+from topl.launcher.run import backends, identity, lifecycle, rundir, watch
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
@@ -107,6 +107,9 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
         rundir.set_status(run_dir, "failed", error=f"rejected by {', '.join(ids)}", started=False)
         ctx.say("rejected", run_dir=run_dir)
         return
+    point = list(hc.overrides.task) if ctx.multirun else None
+    ident = identity.of(composed, run_dir, rundir.spec_text(composed), point)
+    spec = identity.stamp(spec, composed, ident)  # the trackers verl logs to know the run
     inv = render(spec)
     if not ctx.dry_run and not ctx.preflown:  # a sweep point: Hydra made its dir; nothing written
         try:
@@ -133,6 +136,7 @@ def _run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
             run_dir,
             lambda: start(ctx, spec, inv, run_dir),
             detached=backend.detached(ctx.follow),
+            reraise=ctx.multirun,  # a signal stops the whole sweep, not only this point
             backend=backend.traits.name,
         )
 

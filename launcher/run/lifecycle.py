@@ -10,15 +10,17 @@ call that may never answer (a silent Ray head).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 from topl.launcher.base import children
 from topl.launcher.base.errors import ToplError
-from topl.launcher.run.watch_io import identity
+from topl.launcher.run.watch_io import identity, prove, read_status
 
 
 class Interrupted(BaseException):
@@ -64,12 +66,19 @@ def status_of(returncode: int) -> dict:
     return {"state": "failed", "exit_code": returncode}
 
 
-def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False, **details) -> int:
+def run_recorded(
+    run_dir: Path,
+    start: Callable[[], int],
+    detached: bool = False,
+    reraise: bool = False,
+    **details,
+) -> int:
     """Run a backend under signal handling; status.json is right on every way out.
 
     `start` returns the job's return code (negative: killed by that signal); it stops its job
     itself when Interrupted passes through it. `detached`: a 0 only means the job was handed over
-    (a Ray job without --follow): the run is `submitted`, not `succeeded`."""
+    (a Ray job without --follow): the run is `submitted`, not `succeeded`. `reraise`: an
+    interrupt, once recorded, goes on up (a sweep stops as a whole, not one point)."""
     # imported here: `topl rules` imports this module and must not pay for omegaconf
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
@@ -96,6 +105,8 @@ def run_recorded(run_dir: Path, start: Callable[[], int], detached: bool = False
             f"\ntopl: {signal.Signals(signum).name}: the job was stopped (run dir {run_dir})",
             file=sys.stderr,
         )
+        if reraise:
+            raise
         return 128 + signum
     except ToplError as e:
         state = {"state": "failed", "error": e.message, **details}
@@ -129,3 +140,44 @@ def with_deadline(fn: Callable, seconds: float, what: str, fix: str):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def interrupt_sweep(sweep_dir: Path, signum: int, wait_s: float = 30.0) -> list[str]:
+    """After SIGINT / SIGTERM stopped `topl launch -m`: every point's status.json says how it
+    ended. A point still `running` in another process that provably is its topl (a joblib
+    worker) gets SIGTERM and `wait_s` to stop its job and record it; a point whose topl is gone,
+    or that never wrote a status, is marked `interrupted` here. Points never started have no
+    directory. Returns the points marked here."""
+    from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
+
+    points = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+    def running_elsewhere(p: Path) -> dict | None:
+        st = read_status(p)
+        mine = st.get("pid") == os.getpid()
+        ok = st.get("state") == "running" and not mine and prove(st)[0] == "same"
+        return st if ok else None
+
+    for p in points:
+        if (st := running_elsewhere(p)) is not None:
+            try:
+                os.kill(st["pid"], signal.SIGTERM)  # its topl stops its job group and records it
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    while any(running_elsewhere(p) for p in points) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    marked = []
+    for p in points:
+        st = read_status(p)
+        if st.get("state") in (None, "running"):
+            rundir.set_status(
+                p,
+                "interrupted",
+                signal=signal.Signals(signum).name,
+                exit_code=128 + signum,
+                started=bool(st),
+                recorded_by="topl launch -m (the sweep was stopped)",
+            )
+            marked.append(p.name)
+    return marked

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from topl.launcher import __version__
 from topl.launcher.base import redact as _redact
 from topl.launcher.base.errors import ToplError
+from topl.launcher.run import watch_io
 
 if TYPE_CHECKING:
     from topl.launcher.compose.composed import Composed
@@ -88,11 +89,7 @@ def set_status(run_dir: Path, state: str, **details: Any) -> None:
     body = json.dumps(
         {"state": state, **details, "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=1
     )
-    tmp = run_dir / f".status.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(body + "\n")
-    os.replace(tmp, run_dir / "status.json")
+    watch_io.replace_file(run_dir / "status.json", (body + "\n").encode())
 
 
 def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:
@@ -136,6 +133,12 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+def spec_text(composed: Composed) -> str:
+    """spec.yaml's text: the composed spec, resolved, secrets redacted (its sha256 is the run's
+    spec hash, launcher/run/identity.py)."""
+    return _redact.text(OmegaConf.to_yaml(composed.cfg, resolve=True))
+
+
 def write(
     run_dir: Path, composed: Composed, invocation: Invocation, violations: list[Violation]
 ) -> None:
@@ -160,7 +163,7 @@ def _write(
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     r = _redact.current()
     python = composed.cfg.cluster.python
-    write_file(run_dir / "spec.yaml", OmegaConf.to_yaml(composed.cfg, resolve=True))
+    write_file(run_dir / "spec.yaml", spec_text(composed))
     write_file(
         run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True)
     )

@@ -3,7 +3,8 @@ on the first step whose max logdiff is not exactly 0 (or whose diff metrics are 
 
 Sources, in the run directory: `metrics.jsonl`, one `{"step": N, "data": {...}}` per line as the
 local backend writes it and as verl's file logger does (verl@0.9.1:verl/utils/tracking.py:FileLogger.log,
-path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here); `guard/*.json` (one per
+path from VERL_FILE_LOGGER_PATH, which the subprocess backend points here; a followed Ray job's
+from its log's step lines, backends/ray_job.py:MetricsFile); `guard/*.json` (one per
 verl process, launcher/guard.py); else the job's console lines `step:N - key:value - ...`
 (verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str) in `verl.log` or, for a Ray
 job nobody streams (`submitted`, or its topl is gone), from the Ray Job API, and `TOPL-GUARD {...}`
@@ -13,6 +14,8 @@ records an end topl could not (a Ray job's, or a topl killed with SIGKILL) in st
 
 from __future__ import annotations
 
+import codecs
+import io
 import json
 import math
 import re
@@ -53,7 +56,7 @@ def verdict(data: dict) -> str | None:
 
 def parse_console(line: str) -> tuple[int, dict] | None:
     m = _CONSOLE.match(line.strip())
-    if not m:
+    if not m or len(m.group(1)) > MAX_STEP_DIGITS:
         return None
     data = {}
     for part in m.group(2).split(" - "):
@@ -65,25 +68,58 @@ def parse_console(line: str) -> tuple[int, dict] | None:
     return int(m.group(1)), data
 
 
+MAX_STEP_DIGITS = 18  # a step number is an int64; a longer one is not a step
+
+
+def parse_metric(line: str) -> tuple[int, dict] | None:
+    """(step, its numeric metrics) of a metrics.jsonl line, or None for a blank or foreign line
+    (the steps around it still count). Only numbers are kept: the step's memory is its metrics,
+    whatever else a line carries; a number too large for a float is kept as inf (not exactly 0)."""
+    try:
+        rec = json.loads(line)
+        step, data = rec["step"], rec["data"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    if isinstance(step, bool) or not isinstance(step, int) or abs(step) >= 10**MAX_STEP_DIGITS:
+        return None
+    if not isinstance(data, dict):
+        return None
+    numbers = {}
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        try:
+            numbers[k] = float(v)
+        except OverflowError:  # a 400-digit int
+            numbers[k] = math.inf if v > 0 else -math.inf
+    return step, numbers
+
+
 class Tail:
-    """New complete lines of a growing file (a partial last line waits for its newline)."""
+    """New complete lines of a growing file (a partial last line waits for its newline), read to
+    its end in chunks of at most CHUNK_CAP: the whole file, in bounded memory."""
 
     def __init__(self, path: Path):
         self.path, self.pos, self.buf = path, 0, ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character
 
-    def lines(self) -> list[str]:
-        f = watch_io.open_regular(self.path)  # never a FIFO or a link; at most CHUNK_CAP a poll
+    def batches(self) -> Iterator[list[str]]:
+        """The new complete lines, a chunk's worth at a time, up to the end of the file now."""
+        f = watch_io.open_regular(self.path)  # never a FIFO or a link
         if f is None:
-            return []
+            return
         with f:
             f.seek(self.pos)
-            chunk = f.read(watch_io.CHUNK_CAP).decode("utf-8", errors="replace")
-            self.pos = f.tell()
-        *done, self.buf = (self.buf + chunk).split("\n")
-        if len(self.buf) > watch_io.LINE_CAP:  # an endless line: keep its head, drop the rest
-            done.append(self.buf[: watch_io.LINE_CAP])
-            self.buf = ""
-        return [line[: watch_io.LINE_CAP] for line in done]
+            while chunk := f.read(watch_io.CHUNK_CAP):
+                self.pos = f.tell()
+                *done, self.buf = (self.buf + self.decoder.decode(chunk)).split("\n")
+                if len(self.buf) > watch_io.LINE_CAP:  # an endless line: keep its head only
+                    done.append(self.buf[: watch_io.LINE_CAP])
+                    self.buf = ""
+                yield [line[: watch_io.LINE_CAP] for line in done]
+
+    def lines(self) -> list[str]:
+        return [line for batch in self.batches() for line in batch]
 
 
 @dataclass
@@ -109,15 +145,18 @@ class Watcher:
     def ended(self) -> bool:
         """Whether the run is over. Records the ends topl could not: a Ray job nobody follows (Ray's
         state), and a topl that died without writing one (SIGKILL, the OOM killer)."""
-        st = watch_status.read_status(self.run_dir)
+        st = watch_io.read_status(self.run_dir)
+        if not st:
+            self._no_status_since = getattr(self, "_no_status_since", None) or time.monotonic()
+            watch_status.no_status(self.run_dir, time.monotonic() - self._no_status_since)
         gone = st.get("state") == "running" and watch_status.topl_gone(st)
         if gone:  # topl writes its end before it exits: read again, the end may be there now
-            st = watch_status.read_status(self.run_dir)
+            st = watch_io.read_status(self.run_dir)
             gone = st.get("state") == "running"
         state = st.get("state")
         if gone:
             if self.ray is None and self.slurm is None:
-                watch_status.update(
+                self._record(
                     self.run_dir,
                     "failed",
                     error=f"topl (pid {st['pid']}) ended without recording the run's end "
@@ -140,7 +179,7 @@ class Watcher:
             if status not in watch_ray.RAY_ENDS:
                 return False
             code = info.driver_exit_code
-            watch_status.update(
+            self._record(
                 self.run_dir,
                 watch_ray.RAY_ENDS[status],
                 exit_code=code if code is not None else int(status != "SUCCEEDED"),
@@ -165,7 +204,7 @@ class Watcher:
         if not st.ended:
             return False
         code = st.exit_code if st.exit_code is not None else int(st.status != "succeeded")
-        watch_status.update(
+        self._record(
             self.run_dir,
             st.status,
             exit_code=code,
@@ -174,6 +213,10 @@ class Watcher:
             recorded_by="topl watch",
         )
         return True
+
+    def _record(self, run_dir: Path, state: str, **details) -> None:
+        if why := watch_status.update(run_dir, state, **details):  # a read-only run dir
+            self.notes.append(f"topl watch: {why}")
 
     def _lines(self) -> Iterator[str]:
         yield from self.console.lines()
@@ -194,16 +237,27 @@ class Watcher:
         env = rec.get("env") if isinstance(rec.get("env"), dict) else {}
         named = {m.get("what") for m in missing if isinstance(m, dict)}
         for name, (value, rule) in self._manifest.items():
-            if name in env and env[name] != value and f"env {name}" not in named:
+            # a variable the record does not show was not set in that process: not the value
+            if env.get(name) != value and f"env {name}" not in named:
                 missing.append(
                     {
                         "rule": rule,
                         "what": f"env {name}",
                         "needed": value,
-                        "found": env[name],
+                        "found": env.get(name),
                         "seen_by": "topl watch",
                     }
                 )
+        if rec.get("strict") and not self._manifest and "manifest" not in named:
+            missing.append(  # nothing to check a strict record's `ok` against: not shown as ok
+                {
+                    "rule": "TOP-GUARD-001",
+                    "what": "manifest",
+                    "needed": "the run's TOPL_GUARD manifest (invocation.json) to check it",
+                    "found": None,
+                    "seen_by": "topl watch",
+                }
+            )
         return {**rec, "missing": missing}
 
     def poll(self) -> list[tuple[str, object]]:
@@ -218,12 +272,10 @@ class Watcher:
                     self.guards[p.name] = rec = self.judge(rec)
                     new.append(("guard", rec))
         from_file = self.metrics.path.is_file()
-        for line in self.metrics.lines():
-            try:
-                rec = json.loads(line)
-                new.append(("step", (int(rec["step"]), dict(rec["data"]))))
-            except (ValueError, KeyError, TypeError):
-                continue  # a blank or foreign line: the steps around it still count
+        for batch in self.metrics.batches():  # the whole file, a chunk at a time
+            for line in batch:
+                if (step := parse_metric(line)) is not None:
+                    new.append(("step", step))
         for line in self._lines():
             if line.startswith(PREFIX + " "):
                 try:
@@ -308,8 +360,13 @@ def plot(steps: list[tuple[int, dict]], path: Path) -> Path | None:
         ax.plot(xs, [d.get(key, float("nan")) for _, d in steps], marker="o")
         ax.set(title=key, xlabel="step")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
+    try:
+        watch_io.replace_file(path, png.getvalue())  # never through a link planted in the run dir
+    except OSError:
+        return None  # a read-only run dir: the table is the result
     return path
 
 
@@ -320,23 +377,29 @@ def follow(
     on_stop: Callable[[str], None] | None = None,
     done: Callable[[], bool] | None = None,
     quiet: bool = False,
+    live: bool = False,
 ) -> Watcher:
-    """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`)."""
+    """Poll until the run ends (`ended`) or a strict violation (then `on_stop(reason)`).
+
+    `live`: print to the sys.stdout of each moment, not of the start: beside a running job whose
+    progress bar owns the terminal (rich's Live swaps sys.stdout for a proxy that prints above
+    the bar), a row written past the proxy would land inside the bar's line."""
     done = done or w.ended
-    out = out or sys.stdout  # bound now: the stdout of this moment (redacting, captured...)
+    bound = out or sys.stdout  # the stdout of this moment (redacting, captured...)
+
+    def say(text: str) -> None:
+        print(clean(text), file=sys.stdout if live and out is None else bound, flush=True)
+
     if not quiet:
-        print(HEADER, file=out, flush=True)
+        say(HEADER)
     while True:
         finished = done()  # read before the last poll: nothing written before the end is missed
         for kind, item in w.poll():
             if not quiet:
-                text = (
-                    row(*item) if kind == "step" else item if kind == "note" else guard_line(item)
-                )
-                print(clean(text), file=out, flush=True)
+                say(row(*item) if kind == "step" else item if kind == "note" else guard_line(item))
         if w.reason:
             if not quiet:
-                print(clean(f"topl watch: STOP {w.reason}"), file=out, flush=True)
+                say(f"topl watch: STOP {w.reason}")
             if on_stop:
                 on_stop(w.reason)
             return w
@@ -365,7 +428,7 @@ def launched(run_dir: Path, strict: bool, run: Callable[[], int], interval: floa
         args=(w,),
         daemon=True,
         name="topl-watch",
-        kwargs=dict(interval=interval, on_stop=stop, done=finished.is_set),
+        kwargs=dict(interval=interval, on_stop=stop, done=finished.is_set, live=True),
     )
     t.start()
     try:

@@ -7,6 +7,8 @@ executable as recorded at launch).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import socket
@@ -42,6 +44,23 @@ def open_regular(path: Path):
     except OSError:
         os.close(fd)
         return None
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write `path` as a new file of our own (mode 0600), never through what is there: the bytes go
+    to a fresh temporary file (O_EXCL: never a planted name or link) renamed over `path` (a rename
+    replaces a link, it does not follow it)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read_text(path: Path, cap: int = RECORD_CAP) -> str | None:
@@ -118,3 +137,12 @@ def prove(status: dict) -> tuple[str, str]:
     if now["start"] != start or (status.get("exe") and now["exe"] != status.get("exe")):
         return "gone", f"process {pid} is another program now (pid reused)"
     return "same", f"topl (pid {pid})"
+
+
+def read_status(run_dir: Path) -> dict:
+    """status.json as a dict ({} when missing, not a regular file, too large or not JSON)."""
+    try:
+        st = json.loads(read_text(run_dir / "status.json", STATUS_CAP) or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return st if isinstance(st, dict) else {}

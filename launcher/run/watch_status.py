@@ -4,10 +4,10 @@ SIGKILL), and stopping the job (launcher/run/watch.py follows the run's steps)."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -17,12 +17,18 @@ from topl.launcher.run.backends import slurm_client
 from topl.launcher.run.watch_ray import RayJob, ray_job
 
 
-def update(run_dir: Path, state: str, **details) -> None:
+def update(run_dir: Path, state: str, **details) -> str | None:
+    """Record an end topl could not in status.json; None, or why it could not be recorded (a
+    read-only or full run dir: watch reads runs it may not write, and says so)."""
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
-    st = read_status(run_dir)
+    st = watch_io.read_status(run_dir)
     st.pop("state", None), st.pop("updated", None)
-    rundir.set_status(run_dir, state, **{**st, **details})
+    try:
+        rundir.set_status(run_dir, state, **{**st, **details})
+    except OSError as e:
+        return f"could not record `{state}` in {run_dir / 'status.json'}: {e.strerror or e}"
+    return None
 
 
 def topl_gone(st: dict) -> bool:
@@ -69,17 +75,32 @@ def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
 def mark(run_dir: Path, reason: str, how: str, wait_s: float = 30.0) -> None:
     """Let topl record the stop first, then say why in status.json (the run failed)."""
     deadline = time.monotonic() + wait_s
-    while read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
+    while watch_io.read_status(run_dir).get("state") == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how)
+    if why := update(run_dir, "failed", stopped_by="topl watch", reason=reason, stop=how):
+        print(f"topl watch: {why}", file=sys.stderr)
 
 
-def read_status(run_dir: Path) -> dict:
-    try:
-        st = json.loads(watch_io.read_text(run_dir / "status.json", watch_io.STATUS_CAP) or "{}")
-    except (ValueError, RecursionError):
-        return {}
-    return st if isinstance(st, dict) else {}
+# How long a run directory may go without a status.json: topl writes it right after the run's
+# files, before it starts anything, so a longer absence is a launch that died (or not a run).
+NO_STATUS_WAIT_S = 20.0
+
+
+def no_status(run_dir: Path, waited_s: float) -> None:
+    """A ToplError once a run directory has had no readable status.json for NO_STATUS_WAIT_S."""
+    if waited_s < NO_STATUS_WAIT_S:
+        return
+    raise ToplError(
+        f"{run_dir} has no readable status.json after {waited_s:.0f} s: its launch ended before "
+        "it started the job (or status.json is not a regular file); there is nothing to follow",
+        where=str(run_dir / "status.json"),
+        fix=f"`topl watch {run_dir} --once` shows what it holds; launch again for a new run",
+    )
+
+
+def ended(st: dict) -> bool:
+    """Whether a status records the run's end (a record `topl watch` never rewrites)."""
+    return st.get("state") in ("dry_run", "succeeded", "failed", "interrupted")  # = rundir.ENDS
 
 
 def _spec_get(run_dir: Path, dotted: str):

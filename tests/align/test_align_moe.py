@@ -12,7 +12,8 @@ import types
 
 import pytest
 from test_align import _logits, _megatron
-from test_align_targets import _def
+
+from topl.launcher.facts.sources import definition
 
 torch = pytest.importorskip("torch")
 
@@ -157,7 +158,7 @@ def _verl_monkey_patch_compute_logits():
         pytest.skip("verl not installed")
     path = os.path.join(os.path.dirname(spec.origin), "workers/rollout/vllm_rollout/utils.py")
     src = open(path).read()
-    fn = _def(ast.parse(src), "monkey_patch_compute_logits")
+    fn = definition(src, "monkey_patch_compute_logits")
     ns = {"torch": torch, "MethodType": MethodType, "Optional": Optional}
     exec(compile(ast.Module([fn], []), path, "exec"), ns)
     return ns["monkey_patch_compute_logits"]

@@ -1,13 +1,14 @@
-"""topl's alignment module (topl.launcher.align) for the stock stacks, the module itself (its
-CPU numerics against megatron-core: tests/align/test_align.py):
+"""topl's alignment module (topl.launcher.align) on every vllm-ascend release it covers, the
+module itself (its CPU numerics against megatron-core: tests/align/test_align.py; the
+replacements against each release's callers: test_align_releases.py):
 
 - all-or-nothing patching over stand-in modules (no vllm needed);
-- tier facts_sources: each target's parameter list read by AST in every supported release.
+- tier facts_sources: each target's parameter list read by AST in every covered release (the
+  sha256-pinned sdists, evidence.SDIST_SHA256; read once into the facts cache).
 """
 
 from __future__ import annotations
 
-import ast
 import os
 import sys
 import types
@@ -51,7 +52,7 @@ def _current(made, t):
     owner = made[t.module]
     *path, name = t.attr.split(".")
     for part in path:
-        owner = getattr(owner, part)
+        owner = getattr(owner, part, None)  # a dropped target's class is not there either
     return getattr(owner, name, None)
 
 
@@ -100,6 +101,11 @@ def test_a_function_imported_by_name_elsewhere_is_rebound(monkeypatch):
         ("0.30.0rc2", "moe_mlp", None),
         ("0.30.0rc2", None, "indices_type"),
         ("0.30.0rc2", None, "banned_token_ids"),
+        ("0.20.2rc1", None, "need_trans"),
+        ("0.24.0rc1", None, "swiglu_alpha"),
+        ("0.25.1rc1", None, "vllm_config"),
+        ("0.27.1rc1", None, "activation_situ_beta"),
+        ("0.28.0rc1", "silu_mul", None),
     ],
 )
 def test_a_missing_or_changed_target_patches_nothing(monkeypatch, version, drop, rename):
@@ -138,35 +144,41 @@ def test_every_target_is_a_cited_fact_in_its_release():
             assert any(e.version == version and not e.present for e in f.evidence)
 
 
-def _vllm_of(vllm_ascend, key="vllm"):
-    from topl.launcher.facts.stacks import profiles
-
-    for p in profiles().values():
-        if str(p["versions"]["vllm_ascend"]) == vllm_ascend:
-            return str(p["versions"][key])
-    raise AssertionError(vllm_ascend)
+VERL = "0.9.1"  # both stock profiles' verl: the logits_vocab target is verl's
 
 
 def _package_of(t, vllm_ascend):
-    """(PyPI name, version) a target lives in, on the profile of that vllm-ascend."""
+    """(PyPI name, version) a target lives in: vllm-ascend itself, the vLLM it pins, or verl."""
     top = t.module.split(".")[0]
     if top == "vllm_ascend":
         return "vllm-ascend", vllm_ascend
-    return top, _vllm_of(vllm_ascend, top)
+    return top, (targets.VLLM_PIN[vllm_ascend] if top == "vllm" else VERL)
+
+
+def test_the_vllm_pins_are_the_profiles():
+    from topl.launcher.facts.stacks import profiles
+
+    for p in profiles().values():
+        v = p["versions"]
+        if str(v["vllm_ascend"]) in targets.TARGETS:
+            assert targets.VLLM_PIN[str(v["vllm_ascend"])] == str(v["vllm"])
+            assert str(v["verl"]) == VERL
 
 
 def test_missing_names_what_topl_leaves_unaligned():
-    assert targets.missing("0.23.0.post1") == {}
-    assert targets.missing("0.30.0rc2") == {}
+    for v in targets.TARGETS:
+        assert targets.missing(v) == {}, v
     assert set(targets.missing("0.18.0")) == set(targets.ALIGNMENTS)
+    # every release in the range is covered, or refused with the facts that say why
+    assert set(targets.TARGETS) | set(targets.UNALIGNABLE) == set(RANGE) == set(targets.KNOWN)
+    for why, fids in targets.UNALIGNABLE.values():
+        assert why and all(facts.fact(f) for f in fids)
 
 
-def _def(tree, attr):
-    *path, name = attr.split(".")
-    body = tree.body
-    for part in path:
-        body = next(n.body for n in body if isinstance(n, ast.ClassDef) and n.name == part)
-    return next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == name)
+# issue 47: every vllm-ascend release on the registry from the seed's 0.18.0 to 0.30.0rc2
+RANGE = ("0.18.0", "0.19.1rc1", "0.20.2rc1", "0.21.0rc1", "0.22.1rc1", "0.23.0rc1", "0.23.0",
+         "0.23.0.post1", "0.24.0rc1", "0.25.1rc1", "0.26.0rc1", "0.27.1rc1", "0.28.0rc1",
+         "0.29.0rc1", "0.30.0rc1", "0.30.0rc2")  # fmt: skip
 
 
 @pytest.mark.facts_sources
@@ -177,20 +189,21 @@ def _def(tree, attr):
 def test_targets_match_each_release_by_ast():
     """Each target's parameter names, read by AST in the released sdist / wheel it is for."""
     from topl.launcher.facts.evidence import Evidence
-    from topl.launcher.facts.sources import read_all
+    from topl.launcher.facts.sources import params, read_all
 
     want = []
+    docker = {v: Evidence("vllm-ascend", v, "Dockerfile", "") for v in targets.VLLM_PIN}
     for version, ts in targets.TARGETS.items():
         for t in ts:
             pkg, ver = _package_of(t, version)
             want.append((t, Evidence(pkg, ver, t.module.replace(".", "/") + ".py", "")))
-    texts, skipped = read_all([e for _, e in want])
+    texts, skipped = read_all([e for _, e in want] + list(docker.values()))
     if skipped:
         pytest.skip(f"no package index: {skipped}")
+    for v, e in docker.items():  # the vLLM each release pins (vLLM-owned targets are read there)
+        assert f"\nARG VLLM_TAG=v{targets.VLLM_PIN[v]}\n" in texts[(e.package, v, e.path)], v
     for t, e in want:
-        fn = _def(ast.parse(texts[(e.package, e.version, e.path)]), t.attr)
-        a = fn.args
-        got = tuple(x.arg for x in a.posonlyargs + a.args + a.kwonlyargs)
+        got = params(texts[(e.package, e.version, e.path)] or "", t.attr)
         assert got == t.params, (e.package, e.version, t.attr, got)
 
 

@@ -188,20 +188,61 @@ def _check_outputs(box: Path, run_root: Path, before: set[str], rc: int, out: st
             assert not (argv and "f" * 36 in text), p
 
 
+def _run_recipe(box: Path, recipe: dict, cmd: list[str]) -> int:
+    """`topl CMD recipe=...` on this recipe, every output and file checked; its exit code."""
+    path = box / "fz.yaml"
+    path.write_text("# @package _global_\n" + yaml.safe_dump(recipe, allow_unicode=True))
+    run_root = box / "runs"
+    before = tree(box, run_root)
+    try:
+        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
+        _check_outputs(box, run_root, before, rc, out, err)
+    finally:
+        path.unlink()
+    return rc
+
+
 @BUDGET
 @given(data=st.data())
 def test_no_recipe_runs_code_leaks_or_writes_outside(env, data):
     recipe = data.draw(recipes(env))
-    cmd = data.draw(st.sampled_from([["check"], ["launch", "--dry-run"], ["render"]]))
-    path = env / "fz.yaml"
-    path.write_text("# @package _global_\n" + yaml.safe_dump(recipe, allow_unicode=True))
-    run_root = env / "runs"
-    before = tree(env, run_root)
-    try:
-        rc, out, err = run([*cmd, f"recipe={path}", f"run_root={run_root}"])
-        _check_outputs(env, run_root, before, rc, out, err)
-    finally:
-        path.unlink()
+    _run_recipe(
+        env, recipe, data.draw(st.sampled_from([["check"], ["launch", "--dry-run"], ["render"]]))
+    )
+
+
+SWEPT = [
+    "model",
+    "cluster",
+    "recipe",
+    "+model",
+    "hydra/job_logging",
+    "cluster.env",
+    "verl_overrides",
+]
+
+
+def sweep_params(box: Path):
+    """hydra.sweeper.params as a recipe writes them: a key (a group, a dotted key, a map) and a
+    value of Hydra's sweep grammar (options joined by `,`, a map in braces, a path)."""
+    option = st.one_of(
+        _atoms(box).map(lambda a: "null" if a is None else str(a).lower() if a is True else str(a)),
+        st.sampled_from(["qwen3_4b", "../../../x/evil", "/etc/passwd", "{PYTHONPATH: /x}"]),
+        st.sampled_from(["{reward.custom_reward_function.path: /x.py}", "{python: /x}"]),
+    )
+    value = st.lists(option, min_size=1, max_size=3).map(",".join)
+    return st.dictionaries(st.sampled_from(KEYS + SWEPT), value, min_size=1, max_size=3)
+
+
+@BUDGET
+@given(data=st.data())
+def test_no_sweep_parameter_of_a_recipe_runs_code_leaks_or_writes_outside(env, data):
+    params = data.draw(sweep_params(env))
+    cmd = data.draw(st.sampled_from([["check"], ["plan"], ["launch", "-m", "--dry-run"]]))
+    rc = _run_recipe(env, {"hydra": {"sweeper": {"params": params}}}, cmd)
+    for key, v in params.items():  # whatever a recipe sweeps, only names and data pass
+        if rc == 0 and key.lstrip("+") in ("model", "cluster", "recipe"):
+            assert "/" not in v and ".." not in v, (key, v)
 
 
 STATUS_VALUES = st.sampled_from(

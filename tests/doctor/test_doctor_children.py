@@ -1,11 +1,14 @@
-"""SIGTERM to `topl launch` while its doctor runs `cluster.python` leaves nothing behind: the
-interpreter the doctor started and what that interpreter started are gone when topl exits."""
+"""SIGTERM to `topl launch` (or `topl doctor`) while the doctor runs `cluster.python` leaves
+nothing behind: the interpreter the doctor started and what that interpreter started are gone
+when topl exits."""
 
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 # A `cluster.python` that starts a child of its own, writes both pids, and waits.
 SLOW_PYTHON = """#!/bin/sh
@@ -24,7 +27,8 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_sigterm_during_the_doctor_leaves_no_interpreter_behind(tmp_path):
+@pytest.mark.parametrize("command", [["launch", "cluster.backend=subprocess"], ["doctor"]])
+def test_sigterm_during_the_doctor_leaves_no_interpreter_behind(tmp_path, command):
     pids = tmp_path / "pids"
     slow = tmp_path / "slow_python"
     slow.write_text(SLOW_PYTHON.format(pids=pids))
@@ -35,8 +39,7 @@ def test_sigterm_during_the_doctor_leaves_no_interpreter_behind(tmp_path):
             sys.executable,
             "-m",
             "topl.launcher.cli",
-            "launch",
-            "cluster.backend=subprocess",
+            *command,
             f"cluster.python={slow}",
         ],
         cwd=tmp_path,

@@ -164,9 +164,14 @@ def edge_evidence():
 
 
 def test_downloads_stay_within_the_profiles_and_the_range_edges():
-    """The checker reads the shipped profiles' releases and the releases at each fact's range
-    edges, nothing else: 13 vllm-ascend sdists (~150 MB), the rest by range requests."""
+    """The checker reads the shipped profiles' releases, the releases at each fact's range edges
+    and the vllm-ascend releases topl's alignment module covers or refuses (with the vLLM each
+    pins: targets.VLLM_PIN), nothing else: 18 vllm-ascend sdists (~250 MB, sha256-pinned where
+    the alignment reads them), the rest by range requests."""
+    from topl.launcher.align.targets import VLLM_PIN
+
     declared = {(k, str(v)) for p in PROFILES.values() for k, v in p["versions"].items()}
+    declared |= {("vllm_ascend", v) for v in VLLM_PIN} | {("vllm", v) for v in VLLM_PIN.values()}
     key = {"vllm-ascend": "vllm_ascend", "verl": "verl", "torch-npu": "torch_npu", "vllm": "vllm"}
     edges = {(e.package, e.version) for e in edge_evidence()}
     for f in facts.FACTS:
@@ -176,7 +181,7 @@ def test_downloads_stay_within_the_profiles_and_the_range_edges():
     sdists = {v for p, v in edges if p == "vllm-ascend"} | {
         str(p["versions"]["vllm_ascend"]) for p in PROFILES.values()
     }
-    assert len(sdists) <= 13, sorted(sdists)
+    assert len(sdists | set(VLLM_PIN)) <= 18, sorted(sdists | set(VLLM_PIN))
 
 
 def test_every_range_is_read_at_its_edges_or_says_why():
@@ -302,6 +307,14 @@ def test_readme_stack_table_matches_the_facts():
     text = (ROOT / "docs" / "reference.md").read_text()
     table = text.split("<!-- stacks:begin -->")[1].split("<!-- stacks:end -->")[0].strip()
     assert table == stacks_markdown().strip(), "regenerate: python -m topl.launcher.facts.stacks"
+
+
+def test_release_table_matches_the_targets():
+    from topl.launcher.facts.stacks import releases_markdown
+
+    text = (ROOT / "docs" / "stacks.md").read_text()
+    table = text.split("<!-- releases:begin -->")[1].split("<!-- releases:end -->")[0].strip()
+    assert table == releases_markdown().strip(), "regenerate: python scripts/regen_docs.py"
 
 
 def test_rules_cite_their_sources():

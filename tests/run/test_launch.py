@@ -211,3 +211,25 @@ def test_ray_follow_streams_the_log_and_redacts_whole_lines(tmp_path, capsys, mo
         assert text == log.replace("s3cr3t-value", redact.REDACTED) + "tail without newline"
         assert client.whole_reads == reads
     assert "s3cr3t-value" not in capsys.readouterr().out
+
+
+def test_ray_follow_writes_metrics_jsonl_from_verls_console_lines(tmp_path):
+    """A Ray job's metrics.jsonl: each `step:N - k:v` line of the streamed log becomes the record
+    verl's file logger writes, every digit kept (verl prints repr); other lines are not steps."""
+    from topl.launcher.run import compare, watch
+    from topl.launcher.run.backends.ray_job import LineWriter, MetricsFile
+
+    metrics = MetricsFile(tmp_path / "metrics.jsonl")
+    with open(tmp_path / "verl.log", "w") as f:
+        out = LineWriter(f, metrics)
+        out.write("(TaskRunner pid=7) step:1 - training/rollout_probs_diff_max:0.0 - critic/rew")
+        out.write("ards/mean:0.123456789012 - timing_s/step:2.5\nCreating file logger at x\n")
+        out.write("step:2 - training/rollout_probs_diff_max:1.2345678901234e-07\n")
+        out.close()
+    metrics.close()
+    steps, source = compare.read_steps(tmp_path)
+    assert source == "metrics.jsonl"
+    assert steps == [
+        (1, {watch.DIFF_MAX: 0.0, watch.REWARD: 0.123456789012, "timing_s/step": 2.5}),
+        (2, {watch.DIFF_MAX: 1.2345678901234e-07}),
+    ]

@@ -74,3 +74,27 @@ def test_dry_run_starts_nothing_with_an_out_of_process_launcher(tmp_path):
     sweep = _sweep_dir(tmp_path)
     assert {p.name for p in sweep.iterdir() if p.is_dir()} == {"0", "1"}
     assert all((sweep / i / "command.sh").is_file() for i in ("0", "1"))
+
+
+def test_a_local_sweep_ends_with_its_comparison_and_compare_reads_it_back(tmp_path):
+    """`topl launch -m` over 3 local points (1 step each): compare.json has one row per point with
+    its steps, logdiff and step time beside the prediction; compare.png is a PNG; `topl compare
+    --json` gives the same rows."""
+    r = run_topl("launch", "-m", "train.steps=1", "rollout.n=2,4,8", "cluster.soc=A2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sweep = _sweep_dir(tmp_path)
+    written = json.loads((sweep / "compare.json").read_text())
+    assert (sweep / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    c = run_topl("compare", str(sweep), "--json", cwd=tmp_path)
+    assert c.returncode == 0, c.stderr
+    doc = json.loads(c.stdout)
+    for runs in (written["runs"], doc["runs"]):
+        assert [r["swept"] for r in runs] == [{"rollout.n": n} for n in ("2", "4", "8")]
+        for row in runs:
+            assert (row["state"], row["steps"], row["logdiff_max"]) == ("succeeded", 1, 0.0)
+            assert row["step_s_median"] > 0 and row["predicted_step_s"] > 0
+            assert row["measured_over_predicted"] == pytest.approx(
+                row["step_s_median"] / row["predicted_step_s"]
+            )
+    # the predicted step grows with rollout.n (more sequences a step)
+    assert sorted(doc["runs"], key=lambda r: r["predicted_step_s"]) == doc["runs"]

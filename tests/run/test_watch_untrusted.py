@@ -73,7 +73,7 @@ def test_watch_signals_the_recorded_topl(tmp_path, kills, stranger):
 
 def test_launch_records_what_proves_its_topl(tmp_path):
     seen = {}
-    lifecycle.run_recorded(tmp_path, lambda: seen.update(watch_status.read_status(tmp_path)) or 0)
+    lifecycle.run_recorded(tmp_path, lambda: seen.update(watch_io.read_status(tmp_path)) or 0)
     assert seen["pid"] == os.getpid() and seen["pid_start"] and seen["boot_id"]
     assert seen["exe"] == os.path.realpath(sys.executable) or seen["exe"]
     assert watch_io.prove(seen)[0] == "same"
@@ -151,7 +151,7 @@ def test_a_fifo_status_json_is_no_status(tmp_path):
     d.mkdir()
     os.mkfifo(d / "status.json")
     box = []
-    t = threading.Thread(target=lambda: box.append(watch_status.read_status(d)), daemon=True)
+    t = threading.Thread(target=lambda: box.append(watch_io.read_status(d)), daemon=True)
     t.start()
     t.join(10)  # a blocking read of the FIFO would wait for a writer forever
     assert box == [{}]

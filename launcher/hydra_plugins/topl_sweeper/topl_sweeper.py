@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.plan.sweep import Planner, iter_expand, iter_items
 
@@ -67,7 +68,7 @@ class ReportWriter:
         self.points = self.valid = 0
 
     def add(self, v) -> None:
-        r = v.to_dict()
+        r = redact.current().obj(v.to_dict())  # a secret typed in a sweep stays out of the files
         sep = "\n  " if not self.points else ",\n  "
         self._json.write(sep + json.dumps(r, default=str))
         self._csv.writerow(
@@ -146,7 +147,8 @@ class ToplSweeper(BasicSweeper):
             raise SystemExit(2) from None  # a readable message, not a traceback
         finally:
             report.close()
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # as BasicSweeper.sweep does
+        # as BasicSweeper.sweep does, secrets out (the overrides and cluster.env hold them)
+        (sweep_dir / "multirun.yaml").write_text(redact.text(OmegaConf.to_yaml(self.config)))
         n = report.points
         log.info("topl sweeper: %d points, %d valid; report in %s", n, len(valid), sweep_dir)
         if len(valid) < n and self.on_invalid == "fail":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ from topl.launcher.base import redact
 from topl.launcher.run import watch_io
 from topl.launcher.run.backends.ray_client import Head, check_reachable
 from topl.launcher.run.backends.ray_doctor import on_ray
+from topl.launcher.run.watch import parse_console
 from topl.launcher.spec.backend_traits import TRAITS
 
 if TYPE_CHECKING:
@@ -72,16 +74,45 @@ class LogStream:
         return text
 
 
+class MetricsFile:
+    """The run directory's metrics.jsonl for a Ray job, made from verl's console lines in its log.
+
+    verl's file logger writes on the cluster, where the driver runs (VERL_FILE_LOGGER_PATH unset:
+    `./{project_name}/{experiment_name}.jsonl` under the job's working directory,
+    verl@0.9.1:verl/utils/tracking.py:FileLogger.__init__), out of topl's reach. The console
+    logger, also in trainer.logger, prints every number of the same step
+    (`step:N - key:value - ...` with pprint.pformat's repr, no rounding:
+    verl@0.9.1:verl/utils/logger/aggregate_logger.py:concat_dict_to_str), so each step line
+    becomes the record FileLogger.log would have written (`{"step": N, "data": {...}}`); only
+    numeric values reach either."""
+
+    def __init__(self, path: Path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.f = os.fdopen(fd, "w")
+
+    def add(self, text: str) -> None:
+        for line in text.splitlines():
+            if (got := parse_console(line)) is not None:
+                self.f.write(json.dumps({"step": got[0], "data": got[1]}) + "\n")
+        self.f.flush()  # `topl watch` / `topl compare` read it while the job runs
+
+    def close(self) -> None:
+        self.f.close()
+
+
 class LineWriter:
     """Redact whole lines only: a secret split across two chunks must not slip through."""
 
-    def __init__(self, log):
-        self.log, self.pending = log, ""
+    def __init__(self, log, metrics: MetricsFile | None = None):
+        self.log, self.pending, self.metrics = log, "", metrics
+        self.lines = redact.Lines()  # a private key printed over many lines (and chunks) goes whole
 
     def _emit(self, text: str) -> None:
-        text = redact.text(text)
+        text = "".join(self.lines(line) for line in text.splitlines(keepends=True))
         sys.stdout.write(text)
         self.log.write(text)
+        if self.metrics is not None:
+            self.metrics.add(text)
 
     def write(self, text: str) -> None:
         lines, sep, self.pending = (self.pending + text).rpartition("\n")
@@ -128,8 +159,9 @@ def run_ray_job(
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
     stream = LogStream(head.client, job_id)
     fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    metrics = MetricsFile(run_dir / "metrics.jsonl")
     with os.fdopen(fd, "w") as log:
-        out = LineWriter(log)
+        out = LineWriter(log, metrics)
         try:
             while True:
                 status = head.status(job_id)
@@ -143,6 +175,8 @@ def run_ray_job(
         except BaseException:  # interrupted (or the head stopped answering): stop the job
             head.stop(job_id)
             raise
+        finally:
+            metrics.close()
     print(f"topl: Ray job {job_id} {status.value}")
     return 0 if status == JobStatus.SUCCEEDED else 1
 

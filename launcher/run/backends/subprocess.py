@@ -78,8 +78,9 @@ def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3
                 signal.SIG_UNBLOCK, stop
             )  # a pending interrupt lands in this `try`
             assert proc.stdout is not None  # stdout=PIPE
+            lines = redact.Lines()  # a private key printed over many lines goes whole
             for line in proc.stdout:
-                line = redact.text(line)
+                line = lines(line)
                 sys.stdout.write(line)
                 log.write(line)
             return proc.wait()
