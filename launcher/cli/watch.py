@@ -20,8 +20,7 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch, watch_io, watch_ray, watch_status
-from topl.launcher.run.backends import slurm_client
+from topl.launcher.run import watch, watch_io, watch_ray, watch_slurm, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
@@ -43,7 +42,7 @@ def main(args: list[str]) -> int:
         return _stop(run_dir, status, flags.json)
     strict = (flags.strict or watch_status.is_strict_run(run_dir)) and not flags.no_stop
     w = watch.Watcher(
-        run_dir, strict, ray=watch_ray.ray_job(run_dir), slurm=slurm_client.job_id_of(run_dir)
+        run_dir, strict, ray=watch_ray.ray_job(run_dir), slurm=watch_slurm.slurm_job(run_dir)
     )
     stopped = {}
 
@@ -95,7 +94,7 @@ def _stop(run_dir: Path, status: dict, as_json: bool, wait_s: float = 60.0) -> i
         how = "nothing stopped: the run has ended"
     else:
         w = watch.Watcher(
-            run_dir, False, ray=watch_ray.ray_job(run_dir), slurm=slurm_client.job_id_of(run_dir)
+            run_dir, False, ray=watch_ray.ray_job(run_dir), slurm=watch_slurm.slurm_job(run_dir)
         )
         how = watch_status.stop_job(run_dir, status, w.ray)
         deadline = time.monotonic() + wait_s

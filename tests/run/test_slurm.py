@@ -16,6 +16,7 @@ from topl.launcher.render.invocation import render
 from topl.launcher.run import rundir, watch
 from topl.launcher.run.backends import slurm, slurm_client
 from topl.launcher.run.backends.slurm_script import script
+from topl.launcher.run.watch_slurm import SlurmJob
 from topl.launcher.spec import backend_traits
 
 BASE = ["cluster.backend=slurm", "cluster.slurm.partition=debug", "cluster.slurm.time_min=5"]
@@ -174,7 +175,7 @@ def _submitted_run(tmp_path) -> Path:
 def test_watch_records_the_end_slurm_reports(tmp_path, fake_slurm):
     run = _submitted_run(tmp_path)
     (fake_slurm / "squeue").write_text("RUNNING|None\n")
-    w = watch.Watcher(run, strict=True, slurm="42")
+    w = watch.Watcher(run, strict=True, slurm=SlurmJob("42", run))
     assert not w.ended() and w.poll() == [("note", "slurm job 42: RUNNING")]
     (fake_slurm / "squeue").unlink()
     (fake_slurm / "scontrol").write_text("JobId=42 JobState=FAILED ExitCode=2:0\n")
