@@ -188,7 +188,7 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     if overrides is None:
         overrides = _point_overrides(run, topl)
     row.overrides = _split(overrides)
-    st = watch_status.read_status(run)
+    st = watch_io.read_status(run)
     if not st:
         row.notes.append("status.json missing or unreadable: the launch stopped before the job")
     row.state = _str(st.get("state"))
