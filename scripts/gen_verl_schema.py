@@ -17,13 +17,11 @@ so the tests compose it on top of the same verl without GitHub access.
 from __future__ import annotations
 
 import ast
-import fcntl
 import json
-import os
-import subprocess
 import sys
-import zipfile
 from pathlib import Path
+
+from topl.launcher.contract.dryrun.releases import release_root
 
 OUT = Path(__file__).resolve().parents[1] / "launcher" / "facts" / "verl_schema"
 VERSIONS = ("0.8.0", "0.9.0", "0.9.1")
@@ -60,37 +58,6 @@ CONFIGS = {
         "source": f"{RECIPE_AT}:dapo/config/dapo_megatron_trainer.yaml",
     }
 }
-
-
-def cache() -> Path:
-    return Path(os.environ.get("TOPL_VERL_CACHE") or Path.home() / ".cache" / "topl-verl")
-
-
-def release_root(version: str) -> Path:
-    """The unpacked wheel of verl `version` (the folder holding `verl/`), downloaded once."""
-    root = cache() / version
-    if (root / "verl" / "trainer" / "config").is_dir():
-        return root
-    cache().mkdir(parents=True, exist_ok=True)
-    with open(cache() / ".lock", "w") as lock:  # test workers (xdist) unpack it once, whole
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "verl" / "trainer" / "config").is_dir():
-            _unpack(version, root)
-    return root
-
-
-def _unpack(version: str, root: Path) -> None:
-    dl = cache() / f"dl-{version}"
-    wheels = list(dl.glob(f"verl-{version}-*.whl"))
-    if not wheels:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"verl=={version}"]
-            + ["-d", str(dl)],
-            check=True,
-        )
-        wheels = list(dl.glob(f"verl-{version}-*.whl"))
-    with zipfile.ZipFile(wheels[0]) as z:
-        z.extractall(root, [n for n in z.namelist() if n.startswith("verl/")])
 
 
 def dict_fields(root: Path) -> dict[str, tuple[str, set[str]]]:

@@ -32,6 +32,9 @@ SLOW_MODULES = {
     # reductions they are compared with are unit-tested in one process (test_tp_pairs.py,
     # test_kernels_alignment.py)
     "test_collectives.py",
+    # the dry run: one child per declared verl that imports it (~3-5 s of CPU each), over every
+    # shipped recipe, the negative classes and a bounded hypothesis property (issue 46)
+    "test_dryrun_verl.py",
 }
 SLOW_TESTS = {
     # a 16-request probe engine run (~20 s); the four one-request matrix points stay fast

@@ -138,8 +138,7 @@ def verl_release(version: str) -> Path | None:
         return cached / version
     if not os.environ.get("TOPL_VERL_VERSIONS"):
         return None
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from gen_verl_schema import release_root
+    from topl.launcher.contract.dryrun.releases import release_root
 
     return release_root(version)
 

@@ -15,13 +15,14 @@ _lock = threading.Lock()
 
 
 def run(
-    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """subprocess.run(cmd, capture_output=True, text=True) in a new process group that `kill_all`
-    (and a timeout) takes down whole; raises TimeoutExpired / OSError as subprocess.run does."""
+    """subprocess.run(cmd, capture_output=True, text=True, input=input) in a new process group that
+    `kill_all` (and a timeout) takes down whole; raises TimeoutExpired / OSError as subprocess.run
+    does."""
     p = subprocess.Popen(
         cmd,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -31,7 +32,7 @@ def run(
     with _lock:
         _live.add(p)
     try:
-        out, err = p.communicate(timeout=timeout)
+        out, err = p.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(p)
         p.communicate()

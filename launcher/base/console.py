@@ -77,3 +77,39 @@ def make_console(**kw: Any) -> Console:
     if c.is_terminal:
         return c
     return Console(**{**kw, "width": 10_000, "color_system": None, "highlight": False})
+
+
+class Progress:
+    """What a long wait is doing, on stderr (stdout stays the command's answer, `--json` included):
+    rich's status line on a terminal, updated in place; otherwise one line per phase (`detail`s,
+    finer steps inside a phase, only reach the terminal's status line)."""
+
+    def __init__(self, name: str, stream: TextIO | None = None) -> None:
+        self.name, self.stream = name, stream or sys.stderr
+        self.status: Any = None
+        self.phases: list[str] = []  # what was said, in order (tests read it)
+
+    def __enter__(self) -> Progress:
+        if self.stream.isatty():
+            self.status = make_console(file=self.stream).status(f"{self.name}: starting")
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.stop()
+
+    def phase(self, text: str) -> None:
+        self.phases.append(text)
+        if self.status is not None:
+            self.status.update(f"{self.name}: {text}")
+        else:
+            print(fit(f"{self.name}: {text}", stream=self.stream), file=self.stream, flush=True)
+
+    def detail(self, text: str) -> None:
+        if self.status is not None:
+            self.status.update(f"{self.name}: {text}")
+
+
+def no_progress(text: str) -> None:
+    """The default phase reporter of a long step (backends, the doctor): nothing shown."""

@@ -15,6 +15,14 @@ INSTEAD = {
 }
 
 
+# check / render / plan: errors only (`quiet(flags)` reads either spelling).
+QUIET = ("-q", "--quiet")
+
+
+def quiet(flags: SimpleNamespace) -> bool:
+    return bool(getattr(flags, "q", False) or getattr(flags, "quiet", False))
+
+
 # Passed on to composition in every command (launcher/compose/untrusted.py reads it among the overrides).
 EVERYWHERE = ("--unsafe-hydra-overrides",)
 

@@ -1,6 +1,8 @@
-"""`topl check [OVERRIDES] [--json] [--fix[=warnings]]`: validate only; exit 0 when no error, 2
-when rejected. `--fix` also searches for the smallest override set that makes the spec accepted
-(launcher/plan/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too."""
+"""`topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]`: validate only;
+exit 0 when no error, 2 when rejected; `-q` prints the errors only (nothing when accepted).
+`--fix` also searches for the smallest override set that makes the spec accepted
+(launcher/plan/fix.py) and prints it as a command line; `--fix=warnings` clears warnings too.
+`--deep` also dry-runs the declared verl's own start-up checks (contract/dryrun)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from topl.launcher.base.console import print_violations
-from topl.launcher.cli.argv import parse
+from topl.launcher.base.errors import ERROR, INFO, WARNING
+from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose.cache import compose_cached
+from topl.launcher.compose.env_refs import unset_note, without_secrets
 from topl.launcher.compose.meaning import settings
 from topl.launcher.contract import check, errors
 from topl.launcher.contract.core import Violation
@@ -29,13 +33,22 @@ def main(args: list[str]) -> int:
     fix_mode = None
     if "--fix=warnings" in args:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
-    flags, overrides = parse(args, flags=("--json", "--fix"))
+    flags, overrides = parse(args, flags=("--json", "--fix", "--deep", *QUIET))
     fix_mode = fix_mode or ("errors" if flags.fix else None)
-    composed = compose_cached(overrides)  # Hydra only when an input changed
+    # Hydra only when an input changed; an unset secret is not needed to check
+    composed, unset = without_secrets(lambda: compose_cached(overrides))
     vs = check(composed) + installed_verl(composed.to_object())
+    note = None
+    if flags.deep:  # verl's own checks, whatever the rules said (both views of one command)
+        from topl.launcher.contract.dryrun.deep import deep  # lazy: keeps plain check lean
+
+        got, note = deep(composed)
+        vs = sorted(vs + got, key=lambda v: (v.severity != "error", v.rule))
     ok = not errors(vs)
     chosen = settings(composed)  # what runs, and who chose it (never a recipe: untrusted.py)
     out = {"ok": ok, "violations": [v.to_dict() for v in vs], "command_line_only": chosen}
+    if note:
+        out["deep"] = note
     fix = after = None
     if fix_mode and (not ok or (fix_mode == "warnings" and vs)):
         from topl.launcher.compose.hydra import (
@@ -54,15 +67,31 @@ def main(args: list[str]) -> int:
         }
     if flags.json:
         print_json(out)
+    elif quiet(flags):
+        print_violations(errors(vs), sys.stdout)
+        if not ok:
+            print(f"REJECTED: {len(errors(vs))} error(s)")
+        if fix is not None:
+            _print_fix(fix, after, overrides)
     else:
         print_violations(vs, sys.stdout)
+        if note:
+            print(note)
         for s in chosen:
             print(f"note: {s['key']}={s['value']} chooses what runs; set by {s['source']}")
-        n_err = len(errors(vs))
-        print(f"{'OK' if ok else 'REJECTED'}: {n_err} error(s), {len(vs) - n_err} warning(s)")
+        if unset:
+            print(unset_note(unset))
+        print(f"{'OK' if ok else 'REJECTED'}: {counts(vs)}")
         if fix is not None:
             _print_fix(fix, after, overrides)
     return 0 if ok else 2
+
+
+def counts(vs: list[Violation]) -> str:
+    """`1 error(s), 2 warning(s)`, and `, 3 info` where the stack's measurements outrank a rule."""
+    n = {s: sum(v.severity == s for v in vs) for s in (ERROR, WARNING, INFO)}
+    info = f", {n[INFO]} info" if n[INFO] else ""
+    return f"{n[ERROR]} error(s), {n[WARNING]} warning(s){info}"
 
 
 def _command(overrides: list[str], fix: Fix) -> str:
@@ -75,15 +104,15 @@ def _print_fix(fix: Fix, after: list[Violation] | None, overrides: list[str]) ->
         for rule, msg in fix.blocking.items():
             print(f"  {rule}: {msg}")
         return
-    n_after = len(after or [])
     print(f"\nfix: {len(fix.changes)} change(s), {fix.evaluated} candidate sets judged")
     for c in fix.changes:
         who = "  (you set this)" if c.user else ""
         clears = ", ".join(c.clears) if c.clears else "with the others"
         print(f"  {c.override:<40} was {c.old!r}; clears {clears}{who}")
-    errs = [v for v in after or [] if v.severity == "error"]
+    errs = [v for v in after or [] if v.severity == ERROR]
+    warns = [v for v in after or [] if v.severity == WARNING]
     verdict = "OK" if not errs else f"still REJECTED by {', '.join(v.rule for v in errs)}"
-    print(f"after the fix: {verdict}, {n_after - len(errs)} warning(s)")
+    print(f"after the fix: {verdict}, {len(warns)} warning(s)")
     print(f"  {_command(overrides, fix)}")
 
 

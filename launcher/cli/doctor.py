@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from topl.launcher.base.console import fit, make_console
+from topl.launcher.base.console import Progress, fit, make_console, no_progress
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_table
@@ -12,13 +12,14 @@ from topl.launcher.doctor.report import catalog, checks_markdown, nodes_here
 from topl.launcher.run.backends.ray_doctor import on_ray
 
 
-def run(spec, ray_address: str | None = None) -> list[dict]:
+def run(spec, ray_address: str | None = None, progress: Progress | None = None) -> list[dict]:
     """[{node, findings}] for this machine, or for every node of the Ray cluster at `ray_address`
-    (a Ray job per node: launcher/run/backends/ray_doctor.py)."""
+    (a Ray job per node: launcher/run/backends/ray_doctor.py); each step said to `progress`."""
     if ray_address:
-        return on_ray(ray_address, spec)
-
-    return nodes_here(spec)
+        return on_ray(ray_address, spec, progress.phase if progress else None)
+    if progress:
+        progress.phase("checking this machine (torch, CANN, verl, vllm-ascend, the environment)")
+    return nodes_here(spec, progress.detail if progress else no_progress)
 
 
 def report(nodes: list[dict], as_json: bool, verbose: bool = False, spec=None) -> int:
@@ -104,7 +105,9 @@ def main(args: list[str]) -> int:
                 fix="topl doctor --ray http://HEAD:8265 (or cluster.ray_address=...)",
             )
     spec = composed.to_object()
-    return report(run(spec, address), flags.json, flags.verbose, spec)
+    with Progress("topl doctor") as progress:  # on stderr: seconds to minutes of imports and jobs
+        nodes = run(spec, address, progress)
+    return report(nodes, flags.json, flags.verbose, spec)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--node"]:

@@ -16,7 +16,7 @@ OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/overri
 
 HELP = {
     "launch": (
-        "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] "
+        "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] [--skip-deep] "
         "[--unsafe-hydra-overrides] [HYDRA FLAGS]",
         "Validate the spec, write a new run directory, start the backend (local reference "
         "engines, subprocess, or a Ray job).",
@@ -24,6 +24,8 @@ HELP = {
   --follow         ray_job: stream the job's logs until it ends
   --watch          follow logdiff / reward live; strict: stop the job on the first logdiff != 0
   --skip-doctor    remote backends run `topl doctor` first; this skips it, loudly
+  --skip-deep      remote backends dry-run the declared verl's start-up checks first (where
+                   that verl is installed or cached: docs/startup.md); this skips it, loudly
   --unsafe-hydra-overrides  allow hydra.callbacks / logging / config-dir overrides (they run code)
   -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
                    one line per point, then a table numbered as the run directories
@@ -35,20 +37,24 @@ HELP = {
   topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [--fix[=warnings]]",
+        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
+        "  -q, --quiet      errors only: nothing when accepted\n"
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
-        "  --fix=warnings   the same, clearing warnings too",
+        "  --fix=warnings   the same, clearing warnings too\n"
+        "  --deep           also dry-run the declared verl's own start-up checks on CPU (a few\n"
+        "                   seconds; fetches that verl's wheel with pip if needed): docs/startup.md",
         """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
     ),
     "render": (
-        "topl render [OVERRIDES] [--json]",
+        "topl render [OVERRIDES] [--json] [-q|--quiet]",
         "Print the verl command (env included) the spec becomes.",
-        '  --json           {"entrypoint", "overrides", "env", "command"}',
+        '  --json           {"entrypoint", "overrides", "env", "command"}\n'
+        "  -q, --quiet      when rejected, its errors only (no warnings)",
         "  topl render recipe=qwen3_30b_a3b_grpo_a3_strict --json",
     ),
     "rules": (
@@ -78,12 +84,13 @@ HELP = {
   topl recipes import run_grpo.sh -o my_grpo.yaml --env DEVICE=npu""",
     ),
     "plan": (
-        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]",
+        "topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank] [-q|--quiet]",
         "Expand a sweep, validate every point (contract + memory estimate), launch nothing.",
         "  --json           machine-readable\n  --all            list every point, not only "
         "the first ones\n"
         "  --rank           the accepted points, cheapest first, by a roofline estimate of one "
-        "step (docs/rank.md)",
+        "step (docs/rank.md)\n"
+        "  -q, --quiet      the rejected points only: nothing when every point is valid",
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8\n"
         "  topl plan recipe=qwen3_30b_a3b_grpo_a3_strict train.tp=1,2,4 train.pp=4,8 --rank",
     ),

@@ -18,13 +18,15 @@ from topl.launcher.cli.argv import parse
 from topl.launcher.cli.compare import write_sweep
 from topl.launcher.cli.output import print_table
 from topl.launcher.contract import check, errors
+from topl.launcher.contract.dryrun.deep import deep
 from topl.launcher.run import rundir
 from topl.launcher.run.launch import LaunchContext, preflight, run_job
 from topl.launcher.run.lifecycle import Interrupted, interrupt_sweep, signals_interrupt
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import register_configs
 
 UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
-TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--watch", UNSAFE_FLAG)
+TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--skip-deep", "--watch", UNSAFE_FLAG)
 # Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
 UNSAFE_HYDRA_FLAGS = (
     "--config-dir",
@@ -131,13 +133,15 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         # Hydra makes a run dir; the job reuses this spec and these violations
         composed = compose_job(overrides, prepared=prepared)
         vs = check(composed)
+        if not errors(vs) and not flags.dry_run:
+            vs += _deep(composed, flags.skip_deep)
         if errors(vs):
             print_violations(vs)
             print("topl: rejected before launch; nothing started", file=sys.stderr)
             return 2
         ctx.prepared = (composed, vs)
         if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            preflight(composed.to_object())
+            preflight(composed.to_object(), say)
             ctx.preflown = True
     made = None
     if not informational:
@@ -188,6 +192,25 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     return ctx.rc
 
 
+def _deep(composed, skip: bool) -> list:
+    """Remote backends: the declared verl's own start-up checks (contract/dryrun) before anything
+    is submitted, where that verl is installed here or its wheel cached (never fetched here:
+    `topl check --deep` fetches it); `--skip-deep` skips them, loudly."""
+    if not backend_traits.of(composed.to_object()).remote:
+        return []
+    if skip:
+        print(
+            "topl: WARNING: --skip-deep: verl's own start-up checks were NOT run; a layout verl "
+            "refuses shows up minutes into the job",
+            file=sys.stderr,
+        )
+        return []
+    vs, note = deep(composed, fetch=False)
+    if note:
+        print(f"topl: {note}", file=sys.stderr)
+    return vs
+
+
 def say(event: str, **data) -> None:
     """Print what the run layer reports (launcher/run/launch.py:EVENTS)."""
     if event == "violations":
@@ -221,6 +244,8 @@ def say(event: str, **data) -> None:
             f"{f['needed']}\n  fix: {f['fix']}",
             file=sys.stderr,
         )
+    elif event == "phase":  # a pre-check that may take a while: said as it starts
+        print(f"topl: {data['text']}", file=sys.stderr, flush=True)
     elif event == "follow_hint":
         print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
     else:  # a new event the CLI does not know yet: shown, never dropped

@@ -1,5 +1,6 @@
-"""`topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank]`: the sweep's verdicts, nothing
-launched; `--rank` orders the accepted points by a roofline estimate of one step (docs/rank.md).
+"""`topl plan [OVERRIDES with sweeps] [--json] [--all] [--rank] [-q|--quiet]`: the sweep's verdicts,
+nothing launched; `--rank` orders the accepted points by a roofline estimate of one step
+(docs/rank.md); `-q` shows the rejected points only (nothing when every point is valid).
 
 Verdicts stream: `--json` writes each point as it is checked, the table keeps only the rows it
 shows, so a 100k-point sweep holds one point at a time (docs/performance.md). `--rank` keeps, in
@@ -15,7 +16,7 @@ from json.encoder import encode_basestring_ascii as _str  # what json.dumps writ
 
 from topl.launcher.base.console import make_console
 from topl.launcher.base.errors import ToplError
-from topl.launcher.cli.argv import parse
+from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.output import print_table
 
 SHOWN = 200  # rows printed without --all
@@ -27,7 +28,7 @@ def main(args: list[str]) -> int:
         swept_keys,
     )  # lazy: Hydra and OmegaConf only when this runs
 
-    flags, overrides = parse(args, flags=("--json", "--all", "--rank"))
+    flags, overrides = parse(args, flags=("--json", "--all", "--rank", *QUIET))
     verdicts = iter_plan(overrides, rank=flags.rank)
     if flags.json:
         return _stream_json(verdicts, flags.rank)
@@ -37,7 +38,7 @@ def main(args: list[str]) -> int:
     rows, points, valid = [], 0, 0
     for v in verdicts:
         points, valid = points + 1, valid + v.valid
-        if not flags.all and len(rows) >= SHOWN:
+        if (not flags.all and len(rows) >= SHOWN) or (v.valid and quiet(flags)):
             continue
         point = dict(o.split("=", 1) for o in v.overrides)
         verdict = "[green]valid[/]" if v.valid else "[red]invalid[/]"
@@ -52,9 +53,11 @@ def main(args: list[str]) -> int:
                 str(v.devices),
             )
         )
+    if quiet(flags) and not rows:
+        return 0
     columns = ("#", *keys, "verdict", "rules", "train GB/dev", "rollout GB/dev", "devices")
     console = print_table("topl plan", columns, rows)
-    if not flags.all and points > SHOWN:
+    if not flags.all and len(rows) >= SHOWN and points > SHOWN:
         console.print(
             f"(first {SHOWN} of {points} points; --all shows every one, --json for machines)"
         )

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from topl.launcher.base.errors import ERROR, ToplError
+from topl.launcher.base.errors import ERROR, WARNING, ToplError
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_table
 from topl.launcher.contract import check
@@ -84,14 +84,14 @@ def preflight(composed) -> tuple[object, list[str], dict]:
         f"{_runs_past(v.rule)}"
         for v in past
     ]
-    notes += [f"warning {v.rule}: {v.message}" for v in vs if v.severity != ERROR]
+    notes += [f"{v.severity} {v.rule}: {v.message}" for v in vs if v.severity != ERROR]
     notes += _layout_notes(spec)
     contract = {
         "launch_ok": not past,
         "run_past": [
             {"rule": v.rule, "message": v.message, "why": _runs_past(v.rule)} for v in past
         ],
-        "warnings": [{"rule": v.rule, "message": v.message} for v in vs if v.severity != ERROR],
+        "warnings": [{"rule": v.rule, "message": v.message} for v in vs if v.severity == WARNING],
     }
     size_guard(spec)
     return spec, notes, contract

@@ -11,6 +11,7 @@ from topl.launcher.base.tree import flatten
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose import recipes
+from topl.launcher.compose.env_refs import without_secrets
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
 from topl.launcher.importer import recipe as script_import
@@ -20,20 +21,23 @@ from topl.launcher.importer.read import read_script
 
 def resolved(name: str, env: dict | None = None) -> dict:
 
-    if name.endswith(".sh"):  # a launch script: compare what importing it gives
-        import tempfile
-        from pathlib import Path
+    if not name.endswith(".sh"):
+        return _composed([f"recipe={name}"])
+    import tempfile  # a launch script: compare what importing it gives
+    from pathlib import Path
 
-        imp = _import(name, env or {}, [], {})
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / (Path(name).stem.replace("-", "_").replace(".", "_") + ".yaml")
-            path.write_text(script_import.recipe_text(imp, name))
-            cfg = compose_job([f"recipe={path}", *imp.command_args()]).cfg
-            try:
-                return OmegaConf.to_container(cfg, resolve=True)
-            except Exception:  # noqa: BLE001 - a secret's ${oc.env:NAME} unset here: as written
-                return OmegaConf.to_container(cfg, resolve=False)
-    return OmegaConf.to_container(compose_job([f"recipe={name}"]).cfg, resolve=True)
+    imp = _import(name, env or {}, [], {})
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / (Path(name).stem.replace("-", "_").replace(".", "_") + ".yaml")
+        path.write_text(script_import.recipe_text(imp, name))
+        return _composed([f"recipe={path}", *imp.command_args()])
+
+
+def _composed(args: list[str]) -> dict:
+    """The composed config as data; a secret unset here (`${oc.env:NAME}`) reads as
+    env_refs.UNSET_SECRET, on both sides of a diff alike."""
+    cfg = without_secrets(lambda: compose_job(args))[0].cfg
+    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def _import(script: str, env: dict, args: list[str], choices: dict, launch: int | None = None):
@@ -91,11 +95,15 @@ def _verdict(out_path, args: list[str] = ()) -> tuple[bool, str, list]:
     prints (what `topl check recipe=OUT ARGS` says)."""
 
     try:
-        vs = check(compose_job([f"recipe={out_path}", *args]))
+        composed, unset = without_secrets(lambda: compose_job([f"recipe={out_path}", *args]))
+        vs = check(composed)
     except ToplError as e:
         return False, f"not composable ({e.message})", []
     ids = sorted({v.rule for v in errors(vs)})
-    return not ids, ("accepted" if not ids else "rejected (" + ", ".join(ids) + ")"), ids
+    verdict = "accepted" if not ids else "rejected (" + ", ".join(ids) + ")"
+    if unset:  # the recipe reads them as ${oc.env:NAME}: checked without their values
+        verdict += f"; export {', '.join(unset)} before `topl launch`"
+    return not ids, verdict, ids
 
 
 def _short(v, width: int = 60) -> str:
@@ -172,14 +180,14 @@ def import_main(args: list[str]) -> int:
             rest.append(a)
     if len(rest) != 1:
         raise ToplError("give exactly one script", fix=IMPORT_USAGE)
-    imp = _import(rest[0], env, script_args, choices, launch)
     out_path = Path(out or Path(rest[0]).stem.replace("-", "_").replace(".", "_") + ".yaml")
     report_path = out_path.with_suffix(".import.txt")
-    if not force and (out_path.exists() or report_path.exists()):
+    if not force and (out_path.exists() or report_path.exists()):  # before the import's work
         raise ToplError(
             f"{out_path if out_path.exists() else report_path} exists: not overwritten",
             fix="give another -o OUT.yaml, or --force to replace it",
         )
+    imp = _import(rest[0], env, script_args, choices, launch)
     red = Redactor(sec.value for sec in imp.secrets.values())
     _write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
     lines = [red.text(line) for line in _report_lines(imp)]

@@ -9,18 +9,20 @@ from topl.launcher.cli.argv import parse
 from topl.launcher.cli.doctor import list_checks
 from topl.launcher.cli.output import print_json, print_table
 from topl.launcher.contract.core import RULES
-from topl.launcher.contract.runtime import CHECK, RUNTIME_RULES
+from topl.launcher.contract.dryrun.deep import catalog as deep_rules
+from topl.launcher.contract.runtime import CHECK, DEEP, RUNTIME_RULES
 from topl.launcher.doctor.report import catalog as doctor_checks
 from topl.launcher.spec.constraints import table
 from topl.launcher.spec.job import JobSpec
 
 RUN_TIME = "run time: topl's guard checks it in every verl process, not `topl check`"
+DEEP_TIME = "dry run: `topl check --deep`, and `topl launch` before a remote submission"
 
 
 def catalog(by_id: bool = True) -> list:
     """(rule, checked_by) for every rule a user can meet: the contract's, then the run-time ones."""
 
-    rows = [(r, CHECK) for r in RULES] + [(r, r.checked_by) for r in RUNTIME_RULES]
+    rows = [(r, CHECK) for r in RULES] + [(r, r.checked_by) for r in RUNTIME_RULES + deep_rules()]
     return sorted(rows, key=lambda rc: rc[0].id) if by_id else rows
 
 
@@ -28,7 +30,8 @@ def _title(r, checked_by: str, md: bool = False) -> str:
 
     if checked_by == CHECK:
         return r.title
-    return f"{r.title} (**{RUN_TIME}**)" if md else f"{r.title} ({RUN_TIME})"
+    when = DEEP_TIME if checked_by == DEEP else RUN_TIME
+    return f"{r.title} (**{when}**)" if md else f"{r.title} ({when})"
 
 
 def rules_markdown() -> str:
@@ -64,10 +67,11 @@ def main(args: list[str]) -> int:
     else:
         rules = catalog()
         rows = [(r.id, r.severity, _title(r, by), r.fix) for r, by in rules]
-        n_run = sum(by != "check" for _, by in rules)
+        n_run = sum(by == "guard" for _, by in rules)
+        n_deep = sum(by == DEEP for _, by in rules)
         title = (
-            f"topl consistency contract ({len(rules) - n_run} rules) "
-            f"+ {n_run} checked at run time by topl's guard"
+            f"topl consistency contract ({len(rules) - n_run - n_deep} rules) "
+            f"+ {n_deep} of the dry run (--deep) + {n_run} checked at run time by topl's guard"
         )
         console = print_table(title, ("rule", "severity", "what must hold", "fix"), rows)
 

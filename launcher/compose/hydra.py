@@ -21,6 +21,7 @@ from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose import did_you_mean, recipes, untrusted
 from topl.launcher.compose.composed import Composed
+from topl.launcher.compose.env_refs import UnsetEnv
 from topl.launcher.compose.sources import conf_dir, recipe_sweeps, record_defaults, sources_of
 from topl.launcher.spec.job import JobSpec, register_configs
 
@@ -115,10 +116,14 @@ def friendly_error(e: Exception, overrides: list[str]) -> ToplError:
     fix = "check the key and value names: `topl launch --cfg job` prints the composed config"
     if (named := did_you_mean.compose_error(msg, overrides)) is not None:
         return named  # an unknown key with the nearest field; an empty recipe=
+    named = did_you_mean.value_error(e, msg, overrides) or did_you_mean.option_error(e, overrides)
+    if named is not None:
+        return named  # a value of the wrong type; a group option that does not exist
     unset = re.search(r"Environment variable '([A-Za-z_]\w*)' not found", msg)
     if unset:  # `cluster.env.NAME: ${oc.env:NAME}` reads the launching shell's variable
         name = unset[1]
-        return ToplError(
+        return UnsetEnv(
+            name,
             f"cluster.env.{name} is read from this shell's environment (`${{oc.env:{name}}}`), "
             f"and {name} is not set here",
             where=f"overrides: {' '.join(overrides) or '(none)'}",
@@ -161,10 +166,18 @@ def _refuse_unknown(cfg: DictConfig, schema: Any, prefix: str) -> None:
     names = {f.name: f for f in dataclasses.fields(schema)}
     for key in map(str, cfg.keys()):  # a config's keys are names
         if key not in names:
+            # `+a.b.c=1` adds the map `a`: name its first leaf, the key the user typed
+            full, value = f"{prefix}{key}", cfg[key]
+            while isinstance(value, DictConfig) and len(value):
+                first = str(next(iter(value.keys())))
+                full, value = f"{full}.{first}", value[first]
+            # the value as typed (`false`); a map's is not shown
+            shown = None if isinstance(value, DictConfig) else str(value)
+            shown = str(value).lower() if isinstance(value, bool) else shown
             raise ToplError(
-                f"unknown key {prefix}{key}: the job spec has no such field",
-                where=f"`{prefix}{key}`",
-                fix=did_you_mean.spec_key_fix(f"{prefix}{key}"),
+                f"unknown key {full}: the job spec has no such field",
+                where=f"`{full}`",
+                fix=did_you_mean.spec_key_fix(full, shown),
             )
         node = cfg._get_node(key)
         if isinstance(node, DictConfig) and dataclasses.is_dataclass(node._metadata.object_type):

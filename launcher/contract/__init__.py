@@ -24,6 +24,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     verl_fields,
     verl_firststep,
     verl_keys,
+    verl_layout,
     verl_startup,
     verl_version,
 )
@@ -72,7 +73,8 @@ def check(composed: Composed) -> list[Violation]:
                 if not any(o.startswith(k + ".") for o in reads)
             }  # entries, not their dict
             out.append(Violation(r.id, got[0], got[1], keys, r.fix))
-    return sorted(out, key=lambda v: (v.severity != ERROR, v.rule))
+    rank = {ERROR: 0, WARNING: 1}  # then info
+    return sorted(out, key=lambda v: (rank.get(v.severity, 2), v.rule))
 
 
 def errors(violations: list[Violation]) -> list[Violation]:

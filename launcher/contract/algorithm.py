@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
+from topl.launcher.contract.verl_firststep import legacy_trainer
+from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.render.command import command
+from topl.launcher.spec import backend_traits
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
@@ -18,18 +22,33 @@ DAPO_ENTRYPOINT = "recipe.dapo.main_dapo"
     "TOP-ALG-001",
     ERROR,
     "dynamic sampling and overlong shaping run under DAPO's entrypoint",
-    ("algorithm.filter_groups", "algorithm.overlong_buffer_fraction", "algorithm.entrypoint"),
-    "use algorithm=dapo, or set algorithm.filter_groups=false algorithm.overlong_buffer_fraction=0",
+    (
+        "algorithm.filter_groups",
+        "algorithm.overlong_buffer_fraction",
+        "algorithm.entrypoint",
+        "cluster.versions.verl",
+        "cluster.backend",
+        "verl_overrides",
+    ),
+    "use algorithm=dapo, or set algorithm.filter_groups=false algorithm.overlong_buffer_fraction=0 "
+    "(filter_groups alone runs on verl 0.9's default trainer)",
 )
 def dapo_only(s: JobSpec) -> Outcome:
-    """verl@0.9.1:verl/trainer/ppo/ray_trainer.py (main_ppo's trainer) never reads
+    """verl's RayPPOTrainer (main_ppo on verl 0.8.0, or with trainer.use_v1=false) never reads
     algorithm.filter_groups, and ppo_trainer has no reward.reward_kwargs: the run would silently
-    be plain GRPO. verl-recipe's RayDAPOTrainer implements both."""
+    be plain GRPO. verl-recipe's RayDAPOTrainer implements both. verl 0.9's V1 trainer (main_ppo's
+    default there) filters groups itself (verl@0.9.1:verl/trainer/ppo/v1/trainer_base.py:
+    PPOTrainer._resolve_filter_groups_metric, the ReplayBuffer's filter_groups_metric)."""
     a = s.algorithm
+    v1_filters = a.filter_groups and (
+        backend_traits.of(s).remote  # the embedded loop (backend=local) follows the entrypoint
+        and legacy_trainer(s, command(s)) is False
+        and schema_for(s).has("algorithm.filter_groups.enable")
+    )
     used = [
         k
         for k, on in (
-            ("filter_groups", a.filter_groups),
+            ("filter_groups", a.filter_groups and not v1_filters),
             ("overlong_buffer_fraction", a.overlong_buffer_fraction > 0),
         )
         if on

@@ -6,6 +6,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from topl.launcher.base.errors import INFO
 from topl.launcher.facts import why as fact_why
 
 if TYPE_CHECKING:
@@ -44,9 +45,21 @@ class Violation:
     fix: str = ""
 
     def render(self) -> str:
+        if self.severity == INFO:  # the stack's measurement outranks it: one line (--json: keys)
+            return f"INFO {self.rule}: {self.message}"
         lines = [f"{self.severity.upper()} {self.rule}: {self.message}"]
+        model = {k: v for k, v in self.keys.items() if k.startswith("model.")}
+        summed = len(model) >= SUMMED
         for k, v in self.keys.items():
-            lines.append(f"    {k} = {v['value']!r}  ({v['source']})")
+            if not (summed and k in model):
+                lines.append(f"    {k} = {v['value']!r}  ({v['source']})")
+        if summed:  # a memory estimate reads the whole model: its keys on a line per source
+            for source in dict.fromkeys(v["source"] for v in model.values()):
+                same = [
+                    f"{k[6:]}={v['value']!r}" for k, v in model.items() if v["source"] == source
+                ]
+                keys = f"{{{', '.join(same)}}}" if len(same) > 1 else same[0].replace("=", " = ")
+                lines.append(f"    model.{keys}  ({source})")
         lines.append(f"  fix: {self.fix}")
         return "\n".join(lines)
 
@@ -60,6 +73,9 @@ class Violation:
         }
 
 
+# From this many model.* keys read, a violation prints them on a line per source (TOP-MEM-003 read
+# 9 of them, 20 lines in all); `--json` keeps every key.
+SUMMED = 4
 RULES: list[Rule] = []
 
 

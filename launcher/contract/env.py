@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
+from topl.launcher.facts.verl_tables import ENV_OWNERS
 from topl.launcher.render.env import derived_env, env_value
-from topl.launcher.render.tables import ENV_OWNERS
 from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import WHOLE, unwrap
 

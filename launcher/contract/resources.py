@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.base.errors import ERROR, WARNING
 from topl.launcher.contract.core import rule
+from topl.launcher.contract.verl_firststep import legacy_trainer
+from topl.launcher.render.command import command
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_moe, world_size
 from topl.launcher.spec.memory import param_counts
@@ -99,8 +101,13 @@ def rollout_world(s: JobSpec) -> Outcome:
         "train.tp",
         "train.ulysses_sp",
         "train.use_dynamic_bsz",
+        "cluster.backend",
+        "algorithm.entrypoint",
+        "cluster.versions.verl",
+        "verl_overrides",
     ),
-    "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the mini batch",
+    "make train_batch_size*n a multiple of dp*micro batch and train_batch_size a multiple of the "
+    "mini batch (verl 0.9's default trainer pads the batch to one itself)",
 )
 def batch_divisibility(s: JobSpec) -> Outcome:
     """Mirrors verl's validate_config (verl@0.9.1:verl/utils/config.py:validate_config): without
@@ -108,13 +115,17 @@ def batch_divisibility(s: JobSpec) -> Outcome:
     device count on FSDP), and each mini batch's share of a rank into whole micro batches
     (verl@0.9.1:verl/workers/engine/utils.py:prepare_micro_batches). With dynamic batch size
     verl makes micro batches from a token budget: none of these apply (verl skips them too).
-    The mini batch over dp ranks, which holds either way, is TOP-INIT-003."""
+    The mini batch over dp ranks, which holds either way, is TOP-INIT-003. verl 0.9's V1 trainer
+    pads a batch that is not a multiple of the mini batch (verl@0.9.1:verl/trainer/ppo/v1/
+    trainer_base.py:PPOTrainer._get_required_batch_multiple, upsample_batch_to_divisible_size);
+    verl 0.8.0's and DAPO's RayPPOTrainer split it as it is (verl@0.8.0:verl/utils/
+    tensordict_utils.py:make_iterator asserts the per-rank batch % per-rank mini batch == 0)."""
     t = s.train
     if t.ppo_mini_batch_size > t.train_batch_size:
         return (
             f"ppo_mini_batch_size={t.ppo_mini_batch_size} > train_batch_size={t.train_batch_size}"
         )
-    if t.train_batch_size % t.ppo_mini_batch_size:
+    if t.train_batch_size % t.ppo_mini_batch_size and not _pads_to_mini(s):
         return "train_batch_size is not a multiple of ppo_mini_batch_size"
     if t.use_dynamic_bsz:
         return None
@@ -129,6 +140,11 @@ def batch_divisibility(s: JobSpec) -> Outcome:
     mini = t.ppo_mini_batch_size * s.rollout.n
     if mini % dp == 0 and (mini // dp) % micro:
         return f"mini batch {mini} sequences over dp={dp} does not split into micro={micro}"
+
+
+def _pads_to_mini(s: JobSpec) -> bool:
+    """verl's V1 trainer runs the job (it pads the batch to whole mini batches)."""
+    return backend_traits.of(s).remote and legacy_trainer(s, command(s)) is False
 
 
 @rule(

@@ -12,6 +12,7 @@ from topl.launcher.base.errors import ERROR
 
 GUARD = "guard"  # `checked_by` in `topl rules --json`: topl's guard, in every verl process
 CHECK = "check"  # the contract's rules: `topl check` (and launch, plan) before launch
+DEEP = "deep"  # the dry run: `topl check --deep`, and launch before a remote submission
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.base.errors import ERROR, INFO
 from topl.launcher.contract.core import rule
 from topl.launcher.spec.job import is_strict
 
@@ -91,7 +91,7 @@ def micro_batches(s: JobSpec) -> Outcome:
 @rule(
     "TOP-LOGP-004",
     ERROR,
-    "no dynamic batch size in strict mode (a warning on the seed's stack, which measured it)",
+    "no dynamic batch size in strict mode (info on the seed's stack, which measured it)",
     ("alignment.mode", "cluster.versions.profile", "train.use_dynamic_bsz"),
     "set train.use_dynamic_bsz=false",
     facts=("seed_logdiff0_with_dynamic_bsz",),
@@ -100,8 +100,8 @@ def dynamic_bsz(s: JobSpec) -> Outcome:
     """Token-budget micro-batching regroups sequences each step, so the recompute sees other batch
     shapes than the rollout did: only batch-invariant kernels make that harmless. The seed ran its
     strict scripts with it on (actor and recompute) and reported logdiff 0, so on the seed's stack
-    this is a warning with that evidence; elsewhere it stays an error until measured."""
+    this is info with that evidence; elsewhere it stays an error until measured."""
     if is_strict(s) and s.train.use_dynamic_bsz:
         if facts.supports("seed_logdiff0_with_dynamic_bsz", s.cluster.versions):
-            return WARNING, "use_dynamic_bsz=true: the seed ran it at logdiff 0 on this stack"
+            return INFO, "use_dynamic_bsz=true: the seed ran it at logdiff 0 on this stack"
         return "use_dynamic_bsz=true"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topl.launcher import facts
-from topl.launcher.base.errors import ERROR, WARNING
+from topl.launcher.base.errors import ERROR, INFO
 from topl.launcher.contract.core import rule
 from topl.launcher.spec.job import is_strict, on_npu
 
@@ -19,10 +19,11 @@ BREAKS_BI = "bi_breaks_with_chunked_prefill_prefix_cache_preemption"
 
 
 def _scheduling(s: JobSpec, what: str) -> Outcome:
-    """Error, or a warning on the seed's stack, which reported logdiff 0 with it on."""
+    """Error, or info on the seed's stack, which reported logdiff 0 with it on (the measurement
+    outranks a general warning)."""
     v = s.cluster.versions
     if facts.supports(SEED_EVIDENCE, v) and not facts.supports(BREAKS_BI, v):
-        return WARNING, (
+        return INFO, (
             f"{what} on: the seed ran it at logdiff 0 on this stack, but the trainer "
             "recomputes without it (unproven in general)"
         )
@@ -44,8 +45,8 @@ def _scheduling(s: JobSpec, what: str) -> Outcome:
 )
 def prefix_cache(s: JobSpec) -> Outcome:
     """A cached prefix was computed in another batch and chunking than the trainer's recompute;
-    vllm-ascend's own docs say it breaks batch invariance from 0.28.0rc1. A warning on the seed
-    stack, where the seed ran verl's default (on) and reported logdiff 0."""
+    vllm-ascend's own docs say it breaks batch invariance from 0.28.0rc1. Info on the seed stack,
+    where the seed ran verl's default (on) and reported logdiff 0."""
     if is_strict(s) and s.rollout.prefix_caching:
         return _scheduling(s, "prefix caching")
 
@@ -67,6 +68,6 @@ def prefix_cache(s: JobSpec) -> Outcome:
 def chunked_prefill(s: JobSpec) -> Outcome:
     """A chunked prefill splits a prompt's attention over steps the trainer does not; vllm-ascend's
     own docs say it breaks batch invariance from 0.28.0rc1 (and verl turns it on by default). A
-    warning on the seed stack, where the seed ran it and reported logdiff 0."""
+    info on the seed stack, where the seed ran it and reported logdiff 0."""
     if is_strict(s) and on_npu(s) and s.rollout.chunked_prefill:  # the reference engines align it
         return _scheduling(s, "chunked prefill")

@@ -13,43 +13,26 @@ a multiple of dp first, so only `trainer.use_v1=false` keeps the old checks ther
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
+from topl.launcher.contract.dryrun.mirror import Cite
 from topl.launcher.contract.verl_startup import actor_dp
 from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.facts.verl_tables import ARR
 from topl.launcher.render.command import command, note
-from topl.launcher.render.tables import ARR
 
 if TYPE_CHECKING:
     from topl.launcher.contract.core import Outcome
     from topl.launcher.render.command import Command
     from topl.launcher.spec.job import JobSpec
 
-ALL = ("0.8.0", "0.9.0", "0.9.1")
 A, R_ = f"{ARR}.actor", f"{ARR}.rollout"
 DAPO_TRAINER = (
     "verl-project/verl-recipe@e7f889574b8301cc0f0fc1d57c6d67f31ffeb689:dapo/dapo_ray_trainer.py:"
     "RayDAPOTrainer.fit (subclasses verl's RayPPOTrainer; calls self._balance_batch)"
 )
-
-
-@dataclass(frozen=True)
-class Cite:
-    path: str  # below the verl package
-    symbol: str  # Class.method or function holding the check
-    text: (
-        str  # the condition as verl writes it (an assert's test, a raise's if-test, an expression)
-    )
-    kind: str = "assert"  # assert | raise (an `if` whose body raises) | expr
-    versions: tuple[str, ...] = ALL  # the releases whose source has it
-
-    def __str__(self) -> str:
-        return (
-            f"verl@{self.versions[-1]}:verl/{self.path}:{self.symbol} ({', '.join(self.versions)})"
-        )
 
 
 CHECKS = {

@@ -18,10 +18,10 @@ from topl.launcher.base.errors import ERROR
 from topl.launcher.compose.did_you_mean import verl_key
 from topl.launcher.contract.core import rule
 from topl.launcher.facts.verl_schema import SCHEMA_KEYS, schema_for
+from topl.launcher.facts.verl_tables import ARR, VLLM
 from topl.launcher.render.command import Command, Entry, command, note
 from topl.launcher.render.invocation import fmt
 from topl.launcher.render.spelling import spell
-from topl.launcher.render.tables import ARR, VLLM
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import unwrap

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
+from topl.launcher.facts.verl_tables import ARR
 from topl.launcher.render.command import Command, command, note
-from topl.launcher.render.tables import ARR
 from topl.launcher.spec.job import is_moe, is_strict
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from topl.launcher import facts
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
 from topl.launcher.facts.verl_schema import SCHEMA_KEYS, schema_for
+from topl.launcher.facts.verl_tables import GRAD_OFFLOAD
 from topl.launcher.render.command import command
 from topl.launcher.render.spelling import secret_vars, spell, unset_vars
-from topl.launcher.render.tables import GRAD_OFFLOAD
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 from topl.launcher.spec.view import RENDERED, unwrap

@@ -112,6 +112,13 @@ def _load(version: str) -> dict[str, Any]:
     return data
 
 
+def trainer_configs(version: str) -> dict[str, Any]:
+    """The trainer configs topl renders for `version` (name -> source, and for a verl-recipe
+    config its defaults and overlay), from the nearest shipped schema."""
+    configs: dict[str, Any] = _load(nearest(str(version)))["configs"]
+    return configs
+
+
 def _patch_keys(patches: tuple[str, ...]) -> tuple[dict[str, list[Any]], dict[str, str]]:
 
     keys: dict[str, list[Any]] = {}

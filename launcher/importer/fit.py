@@ -20,7 +20,7 @@ from typing import Any
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.facts.verl_schema import KNOWN, schema
-from topl.launcher.render.tables import ARR
+from topl.launcher.facts.verl_tables import ARR
 
 MODEL_KEY = f"{ARR}.model.path"
 MISSING = object()
@@ -204,6 +204,23 @@ def _declared_default(key: str, sch) -> tuple[Any] | None:
 def script_values(s) -> dict[str, Any]:
     """The script's overrides, key -> value (none without a script)."""
     return {k: st.value for k, st in s.overrides.items()} if s is not None else {}
+
+
+# The data_dir convention (render/invocation.py:data_files): what each data key is rendered as.
+DATA_FILES = {"data.train_files": "train.parquet", "data.val_files": "test.parquet"}
+
+
+def data_dir_of(s: Any) -> str | None:
+    """DIR where the script's (read.Script) data files are DIR/train.parquet and DIR/test.parquet (strings):
+    written as `data_dir`, the spec field that renders both, not as verl_overrides that replace
+    what topl renders from it (TOP-VERL-003)."""
+    dirs = set()
+    for key, name in DATA_FILES.items():
+        st = s.overrides.get(key)
+        if st is None or not isinstance(st.value, str) or not st.value.endswith("/" + name):
+            return None
+        dirs.add(st.value[: -len(name) - 1])
+    return dirs.pop() if len(dirs) == 1 else None
 
 
 def field_holds(cfg, f: str, value: Any) -> bool:

@@ -15,9 +15,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import secret_entry
 from topl.launcher.compose.meaning import env_reason
+from topl.launcher.facts.verl_tables import CODE_KEYS
 from topl.launcher.importer.expand import Item
 from topl.launcher.importer.resolve import Launch, Resolved, resolve
-from topl.launcher.render.tables import CODE_KEYS
 
 
 @dataclass

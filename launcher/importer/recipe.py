@@ -17,10 +17,9 @@ from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.importer.exact import dropped_rows
 from topl.launcher.importer.expand import Item
 from topl.launcher.importer.fit import (
-    MISSING as MISSING,
-)
-from topl.launcher.importer.fit import (
+    DATA_FILES,
     MODEL_KEY,
+    data_dir_of,
     field_holds,
     model_from_config,
     not_recognised,
@@ -28,6 +27,9 @@ from topl.launcher.importer.fit import (
     script_values,
     topl_adds,
     verl_default,
+)
+from topl.launcher.importer.fit import (
+    MISSING as MISSING,
 )
 from topl.launcher.importer.groups import guess_groups
 from topl.launcher.importer.read import Script
@@ -42,7 +44,7 @@ from topl.launcher.importer.version import (
 )
 from topl.launcher.render import env as render_env
 from topl.launcher.render import invocation as R
-from topl.launcher.render.command import DERIVED_WHEN_SET
+from topl.launcher.render.command import DERIVED, DERIVED_WHEN_SET
 
 # Env vars `render.env_vars` derives from a spec field. Only a hint: each is kept on its field only
 # when rendering the recipe gives the script's value back, otherwise it stays in cluster.env.
@@ -69,7 +71,8 @@ DERIVED_FIELDS = {
 def inverse_table(engine: str) -> dict[str, str]:
     """verl key -> spec field, read backwards from the renderer's own table (and DERIVED_FIELDS)."""
     table = {**R.VERL_KEYS, **(R.MEGATRON_KEYS if engine == "megatron" else R.FSDP_KEYS)}
-    return {**{verl: f for f, verl in table.items()}, **DERIVED_FIELDS}
+    ref = f"{R.ARR}.ref.log_prob_micro_batch_size_per_gpu"  # rendered from a train field too
+    return {**{verl: f for f, verl in table.items()}, ref: DERIVED[ref], **DERIVED_FIELDS}
 
 
 def _derived_value(key: str, value: Any, rendered: dict) -> bool:
@@ -190,7 +193,12 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         v = env.pop(k)
         fields[ENV_FIELDS[k]] = int(v) if v.isdigit() and k.endswith("TIMEOUT") else v
     rendered = dict(R.overrides(base.to_object()))  # the groups alone (DERIVED_FIELDS)
+    folder = data_dir_of(s)
+    if folder is not None:  # DIR/train.parquet + DIR/test.parquet: topl's data_dir renders both
+        fields["data_dir"] = folder
     for key, st in s.overrides.items():  # after the table's fields: their place in the recipe
+        if folder is not None and key in DATA_FILES:
+            continue
         if key in DERIVED_FIELDS and _derived_value(key, st.value, rendered):
             fields[DERIVED_FIELDS[key]] = st.value
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from topl.launcher.facts.verl_schema import KNOWN, schema
+from topl.launcher.facts.verl_tables import GRAD_OFFLOAD, PARAM_OFFLOAD
 from topl.launcher.render.spelling import GRAD_IN_PARAM, respell, shell_vars, spell
-from topl.launcher.render.tables import GRAD_OFFLOAD, PARAM_OFFLOAD
 
 SEED_MODULE = "verl_ascend_recipe.true_on_policy"
 # The config a trainer main loads when the script gives no --config-name (its @hydra.main).

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from typing import cast as typed_as
 
-from topl.launcher.base.errors import ERROR, ToplError
+from topl.launcher.base.errors import ERROR, WARNING, ToplError
 from topl.launcher.base.tree import copy_on_write, parent_of
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.compose.sources import GROUPS
@@ -160,7 +160,7 @@ class Search:
                 self._memo[key] = (frozenset({"(does not compose)"}), frozenset(), None)
                 return self._memo[key]
             errs = frozenset(r.id for r, sev, _ in got if sev == ERROR)
-            warns = frozenset(r.id for r, sev, _ in got if sev != ERROR)
+            warns = frozenset(r.id for r, sev, _ in got if sev == WARNING)
             self._memo[key] = (errs, warns, spec)
         return self._memo[key]
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from topl.launcher.base.errors import ERROR
+from topl.launcher.base.errors import ERROR, INFO
 from topl.launcher.base.tree import overlap
 from topl.launcher.contract.core import RULES
 from topl.launcher.contract.fields import FIELD_RULE
@@ -145,6 +145,8 @@ class BaseMemo:
         errs: list[str] = []
         warns: list[str] = []
         for _, rid, severity in sorted(broken):
+            if severity == INFO:  # the stack's own measurement: not a warning
+                continue
             bucket = errs if severity == ERROR else warns
             if rid not in bucket:
                 bucket.append(rid)

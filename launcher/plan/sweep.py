@@ -16,7 +16,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Glob
 from hydra.errors import HydraException
 
-from topl.launcher.base.errors import ERROR, ToplError
+from topl.launcher.base.errors import ERROR, INFO, ToplError
 from topl.launcher.base.tree import copy_on_write, overlap
 from topl.launcher.compose.composed import Composed
 from topl.launcher.compose.hydra import compose_job
@@ -291,6 +291,8 @@ def _full_verdict(overrides: list[str], spec: JobSpec) -> Verdict:
     errs: list[str] = []
     warns: list[str] = []
     for r, severity, _msg in evaluate(spec):  # the same rules, in the same order, as `check`
+        if severity == INFO:  # the stack's own measurement: not a warning
+            continue
         bucket = errs if severity == ERROR else warns
         if r.id not in bucket:
             bucket.append(r.id)

@@ -12,9 +12,9 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
+from topl.launcher.facts import verl_tables
 from topl.launcher.facts.verl_schema import schema_for
 from topl.launcher.render import invocation as R
-from topl.launcher.render import tables
 from topl.launcher.render.spelling import bare, respell, spell, verl_override_items
 from topl.launcher.spec.view import RENDERED, record, unwrap
 
@@ -30,7 +30,7 @@ DERIVED = {
     f"{R.ARR}.rollout.log_prob_use_dynamic_bsz": "train.use_dynamic_bsz",
     f"{R.ARR}.ref.log_prob_micro_batch_size_per_gpu": "train.log_prob_micro_batch_size_per_gpu",
     f"{R.ARR}.rollout.enforce_eager": "rollout.graph_mode",
-    f"{tables.VLLM}.compilation_config": "rollout.graph_mode",
+    f"{verl_tables.VLLM}.compilation_config": "rollout.graph_mode",
     f"{R.ARR}.rollout.per_request_seed": "rollout.per_request_seed",
     f"{R.ARR}.rollout.dtype": "train.dtype",  # the ref and the rollout get the actor's dtype
     f"{R.ARR}.ref.megatron.dtype": "train.dtype",
@@ -41,7 +41,7 @@ DERIVED = {
 DERIVED_WHEN_SET = {"data.train_files": "train_files", "data.val_files": "val_files"}
 DERIVED_PREFIXES = {  # key prefix -> spec field (strict switches, rollout correction)
     f"{R.ARR}.actor.megatron.override_transformer_config.": "alignment.mode",
-    f"{tables.VLLM}.additional_config.": "alignment.mode",
+    f"{verl_tables.VLLM}.additional_config.": "alignment.mode",
     "algorithm.rollout_correction.": "alignment.rollout_correction",
 }
 
@@ -208,7 +208,9 @@ def _env_entries(s: JobSpec) -> dict[str, Entry]:
     out, set_env = {}, s.cluster.env
     for name, value in R.argv_env(s).items():
         key = ENV_PREFIX + name
-        origin = f"cluster.env.{name}" if name in set_env else tables.ENV_OWNERS.get(name, ("",))[0]
+        origin = (
+            f"cluster.env.{name}" if name in set_env else verl_tables.ENV_OWNERS.get(name, ("",))[0]
+        )
         out[key] = Entry(key, value, _prefix(key, schema_for(s)), "env", origin)
     return out
 

@@ -19,6 +19,13 @@ from typing import TYPE_CHECKING, Any
 from topl.launcher.base.errors import ToplError
 from topl.launcher.base.redact import REDACTED
 from topl.launcher.facts.verl_schema import schema, schema_for
+from topl.launcher.facts.verl_tables import (
+    ARR,
+    CODE_KEYS,
+    FSDP_KEYS,
+    MEGATRON_KEYS,
+    VERL_KEYS,
+)
 from topl.launcher.render.env import argv_env, env_vars, secret_names
 from topl.launcher.render.spelling import (
     expand,
@@ -30,13 +37,6 @@ from topl.launcher.render.spelling import (
     verl_override_items,
 )
 from topl.launcher.render.stack import graph_overrides, rendered_value, renders, stack_overrides
-from topl.launcher.render.tables import (
-    ARR,
-    CODE_KEYS,
-    FSDP_KEYS,
-    MEGATRON_KEYS,
-    VERL_KEYS,
-)
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
@@ -70,12 +70,20 @@ class Invocation:
         """A runnable command line; a secret is read from the running shell (`NAME=${NAME:?..}`:
         bash does not split an assignment, and stops with the message when NAME is unset)."""
         hidden = set(self.secrets)
-        env = " ".join(
+        assigns = [
             f"{k}=${{{k}:?is a secret: export it first}}"
             if k in hidden
             else f"{k}={shlex.quote(v)}"
             for k, v in self.env.items()
-        )
+        ]
+        # the assignments packed into lines of at most ENV_WIDTH (one was 937 characters)
+        lines: list[str] = []
+        for a in assigns:
+            if lines and len(lines[-1]) + 1 + len(a) <= ENV_WIDTH:
+                lines[-1] += " " + a
+            else:
+                lines.append(a)
+        env = " \\\n  ".join(lines)
         head = " ".join(shlex.quote(a) for a in [python, *self.argv[:3]])
         args = " \\\n    ".join([head, *(shlex.quote(a) for a in self.overrides)])
         return f"{env} \\\n  {args}" if env else args
@@ -92,6 +100,7 @@ class Invocation:
         }
 
 
+ENV_WIDTH = 96  # the environment's lines in a printed command (the overrides: one a line)
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@\-]+$")
 _LOOKS_TYPED = re.compile(r"^([-+]?[0-9_.]+([eE][-+]?[0-9]+)?|true|false|null|none|inf|nan)$", re.I)
 

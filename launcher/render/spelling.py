@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 from topl.launcher import facts
 from topl.launcher.base import redact
 from topl.launcher.base.tree import flatten
-from topl.launcher.render.tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
+from topl.launcher.facts.verl_tables import ARR, GRAD_OFFLOAD, PARAM_OFFLOAD
 
 # verl@0.9.1:verl/workers/config/engine.py:McoreEngineConfig has no grad_offload; its
 # param_offload "offload[s] parameters to CPU and release[s] gradient buffers while inactive"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher import facts
 from topl.launcher.base.tree import get_path
-from topl.launcher.render.tables import ARR, VLLM
+from topl.launcher.facts.verl_tables import ARR, VLLM
 from topl.launcher.spec.job import is_strict, on_npu
 
 if TYPE_CHECKING:

@@ -39,6 +39,7 @@ EVENTS = {
     "doctor_skipped": "",  # --skip-doctor
     "doctor_error": "node, finding",  # one doctor error on one node
     "follow_hint": "run_dir",  # a detached job: how to follow it
+    "phase": "text",  # a remote launch's pre-check that may take a while, as it starts
 }
 
 
@@ -162,10 +163,17 @@ def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> 
     return backend.start(spec, inv, run_dir, ctx.follow)
 
 
-def preflight(spec: JobSpec) -> None:
+def preflight(spec: JobSpec, say: Callable[..., None] = _silent) -> None:
     """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
     or one message (exit 2) before a run directory is written."""
-    backends.of(spec).preflight(spec)
+    backend = backends.of(spec)
+    if backend.traits.addressed and spec.cluster.ray_address:
+        say(
+            "phase",
+            text=f"reaching the Ray head at {spec.cluster.ray_address} "
+            f"(up to {spec.cluster.ray_timeout_s:g} s)",
+        )
+    backend.preflight(spec)
 
 
 def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
@@ -177,10 +185,16 @@ def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
         return True
     backend = backends.of(spec)
     where = spec.cluster.ray_address if backend.traits.addressed else None
+    limit = spec.cluster.ray_timeout_s + 600
+    ctx.say(
+        "phase",
+        text=f"checking the target stack: topl doctor on {where or 'this machine'} "
+        f"(up to {limit:g} s; --skip-doctor skips it, loudly)",
+    )
     # the doctor job itself may take minutes on a cluster; a head that stops answering must not hang us
     nodes = lifecycle.with_deadline(
         lambda: backend.doctor(spec),
-        spec.cluster.ray_timeout_s + 600,
+        limit,
         f"topl doctor on {where or 'this machine'}",
         fix="check that the Ray head answers (`ray status`), or --skip-doctor",
     )

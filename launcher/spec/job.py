@@ -125,7 +125,12 @@ class AlgorithmSpec:
     ppo_epochs: Optional[int] = None  # passes over each batch (verl default 1)
     use_kl_in_reward: Optional[bool] = None  # KL penalty inside the reward (verl default false)
     gen_batch_size: Optional[int] = None  # prompts generated per try (DAPO: 2 x train batch)
-    reward_manager: Optional[str] = None  # verl reward manager name (dapo, naive ...)
+    reward_manager: Optional[str] = c(  # verl reward manager name (dapo, naive ...)
+        None,
+        one_of=(None, "dapo", "gdpo", "naive", "remote"),
+        src="verl@0.9.1:verl/experimental/reward_loop/reward_manager/registry.py:register "
+        "(the @register names; 0.8.0 the same)",
+    )
     # Explicit verl-level overlong shaping (imported scripts, the seed recipes): when set it
     # replaces the rendering derived from overlong_buffer_fraction.
     overlong_buffer: Optional[bool] = None  # DAPO overlong reward shaping on

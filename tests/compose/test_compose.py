@@ -40,8 +40,8 @@ def test_recipe_search_path(compose, tmp_path, monkeypatch):
     "overrides, needle",
     [
         (["train.tpp=2"], "train.tpp"),
-        (["train.tp=two"], "could not be converted to Integer"),
-        (["model=qwen9"], "Could not find 'model/qwen9'"),
+        (["train.tp=two"], "train.tp takes an integer"),
+        (["model=qwen9"], "`model` has no option 'qwen9'"),
         (["recipe=nope"], "unknown recipe 'nope'"),
         (["train.tp=[1"], "train.tp=[1"),
         (["+surprise=1"], "surprise"),

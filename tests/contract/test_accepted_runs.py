@@ -348,7 +348,10 @@ def test_compose_verl_base_plus_value_overrides_is_hydras_compose(tmp_path, monk
     """tests/verl_compose.compose_verl composes verl's config once per set of group choices and applies
     each command's value overrides with Hydra's own step for them: the config, and the error for a
     key verl cannot take, equal a full Hydra compose of the same command (what both share: Hydra's
-    defaults list and its `_apply_overrides_to_config`; what differs: the base is composed once)."""
+    defaults list and its `_apply_overrides_to_config`; what differs: the base is composed once).
+    Both recipes declare the installed verl 0.9.1 (the DAPO one for its trainer-config overlay), so
+    the README's test command runs this without TOPL_VERL_VERSIONS; a seed recipe (0.8.0) needed
+    that wheel and failed on a fresh machine (issue 49)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import ConfigCompositionException
@@ -366,10 +369,15 @@ def test_compose_verl_base_plus_value_overrides_is_hydras_compose(tmp_path, monk
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     invocations = []
-    for args in (["recipe=qwen3_30b_a3b_grpo_a3_release_strict"], ["recipe=qwen3_4b_dapo_a2_off"]):
+    for args in (
+        ["recipe=qwen3_30b_a3b_grpo_a3_release_strict"],
+        ["recipe=qwen3_4b_dapo_a2_release_strict"],
+    ):
         spec = compose_job(args).to_object()
         spec.model.hf_path = shared_hf_config_dir(spec.model)
-        invocations.append((render(spec), declared_config_dir(spec, tmp_path)))
+        conf = declared_config_dir(spec, tmp_path)
+        assert conf is not None, f"verl {spec.cluster.versions.verl} is not the installed one"
+        invocations.append((render(spec), conf))
     first, conf = invocations[0]  # a group choice on top: composed in full, then the values applied
     invocations.append(
         (

@@ -12,6 +12,8 @@ ARR = "actor_rollout_ref"
 PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
 SL = B + ["cluster=slurm_a3"]  # the Slurm preset of the same A3 nodes
 SL_OK = SL + ["cluster.slurm.partition=a3", "cluster.slurm.time_min=600"]
+REL = ["recipe=qwen3_4b_grpo_a2_release_strict"]  # verl 0.9.1, Megatron, 1 x 8
+FS = ["stack=release", "cluster.backend=ray_job", "cluster.devices_per_node=8"]  # FSDP, verl 0.9.1
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
     "TOP-RES-002": (B + ["train.ep=3"], B + ["train.ep=2"]),
@@ -218,6 +220,29 @@ CASES = {
         [*OFF, *PPO, "train.use_dynamic_bsz=false"],
     ),
     "TOP-TP-003": (B + ["train.etp=2"], B),
+    # issue 46: the layout verl's workers build (tests/contract/test_verl_layout.py has the keys)
+    "TOP-INIT-010": (
+        [*REL, f"+verl_overrides.{ARR}.rollout.log_prob_micro_batch_size_per_gpu=3"],
+        [*REL, f"+verl_overrides.{ARR}.rollout.log_prob_micro_batch_size_per_gpu=2"],
+    ),
+    "TOP-INIT-011": (
+        [*FS, "train.use_dynamic_bsz=true", "train.ppo_max_token_len_per_gpu=16"],
+        [*FS, "train.use_dynamic_bsz=true", "train.ppo_max_token_len_per_gpu=64"],
+    ),
+    "TOP-INIT-012": ([*FS, "train.fsdp_size=3"], [*FS, "train.fsdp_size=4"]),
+    "TOP-INIT-013": (
+        [*FS, "cluster.nodes=3", "rollout.tp=12"],
+        [*FS, "cluster.nodes=3", "rollout.tp=8"],
+    ),
+    "TOP-INIT-014": (
+        [*REL, "rollout.chunked_prefill=true", "rollout.max_num_batched_tokens=16"],
+        [*REL, "rollout.chunked_prefill=true", "rollout.max_num_batched_tokens=2048"],
+    ),
+    "TOP-INIT-015": (
+        [*REL, f"+verl_overrides.{ARR}.actor.megatron.use_mbridge=false"],
+        [*REL, f"+verl_overrides.{ARR}.actor.megatron.use_mbridge=true"],
+    ),
+    "TOP-INIT-016": ([*REL, "algorithm.gen_batch_size=3"], [*REL, "algorithm.gen_batch_size=8"]),
 }
 
 

@@ -10,7 +10,11 @@ import pytest
 from helpers import verl_release
 
 from topl.launcher.contract import check
-from topl.launcher.contract.verl_firststep import ALL, CHECKS
+from topl.launcher.contract.dryrun import mirror
+from topl.launcher.contract.dryrun.mirror import ALL
+from topl.launcher.contract.verl_firststep import CHECKS as FIRSTSTEP
+
+CHECKS = {**FIRSTSTEP, **mirror.CHECKS}  # the dry run's mirrored checks, which the rules share
 
 ROOTS = [Path(p) / "verl" for p in os.environ.get("TOPL_VERL_SOURCES", "").split(os.pathsep) if p]
 # every release the citations name that is at hand: installed, cached, or (TOPL_VERL_VERSIONS=1, as
@@ -32,7 +36,8 @@ def _function(tree, symbol: str):
         node = next(
             n
             for n in ast.iter_child_nodes(node)
-            if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == part
+            if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.name == part
         )
     return node
 

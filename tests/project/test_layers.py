@@ -56,8 +56,8 @@ def test_the_contract_reads_verl_key_tables_from_the_neutral_module():
             ):
                 hits += [f"{p.name}: {a.name}" for a in node.names if a.name.isupper()]
     assert not hits, hits
+    from topl.launcher.facts import verl_tables
     from topl.launcher.render import invocation as render
-    from topl.launcher.render import tables as verl_tables
 
     assert render.VERL_KEYS is verl_tables.VERL_KEYS and render.ARR == verl_tables.ARR
 

@@ -139,3 +139,14 @@ def test_the_per_node_doctor_gives_up_at_its_deadline_and_stops_its_job(
     with pytest.raises(ToplError, match="did not finish in time"):
         ray_doctor.on_ray("http://h:8265", spec)
     assert fake_head.stopped == ["raysubmit_1"]
+
+
+def test_the_per_node_doctor_says_each_step_of_its_wait(fake_head, compose):
+    """`topl doctor --ray` waited up to minutes with nothing on screen (issue 49)."""
+    from topl.launcher.run.backends import ray_doctor
+
+    spec = compose(["cluster.backend=ray_job", "cluster.ray_address=http://h:8265"]).to_object()
+    steps: list[str] = []
+    ray_doctor.on_ray("http://h:8265", spec, steps.append)
+    assert [s.split(" ")[0] for s in steps] == ["reaching", "submitting", "waiting", "reading"]
+    assert "raysubmit_1" in steps[2]

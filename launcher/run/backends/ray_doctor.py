@@ -13,6 +13,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from topl.launcher.spec.job import JobSpec
 
 MARK = "TOPL_DOCTOR_JSON="
@@ -111,9 +113,10 @@ def spec_from_json(text: str):
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JobSpec), json.loads(text)))
 
 
-def on_ray(address: str, spec: JobSpec) -> list[dict]:
+def on_ray(address: str, spec: JobSpec, phase: Callable[[str], None] | None = None) -> list[dict]:
     """Submit the per-node doctor as a Ray job with the job's runtime_env and driver Python (the
-    head runs `cluster.python`, as it will run verl's driver); collect its report."""
+    head runs `cluster.python`, as it will run verl's driver); collect its report. `phase(text)`
+    says each step of the wait (cli/doctor.py shows them)."""
     import shlex
     import time
 
@@ -128,14 +131,19 @@ def on_ray(address: str, spec: JobSpec) -> list[dict]:
         check_reachable,
     )  # lazy: Ray ships this module to nodes, which import topl only here
 
+    say = phase or (lambda text: None)
     timeout = spec.cluster.ray_timeout_s
+    say(f"reaching the Ray head at {address} (up to {timeout:g} s)")
     check_reachable(address, timeout)  # named, installed, answering: or one message
     head = Head(address, timeout)
     python = spec.cluster.python
     entry = f"{shlex.quote(python)} -m {MODULE} --node"
     env = {**render(spec).env, "TOPL_DOCTOR_SPEC": spec_to_json(spec)}  # the job's own runtime_env
+    say("submitting the doctor job (one Ray task per node)")
     job = head.submit(entrypoint=entry, runtime_env={"env_vars": env})
+    say(f"waiting for the doctor job {job} (up to {timeout + JOB_WAIT_S:g} s)")
     head.wait(job, time.monotonic() + timeout + JOB_WAIT_S)
+    say("reading its report")
     logs = head.logs(job)
     line = next((l for l in logs.splitlines() if l.startswith(MARK)), None)
     if line is None and NO_TOPL in logs:

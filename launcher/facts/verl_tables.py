@@ -1,6 +1,7 @@
 """verl's key tables: spec field -> verl key, the key prefixes, the containers verl passes on,
-and the env vars topl's fields own. A neutral module: the renderer (render*.py) and the contract
-(contract/*.py) both read these, and neither imports the other for them. Data only, no logic.
+and the env vars topl's fields own. Below the renderer, the contract and compose's did-you-mean
+(which names the topl field of a verl key typed on the command line), so that all of them read
+one table and none imports another for it. Data only, no logic.
 """
 
 from __future__ import annotations

@@ -1,0 +1,223 @@
+"""verl's start-up layout checks as rules, without verl: the functions of contract/dryrun/mirror.py
+(the dry run runs the same ones over verl's own composed config) over the command topl renders,
+a key absent from it taking the declared verl's default (facts/verl_schema). Each rule reports
+every key of its class that fails at once, so that one round of fixes clears it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from topl.launcher.base.errors import ERROR
+from topl.launcher.contract.core import rule
+from topl.launcher.contract.dryrun import mirror
+from topl.launcher.contract.verl_firststep import legacy_trainer
+from topl.launcher.facts.verl_schema import schema_for
+from topl.launcher.facts.verl_tables import ARR
+from topl.launcher.render.command import command, note
+
+if TYPE_CHECKING:
+    from topl.launcher.contract.core import Outcome
+    from topl.launcher.render.command import Command
+    from topl.launcher.spec.job import JobSpec
+
+INTERP = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,([^}]*))?\}")
+USER = ("verl_overrides", "algorithm.extra_overrides")
+WORLD = ("cluster.nodes", "cluster.devices_per_node")
+
+
+def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
+    """The value verl sees for a key: the command's, else the declared verl's default, following
+    `${key}` / `${oc.select:key,default}` as verl's config resolves them."""
+    sch = schema_for(s)
+
+    def get(key: str, depth: int = 0) -> Any:
+        e = cmd.entry(key)
+        if key == "model_engine" and e is None:  # a group choice: the trainer config's default
+            return "megatron" if "megatron" in sch.config else "dp"
+        value = e.value if e is not None else (sch.default(key) if sch.has(key) else None)
+        m = INTERP.fullmatch(value) if isinstance(value, str) else None
+        if m is None or depth > 8:
+            return value
+        got = get(m.group(1), depth + 1)
+        if got is None and m.group(2) is not None:
+            return int(m.group(2)) if m.group(2).isdigit() else m.group(2)
+        return got
+
+    return get
+
+
+def _report(s: JobSpec, cmd: Command, found: list[mirror.Finding]) -> Outcome:
+    if not found:
+        return None
+    note(s, *(cmd.entry(k) for f in found for k in f.keys))
+    said = {  # actor and ref often fail alike (the ref's sizes default to the actor's)
+        f"{f.message} [{mirror.CHECKS[f.check].path}]" if f.check in mirror.CHECKS else f.message: 0
+        for f in found
+    }
+    return "; ".join(said)
+
+
+def _uses_ref(get: mirror.Get) -> bool:
+    """verl builds the reference model for a KL loss or a KL penalty in the reward
+    (verl@0.9.1:verl/trainer/ppo/utils.py:need_reference_policy; 0.8.0 the same)."""
+    return bool(get(f"{ARR}.actor.use_kl_loss") or get("algorithm.use_kl_in_reward"))
+
+
+@rule(
+    "TOP-INIT-010",
+    ERROR,
+    "the log-prob recompute and the reference split their per-rank batch into whole micro batches",
+    (
+        "train.train_batch_size",
+        "train.ppo_mini_batch_size",
+        "rollout.n",
+        "train.log_prob_micro_batch_size_per_gpu",
+        "rollout.log_prob_micro_batch_size_per_gpu",
+        "train.use_dynamic_bsz",
+        "algorithm.use_kl_loss",
+        "algorithm.entrypoint",
+        *WORLD,
+        *USER,
+    ),
+    "make each log_prob_micro_batch_size_per_gpu divide the per-rank batch the message gives "
+    "(train_batch_size * n / dp, padded by verl 0.9's trainer to its mini batch)",
+)
+def recompute_micro(s: JobSpec) -> Outcome:
+    """Each log-prob pass (the actor's recompute, the reference) gets the step's batch split over
+    dp and asserts it splits into micro batches (verl@0.9.1:verl/workers/engine/utils.py:
+    prepare_micro_batches; 0.8.0 and 0.9.0 too). verl 0.9's V1 trainer pads the batch to
+    lcm(dp, mini batch * n) first (verl/trainer/ppo/v1/trainer_base.py:
+    PPOTrainer._get_required_batch_multiple); the actor update's own split is TOP-RES-005."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    v1 = legacy_trainer(s, cmd) is False
+    found = mirror.batch_split(get, _uses_ref(get), v1, s.algorithm.use_critic)
+    return _report(
+        s, cmd, [f for f in found if f.check == "micro_divides" and "ppo_micro" not in f.keys[0]]
+    )
+
+
+@rule(
+    "TOP-INIT-011",
+    ERROR,
+    "with dynamic batch size every token budget holds prompt + response",
+    (
+        "train.use_dynamic_bsz",
+        "train.ppo_max_token_len_per_gpu",
+        "train.max_prompt_length",
+        "train.max_response_length",
+        "train.ulysses_sp",
+        "train.cp",
+        "algorithm.use_kl_loss",
+        *USER,
+    ),
+    "raise train.ppo_max_token_len_per_gpu (and any log_prob_max_token_len_per_gpu set in "
+    "verl_overrides) to at least max_prompt_length + max_response_length (per sequence-parallel rank)",
+)
+def token_budget(s: JobSpec) -> Outcome:
+    """rearrange_micro_batches asserts max_token_len >= the longest sequence of the batch
+    (verl@0.9.1:verl/utils/seqlen_balancing.py:rearrange_micro_batches; 0.8.0 too): a budget
+    below prompt + response fails on the first step that generates a full-length answer."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    found = mirror.batch_split(get, _uses_ref(get), legacy_trainer(s, cmd) is False)
+    return _report(s, cmd, [f for f in found if f.check == "token_budget"])
+
+
+@rule(
+    "TOP-INIT-012",
+    ERROR,
+    "FSDP's device meshes (Ulysses, fsdp_size) cover the world; Ulysses runs with remove-padding",
+    ("train.engine", "train.ulysses_sp", "train.fsdp_size", "algorithm.use_kl_loss", *WORLD, *USER),
+    "choose ulysses_sp and fsdp_size dividing the device count, and keep "
+    "actor_rollout_ref.model.use_remove_padding=true with ulysses_sp > 1",
+)
+def fsdp_meshes(s: JobSpec) -> Outcome:
+    """FSDPEngine builds init_device_mesh((world // sp, sp)) and create_device_mesh((world //
+    fsdp_size, fsdp_size)), which must cover the world, and raises for Ulysses without
+    remove-padding (verl@0.9.1:verl/workers/engine/fsdp/transformer_impl.py:FSDPEngine;
+    verl/workers/engine/fsdp/utils.py:create_device_mesh; 0.8.0 the same), for actor and ref."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    return _report(
+        s, cmd, mirror.fsdp_meshes(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+    )
+
+
+@rule(
+    "TOP-INIT-013",
+    ERROR,
+    "a rollout replica (tp*dp*pp) is whole nodes or part of one; vLLM's dp puts whole TP groups on a node",
+    ("rollout.tp", "rollout.dp", "rollout.pp", "cluster.devices_per_node", *USER),
+    "choose rollout.tp*dp*pp dividing (or a multiple of) devices_per_node, and with rollout.dp > 1 a "
+    "tp dividing devices_per_node",
+)
+def rollout_replicas(s: JobSpec) -> Outcome:
+    """RolloutReplica asserts its world (tp*dp*pp) is a multiple of min(gpus_per_node, world)
+    (verl@0.9.1:verl/workers/rollout/replica.py:RolloutReplica.__init__), and vLLM's server with
+    data parallel asserts gpus_per_node % tp == 0 (verl/workers/rollout/vllm_rollout/
+    vllm_async_server.py:vLLMHttpServer.launch_server); 0.8.0 the same."""
+    cmd = command(s)
+    return _report(s, cmd, mirror.replicas(lookup(s, cmd)))
+
+
+@rule(
+    "TOP-INIT-014",
+    ERROR,
+    "vLLM's token budget per step holds max_num_seqs sequences (max_num_batched_tokens >= max_num_seqs)",
+    ("rollout.max_num_batched_tokens", "rollout.max_num_seqs", "rollout.chunked_prefill", *USER),
+    "raise rollout.max_num_batched_tokens to at least rollout.max_num_seqs",
+)
+def vllm_scheduler(s: JobSpec) -> Outcome:
+    """vllm@0.24.0:vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len raises when
+    max_num_batched_tokens < max_num_seqs; verl passes both (engine_kwargs.vllm over them) and
+    0.9.1 raises an unchunked budget to max_model_len first (TOP-ENG-008)."""
+    cmd = command(s)
+    raises = schema_for(s).version not in ("0.8.0", "0.9.0")
+    return _report(s, cmd, mirror.vllm_scheduler(lookup(s, cmd), raises))
+
+
+@rule(
+    "TOP-INIT-015",
+    ERROR,
+    "Megatron engines run through mbridge (use_mbridge stays true)",
+    ("train.engine", *USER),
+    "drop use_mbridge=false from verl_overrides / extra_overrides: verl's Megatron engine needs it",
+)
+def mbridge(s: JobSpec) -> Outcome:
+    """MegatronEngine.__init__ asserts engine_config.use_mbridge (verl@0.9.1:verl/workers/engine/
+    megatron/transformer_impl.py; 0.8.0 the same) for the actor and the reference."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    return _report(
+        s, cmd, mirror.use_mbridge(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+    )
+
+
+@rule(
+    "TOP-INIT-016",
+    ERROR,
+    "verl 0.9's trainer fetches whole gen batches and filters groups by a named metric",
+    (
+        "train.train_batch_size",
+        "algorithm.gen_batch_size",
+        "algorithm.filter_groups",
+        "algorithm.filter_groups_metric",
+        "algorithm.entrypoint",
+        "cluster.versions.verl",
+        *USER,
+    ),
+    "make train.train_batch_size a multiple of algorithm.gen_batch_size; set "
+    "algorithm.filter_groups_metric with filter_groups",
+)
+def v1_trainer(s: JobSpec) -> Outcome:
+    """The V1 trainer (main_ppo on verl 0.9.x, trainer.use_v1) fetches train_batch_size prompts
+    in whole gen_batch_size fetches and needs filter_groups.metric with group filtering
+    (verl@0.9.1:verl/trainer/ppo/v1/trainer_base.py:PPOTrainer._next_train_batch,
+    _resolve_filter_groups_metric). verl-recipe's DAPO trainer allows gen_batch_size above it."""
+    cmd = command(s)
+    if legacy_trainer(s, cmd) is not False:
+        return None
+    return _report(s, cmd, mirror.v1_trainer(lookup(s, cmd)))

@@ -1,0 +1,167 @@
+"""The fast rules for verl's start-up layout (issue 46, contract/verl_layout.py): each class refused
+with every key that decides it, the two former false rejections accepted, and `--deep` saying in
+one line (JSON kept) where the declared verl is not at hand. The dry run over the same cases runs
+in tests/contract/test_dryrun_verl.py (slow tier: it imports verl)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import run_topl_inproc
+
+from topl.launcher.contract import check
+
+V = "+verl_overrides.actor_rollout_ref."
+MCORE = ["recipe=qwen3_4b_grpo_a2_release_strict"]  # verl 0.9.1, Megatron, 1 x 8, V1 trainer
+FSDP = ["stack=release", "cluster.backend=ray_job", "cluster.devices_per_node=8"]  # the default
+# (case, overrides, the fast rule, keys its violation must list)
+NEGATIVE = [
+    (
+        "rollout_micro_3",
+        MCORE + [V + "rollout.log_prob_micro_batch_size_per_gpu=3"],
+        "TOP-INIT-010",
+        [
+            "verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            "train.train_batch_size",
+            "rollout.n",
+        ],
+    ),
+    (
+        "ref_micro_3",
+        MCORE
+        + [
+            "algorithm.use_kl_loss=true",
+            V + "ref.log_prob_use_dynamic_bsz=false",
+            V + "ref.log_prob_micro_batch_size_per_gpu=3",
+        ],
+        "TOP-INIT-010",
+        ["verl_overrides.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"],
+    ),
+    (
+        "token_budget",
+        FSDP + ["train.use_dynamic_bsz=true", "train.ppo_max_token_len_per_gpu=16"],
+        "TOP-INIT-011",
+        ["train.ppo_max_token_len_per_gpu", "train.max_prompt_length", "train.max_response_length"],
+    ),
+    (
+        "ulysses_16_on_8",
+        FSDP + ["train.ulysses_sp=16"],
+        "TOP-INIT-012",
+        ["train.ulysses_sp", "cluster.devices_per_node"],
+    ),
+    ("fsdp_size_3", FSDP + ["train.fsdp_size=3"], "TOP-INIT-012", ["train.fsdp_size"]),
+    (
+        "ulysses_no_remove_padding",
+        FSDP + ["train.ulysses_sp=2", V + "model.use_remove_padding=false"],
+        "TOP-INIT-012",
+        ["train.ulysses_sp", "verl_overrides.actor_rollout_ref.model.use_remove_padding"],
+    ),
+    (
+        "replica_not_whole_nodes",
+        FSDP + ["cluster.nodes=3", "rollout.tp=12"],
+        "TOP-INIT-013",
+        ["rollout.tp", "cluster.devices_per_node"],
+    ),
+    (
+        "tokens_below_seqs",
+        MCORE + ["rollout.chunked_prefill=true", "rollout.max_num_batched_tokens=16"],
+        "TOP-INIT-014",
+        ["rollout.max_num_batched_tokens", "rollout.max_num_seqs"],
+    ),
+    (
+        "use_mbridge_off",
+        MCORE + [V + "actor.megatron.use_mbridge=false"],
+        "TOP-INIT-015",
+        ["verl_overrides.actor_rollout_ref.actor.megatron.use_mbridge"],
+    ),
+    (
+        "gen_batch_3",
+        MCORE + ["algorithm.gen_batch_size=3"],
+        "TOP-INIT-016",
+        ["algorithm.gen_batch_size", "train.train_batch_size"],
+    ),
+]
+# verl 0.9's V1 trainer pads the batch to whole mini batches and filters groups itself: both were
+# refused before (TOP-RES-005, TOP-ALG-001); the dry run accepts them (test_dryrun_verl.py)
+ACCEPTED = {
+    "train_batch_not_a_multiple_of_mini": MCORE
+    + ["train.train_batch_size=24", "train.ppo_mini_batch_size=16"],
+    "filter_groups_on_main_ppo": MCORE + ["algorithm.filter_groups=true"],
+}
+STILL_REFUSED = {  # verl 0.8.0's RayPPOTrainer does neither
+    "train_batch_not_a_multiple_of_mini": (
+        [
+            "recipe=qwen3_4b_grpo_a2_strict",
+            "train.train_batch_size=24",
+            "train.ppo_mini_batch_size=16",
+        ],
+        "TOP-RES-005",
+    ),
+    "filter_groups_on_main_ppo": (
+        ["recipe=qwen3_4b_grpo_a2_strict", "algorithm.filter_groups=true"],
+        "TOP-ALG-001",
+    ),
+}
+
+
+@pytest.mark.parametrize("case,overrides,rule,keys", NEGATIVE, ids=[c[0] for c in NEGATIVE])
+def test_fast_rule_refuses_with_every_key(compose, case, overrides, rule, keys):
+    got = [v for v in check(compose(overrides)) if v.rule == rule]
+    assert got and got[0].severity == "error", case
+    for k in keys:
+        assert k in got[0].keys, (case, list(got[0].keys))
+
+
+def test_one_violation_names_actor_and_ref_alike_once(compose):
+    """Ulysses 16 fails the actor's and the ref's mesh alike: one message, not two."""
+    v = next(
+        v
+        for v in check(compose(FSDP + ["train.ulysses_sp=16", "algorithm.use_kl_loss=true"]))
+        if v.rule == "TOP-INIT-012"
+    )
+    assert v.message.count("init_device_mesh") == 1
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_former_false_rejections_are_accepted_where_verl_runs_them(compose, name):
+    assert not [v for v in check(compose(ACCEPTED[name])) if v.severity == "error"]
+    overrides, rule = STILL_REFUSED[name]
+    assert rule in {v.rule for v in check(compose(overrides)) if v.severity == "error"}
+
+
+def test_deep_without_the_declared_verl_is_one_line_and_json_stays_json(tmp_path, monkeypatch):
+    """stack=seed declares verl 0.8.0: not installed here; an empty cache and no fetch (launch's
+    way) gives one warning, TOP-DRY-000, in JSON too."""
+    from topl.launcher.compose.hydra import compose_job
+    from topl.launcher.contract.dryrun.deep import deep
+
+    monkeypatch.setenv("TOPL_VERL_CACHE", str(tmp_path))
+    vs, note = deep(compose_job(["recipe=qwen3_4b_grpo_a2_strict"]), fetch=False)
+    assert [(v.rule, v.severity) for v in vs] == [("TOP-DRY-000", "warning")]
+    assert (
+        "verl 0.8.0 is neither installed here nor cached" in vs[0].message
+        and "\n" not in vs[0].message
+    )
+    r = run_topl_inproc(
+        "check",
+        "recipe=qwen3_4b_grpo_a2_strict",
+        "--deep",
+        "--json",
+        env={"TOPL_VERL_CACHE": str(tmp_path), "PIP_NO_INDEX": "1"},
+    )
+    out = json.loads(r.stdout)
+    assert "TOP-DRY-000" in {v["rule"] for v in out["violations"]} and "Traceback" not in r.stderr
+
+
+def test_local_backend_has_nothing_to_dry_run(compose):
+    from topl.launcher.contract.dryrun.deep import deep
+
+    assert deep(compose([]))[0] == []
+
+
+def test_the_dry_run_ids_are_in_the_catalog():
+    from topl.launcher.cli.rules import catalog
+
+    ids = {r.id for r, _ in catalog()}
+    assert {f"TOP-DRY-00{i}" for i in range(10)} <= ids
