@@ -122,9 +122,7 @@ def installed_verl(spec: JobSpec) -> list[Violation]:
     where it really runs). The reference engines (backend=local) use no verl."""
 
     name = spec.cluster.backend  # TOP-SPEC-001 has refused a name outside the registry
-    got = (
-        name in backend_traits.NAMES and backend_traits.traits(name).remote and verl_mismatch(spec)
-    )
+    got = name in backend_traits.NAMES and backend_traits.of(spec).remote and verl_mismatch(spec)
     if not got:
         return []
     have, want = got

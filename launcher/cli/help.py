@@ -128,18 +128,21 @@ HELP = {
         "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots",
     ),
     "watch": (
-        "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S]",
+        "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S] [--stop]",
         "Follow a job to its end: logdiff, reward and ratio per step and the guard's record of "
         "every verl process; in strict mode stop the job on the first step whose max logdiff is "
         "not exactly 0 (or is missing) and write why into the run's status.json. A Ray job "
-        "launched without --follow is followed through the Ray Job API and its end recorded. "
+        "launched without --follow is followed through the Ray Job API, a Slurm job through squeue / "
+        "scontrol / sacct, and its end recorded. "
         "Exit: 0 succeeded (--once: not ended, nothing wrong yet), 1 stopped, failed or "
         "interrupted, 2 bad input, 3 a dry run (nothing started).",
         "  --no-stop        only show, never stop the job\n"
         "  --strict         stop on logdiff != 0 even if the spec is not strict\n"
         "  --once           read what is there and exit\n"
         "  --json           a summary object instead of the table\n"
-        "  --interval S     seconds between reads (default 1.0)",
+        "  --interval S     seconds between reads (default 1.0)\n"
+        "  --stop           stop the job now (Ray: stop_job, Slurm: scancel, else SIGTERM to its "
+        "topl) and wait for its end to be recorded",
         "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
     ),
     "compare": (

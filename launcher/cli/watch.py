@@ -2,7 +2,8 @@
 alignment=strict stop it on the first step whose max logdiff is not exactly 0 and say why in
 status.json. Flags: --no-stop (only show), --strict (stop even if the spec is not strict),
 --once (read what is there and exit), --json (a summary object instead of the table),
---interval S.
+--interval S, --stop (stop the run's job now: a Ray job through Ray, a Slurm job by scancel, a
+local one through its topl; then wait for its end to be recorded).
 
 Exit codes: 0 the run succeeded (--once: or has not ended, with nothing wrong so far); 1 watch
 stopped it (strict), or it failed or was interrupted; 2 bad input (not a run directory, a Ray head
@@ -14,11 +15,12 @@ import io
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.run import watch, watch_io, watch_ray, watch_status
+from topl.launcher.run import watch, watch_io, watch_ray, watch_slurm, watch_status
 from topl.launcher.run.watch_io import clean
 
 DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and not a success
@@ -27,15 +29,21 @@ DRY_RUN = 3  # the exit code for a dry run's directory: nothing to follow, and n
 def main(args: list[str]) -> int:
 
     flags, rest = parse(
-        args, flags=("--no-stop", "--strict", "--once", "--json"), options={"--interval": "1.0"}
+        args,
+        flags=("--no-stop", "--strict", "--once", "--json", "--stop"),
+        options={"--interval": "1.0"},
     )
     interval = _interval(flags.interval)
     run_dir = _run_dir(rest)
     status = watch_io.read_status(run_dir)
     if status.get("state") == "dry_run":
         return _dry_run(run_dir, flags.json)
+    if flags.stop:
+        return _stop(run_dir, status, flags.json)
     strict = (flags.strict or watch_status.is_strict_run(run_dir)) and not flags.no_stop
-    w = watch.Watcher(run_dir, strict, ray=watch_ray.ray_job(run_dir))
+    w = watch.Watcher(
+        run_dir, strict, ray=watch_ray.ray_job(run_dir), slurm=watch_slurm.slurm_job(run_dir)
+    )
     stopped = {}
 
     def on_stop(reason: str) -> None:
@@ -78,6 +86,30 @@ def main(args: list[str]) -> int:
             print(f"plot: {png}")
         print(clean(f"topl watch: run {_describe(end)} (run dir {run_dir})"))
     return 1 if w.reason or state in ("failed", "interrupted") else 0
+
+
+def _stop(run_dir: Path, status: dict, as_json: bool, wait_s: float = 60.0) -> int:
+    """`--stop`: stop the run's job, then wait (bounded) until its end is recorded."""
+    if _ended(status):
+        how = "nothing stopped: the run has ended"
+    else:
+        w = watch.Watcher(
+            run_dir, False, ray=watch_ray.ray_job(run_dir), slurm=watch_slurm.slurm_job(run_dir)
+        )
+        how = watch_status.stop_job(run_dir, status, w.ray)
+        deadline = time.monotonic() + wait_s
+        while not w.ended() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    end = watch_io.read_status(run_dir)
+    if as_json:
+        print(json.dumps({"run_dir": str(run_dir), "stop": how, "state": end.get("state")}))
+    else:
+        print(clean(f"topl watch: {how}; run {_describe(end)} (run dir {run_dir})"))
+    return 0 if _ended(end) else 1
+
+
+def _ended(st: dict) -> bool:
+    return st.get("state") not in (None, "running", "submitted")
 
 
 def _interval(text: str) -> float:

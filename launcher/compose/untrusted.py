@@ -339,6 +339,14 @@ def guard_overrides(overrides: list[str]) -> list[str]:
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
                 continue
+            if key == "hydra/launcher" and "slurm" in o.split("=", 1)[-1]:
+                raise ToplError(
+                    f"`{o}`: topl sweeps on Slurm through its own backend, not Hydra's launcher",
+                    where=f"command line `{o}`",
+                    fix="drop it and add cluster.backend=slurm cluster.slurm.partition=NAME "
+                    "cluster.slurm.time_min=MINUTES: each valid point becomes one Slurm job, "
+                    "an invalid one never reaches the queue (docs/slurm.md)",
+                )
             raise ToplError(
                 f"`{o}` configures Hydra itself (callbacks, logging, search path, output, "
                 "environment or launcher settings can run code or write outside the run dir)",

@@ -19,6 +19,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     memory_fit,
     resources,
     sampling,
+    slurm,
     stack,
     verl_fields,
     verl_firststep,

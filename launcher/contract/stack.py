@@ -265,7 +265,7 @@ def per_request_seed(s: JobSpec) -> Outcome:
 def ray_address(s: JobSpec) -> Outcome:
     """The Ray Job API needs the dashboard address of the cluster head. Shipped presets carry none
     (no silent target): `check` warns, so a shared recipe still validates; `launch` refuses."""
-    if backend_traits.of(s).nodes and not s.cluster.ray_address:
+    if backend_traits.of(s).addressed and not s.cluster.ray_address:
         return f"backend={s.cluster.backend} without cluster.ray_address"
 
 

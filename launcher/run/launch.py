@@ -18,6 +18,7 @@ from topl.launcher.base.errors import ToplError
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
 from topl.launcher.run import backends, identity, lifecycle, rundir, watch
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import is_strict
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def start(ctx: LaunchContext, spec: JobSpec, inv: Invocation, run_dir: Path) -> 
     """Start the backend; its return code (negative N: the job died of signal N)."""
     backend = backends.of(spec)
     backend.preflight(spec)  # again: a Ray head may have gone since the up-front check
-    if backend.traits.remote and not doctor_ok(ctx, spec, run_dir):
+    if backend_traits.of(spec).remote and not doctor_ok(ctx, spec, run_dir):
         raise ToplError(
             "the doctor found errors; nothing started",
             where=str(run_dir / "doctor.json"),
@@ -166,7 +167,7 @@ def preflight(spec: JobSpec, say: Callable[..., None] = _silent) -> None:
     """What the backend needs is here (local: torch; ray_job: an address, Ray, a reachable head),
     or one message (exit 2) before a run directory is written."""
     backend = backends.of(spec)
-    if backend.traits.nodes and spec.cluster.ray_address:
+    if backend.traits.addressed and spec.cluster.ray_address:
         say(
             "phase",
             text=f"reaching the Ray head at {spec.cluster.ray_address} "
@@ -183,7 +184,7 @@ def doctor_ok(ctx: LaunchContext, spec: JobSpec, run_dir: Path) -> bool:
         ctx.say("doctor_skipped")
         return True
     backend = backends.of(spec)
-    where = spec.cluster.ray_address if backend.traits.nodes else None
+    where = spec.cluster.ray_address if backend.traits.addressed else None
     limit = spec.cluster.ray_timeout_s + 600
     ctx.say(
         "phase",

@@ -38,7 +38,7 @@ PACKAGES = (
     "triton",
 )
 # status.json's states. dry_run: written, nothing started (command.sh has the command); submitted:
-# handed to a Ray head without --follow, Ray's job status is the truth (`topl watch` follows it and
+# handed to a Ray head (or Slurm) without --follow, its job status is the truth (`topl watch` follows it and
 # records the end); running: topl follows the job (its pid and host recorded); the rest are ends.
 STATES = ("dry_run", "submitted", "running", "succeeded", "failed", "interrupted")
 ENDS = ("dry_run", "succeeded", "failed", "interrupted")

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from topl.launcher.base import redact
-from topl.launcher.run import watch_io, watch_ray, watch_status
+from topl.launcher.run import watch_io, watch_status
 from topl.launcher.run.watch_io import clean
 from topl.launcher.run.watch_ray import RayJob
+from topl.launcher.run.watch_slurm import SlurmJob
 from topl.launcher.run.watch_status import mark
 
 PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this process)
@@ -128,12 +128,13 @@ class Watcher:
     run_dir: Path
     strict: bool
     ray: RayJob | None = None  # the run's Ray job (None: not one)
+    slurm: SlurmJob | None = None  # the run's Slurm job (None: not one)
     ray_logs: bool = False  # read the job's log from Ray (nobody streams it into verl.log)
     steps: list[tuple[int, dict]] = field(default_factory=list)
     guards: dict[str, dict] = field(default_factory=dict)
     reason: str | None = None
     notes: list[str] = field(default_factory=list)  # shown with the next poll (Ray job states)
-    ray_state: str | None = None
+    job_state: str | None = None
     _seen: int = 0
 
     def __post_init__(self):
@@ -152,8 +153,9 @@ class Watcher:
             st = watch_io.read_status(self.run_dir)
             gone = st.get("state") == "running"
         state = st.get("state")
+        job = self.ray or self.slurm  # a job that outlives its topl: Ray or Slurm says how it goes
         if gone:
-            if self.ray is None:
+            if job is None:
                 self._record(
                     self.run_dir,
                     "failed",
@@ -162,30 +164,16 @@ class Watcher:
                     recorded_by="topl watch",
                 )
                 return True
-            state = "submitted"  # the Ray job outlives its topl: Ray says how it goes
-        if state == "submitted" and self.ray is not None:
-            self.ray_logs = True  # nobody streams the log (no --follow, or its topl is gone)
-            info = self.ray.info()
-            status = getattr(info.status, "value", str(info.status))
-            if (
-                status != self.ray_state
-            ):  # PENDING can last long (no free resources): say where it is
-                self.ray_state = status
-                self.notes.append(f"ray job {self.ray.job_id}: {status}")
-            if status not in watch_ray.RAY_ENDS:
-                return False
-            code = info.driver_exit_code
-            self._record(
-                self.run_dir,
-                watch_ray.RAY_ENDS[status],
-                exit_code=code if code is not None else int(status != "SUCCEEDED"),
-                ray_status=status,
-                ray_message=redact.text(info.message or "")[
-                    :2000
-                ],  # it quotes the job's last lines
-                recorded_by="topl watch",
-            )
-            return True
+            state = "submitted"
+        if state == "submitted" and job is not None:
+            self.ray_logs = self.ray is not None  # nobody streams it (no --follow, or topl gone)
+            shown, end = job.poll()
+            if shown != self.job_state:  # PENDING can last long (no free resources): say where
+                self.job_state = shown
+                self.notes.append(shown)
+            if end is not None:
+                self._record(self.run_dir, end.pop("state"), **end)
+            return end is not None
         return state not in (None, "running", "submitted")
 
     def _record(self, run_dir: Path, state: str, **details) -> None:

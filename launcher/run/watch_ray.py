@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.run import backends, watch_io
 from topl.launcher.run.backends.ray_client import bounded
@@ -41,6 +42,22 @@ class RayJob:
 
     def stop(self) -> None:
         self._call("stop_job", "stop")
+
+    def poll(self) -> tuple[str, dict | None]:
+        """(`ray job ID: STATUS`, status.json's fields for its end, or None while it runs)."""
+        info = self.info()
+        status = getattr(info.status, "value", str(info.status))
+        shown = f"ray job {self.job_id}: {status}"
+        if status not in RAY_ENDS:
+            return shown, None
+        code = info.driver_exit_code
+        return shown, {
+            "state": RAY_ENDS[status],
+            "exit_code": code if code is not None else int(status != "SUCCEEDED"),
+            "ray_status": status,
+            "ray_message": redact.text(info.message or "")[:2000],  # it quotes the last lines
+            "recorded_by": "topl watch",
+        }
 
 
 def ray_job(run_dir: Path) -> RayJob | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.run import watch_io
+from topl.launcher.run.backends import slurm_client
 from topl.launcher.run.watch_ray import RayJob, ray_job
 
 
@@ -48,11 +49,16 @@ def topl_gone(st: dict) -> bool:
 
 
 def stop_job(run_dir: Path, status: dict, ray: RayJob | None = None) -> str:
-    """Stop the job: the Ray job by the API, else topl's process (it stops the job's group)."""
+    """Stop the job: the Ray job by the API, the Slurm job by scancel, else topl's process (it
+    stops the job's group)."""
     ray = ray or ray_job(run_dir)
     if ray is not None:
         ray.stop()
         return f"ray job {ray.job_id} stopped"
+    slurm = slurm_client.job_id_of(run_dir)
+    if slurm is not None:
+        slurm_client.cancel(slurm)
+        return f"slurm job {slurm} cancelled (scancel)"
     verdict, why = watch_io.prove(status)  # never a process topl cannot prove is its own
     if verdict == "gone":
         return f"topl already gone ({why}): nothing stopped"

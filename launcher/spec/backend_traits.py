@@ -3,7 +3,7 @@ without importing its code (launcher/run/backends/ holds that, one module per na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from topl.launcher.base.errors import ToplError
@@ -22,6 +22,8 @@ class Traits:
     remote: bool  # runs verl (a rendered command, the doctor first), not the reference engines
     here: bool  # verl's processes start on this machine, with cluster.python
     nodes: bool  # verl's processes run on a cluster's nodes, out of this machine's sight
+    addressed: bool = False  # needs a running Ray cluster's address (cluster.ray_address)
+    allocates: bool = False  # asks Slurm for an allocation of its own (cluster.slurm)
 
 
 TRAITS = {
@@ -29,7 +31,9 @@ TRAITS = {
     for t in (
         Traits("local", remote=False, here=True, nodes=False),
         Traits("subprocess", remote=True, here=True, nodes=False),
-        Traits("ray_job", remote=True, here=False, nodes=True),
+        Traits("ray_job", remote=True, here=False, nodes=True, addressed=True),
+        # Ray is started inside the allocation: no address to name
+        Traits("slurm", remote=True, here=False, nodes=True, allocates=True),
     )
 }
 NAMES = tuple(TRAITS)  # cluster.backend's allowed values
@@ -47,5 +51,9 @@ def traits(name: str) -> Traits:
 
 
 def of(job: HasCluster) -> Traits:
-    """The traits of the job's backend (cluster.backend)."""
-    return traits(job.cluster.backend)
+    """The traits of the job's backend (cluster.backend). A Slurm allocation that runs topl's
+    reference engines (cluster.slurm.run=embedded) runs no verl: not `remote`."""
+    t = traits(job.cluster.backend)
+    if t.allocates and job.cluster.slurm.run == "embedded":
+        return replace(t, remote=False)
+    return t

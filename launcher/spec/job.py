@@ -261,10 +261,33 @@ class StackVersions:
 
 
 @dataclass
+class SlurmSpec:
+    """One Slurm allocation for backend=slurm: what `sbatch` is asked for (the directives topl
+    writes into the run directory's slurm.sbatch) and how Ray starts inside it."""
+
+    partition: Optional[str] = None  # sbatch --partition (the contract wants one named)
+    account: Optional[str] = None  # sbatch --account
+    qos: Optional[str] = None  # sbatch --qos
+    # sbatch --time in minutes (the contract wants one: partitions often require a limit)
+    time_min: Optional[int] = c(None, ge=1)
+    # devices per node as a generic resource (sbatch --gres=NAME:devices_per_node); None: no --gres
+    gres: Optional[str] = c(None, one_of=(None, "gpu", "npu"))
+    cpus_per_node: Optional[int] = c(None, ge=1)  # sbatch --cpus-per-task (one task per node)
+    # more sbatch directives, each `--flag=value`; none may repeat one a field above sets
+    sbatch: List[str] = field(default_factory=list)
+    # verl: the rendered verl command on a Ray cluster started in the allocation; embedded: topl's reference engines on the allocation's first node (no Ray, no verl)
+    run: str = c("verl", one_of=("verl", "embedded"))
+    ray_port: Optional[int] = c(None, ge=1024, le=65535)  # Ray head's port; None: a free one
+    # longest wait for every node's Ray to join the head before the job fails
+    ray_ready_s: float = c(300.0, gt=0)
+    doctor: bool = True  # run topl's doctor on every node of the allocation before Ray starts
+
+
+@dataclass
 class ClusterSpec:
     """Where the job runs and how it is launched."""
 
-    name: str = "local"  # local | atlas_a2 | atlas_a3
+    name: str = "local"  # local | atlas_a2 | atlas_a3 | slurm_a3
     device: str = c("cpu", one_of=("npu", "cuda", "cpu"))  # verl trainer.device: npu | cuda | cpu
     soc: Optional[str] = c(None, one_of=(None, "A2", "A3"))  # A2 | A3 | None
     nodes: int = c(1, ge=1)  # nodes in the job
@@ -273,8 +296,9 @@ class ClusterSpec:
     ray_address: Optional[str] = None  # Ray dashboard address for ray_job (http://host:8265)
     # longest wait for one answer from the Ray head (connect, submit, status)
     ray_timeout_s: float = c(30.0, gt=0)
-    # local | subprocess | ray_job
+    # local | subprocess | ray_job | slurm
     backend: str = c("local", one_of=BACKENDS)
+    slurm: SlurmSpec = field(default_factory=SlurmSpec)  # backend=slurm: the allocation
     python: str = "python3"  # interpreter the subprocess backend runs
     external_modules: Optional[str] = None  # VERL_USE_EXTERNAL_MODULES (the alignment patch module)
     versions: StackVersions = field(default_factory=StackVersions)

@@ -230,8 +230,9 @@ def test_local_launchers_by_name_only():
     """basic / joblib run topl's jobs on this machine; any other launcher or setting needs the flag."""
     ok = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra/launcher=basic"]
     assert untrusted.guard_overrides(ok) == ok
+    with pytest.raises(ToplError, match="sweeps on Slurm through its own backend"):
+        untrusted.guard_overrides(["hydra/launcher=submitit_slurm"])  # topl's Slurm path instead
     for bad in (
-        "hydra/launcher=submitit_slurm",
         "hydra.launcher.prefer=threads",
         "hydra/launcher=ray",
     ):

@@ -10,6 +10,8 @@ B = STRICT_A3
 OFF = ["recipe=qwen3_4b_grpo_a3_off"]
 ARR = "actor_rollout_ref"
 PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
+SL = B + ["cluster=slurm_a3"]  # the Slurm preset of the same A3 nodes
+SL_OK = SL + ["cluster.slurm.partition=a3", "cluster.slurm.time_min=600"]
 REL = ["recipe=qwen3_4b_grpo_a2_release_strict"]  # verl 0.9.1, Megatron, 1 x 8
 FS = ["stack=release", "cluster.backend=ray_job", "cluster.devices_per_node=8"]  # FSDP, verl 0.9.1
 CASES = {
@@ -97,6 +99,16 @@ CASES = {
         B + ["rollout.per_request_seed=true"],
     ),
     "TOP-CLUS-001": (B, B + ["cluster.ray_address=http://head:8265"]),  # presets name no head
+    "TOP-SLURM-001": (SL, SL + ["cluster.slurm.partition=a3"]),  # the preset names none
+    "TOP-SLURM-002": (SL, SL + ["cluster.slurm.time_min=600"]),
+    "TOP-SLURM-003": (
+        SL_OK + ["cluster.slurm.gres=gpu"],  # NPUs counted as GPUs: never used
+        SL_OK,
+    ),
+    "TOP-SLURM-004": (
+        SL_OK + ["cluster.slurm.sbatch=['--wrap=rm -rf x','--mem=500G']"],
+        SL_OK + ["cluster.slurm.sbatch=['--mem=500G','--exclusive']"],
+    ),
     "TOP-ALG-001": (["algorithm.filter_groups=true"], ["algorithm=dapo"]),
     "TOP-ALG-002": (
         ["algorithm=dapo", "algorithm.overlong_buffer_fraction=1.0"],

@@ -133,7 +133,7 @@ def test_env_reaches_render_only_after_the_contract(compose):
         "rollout.top_p=1.5",
         "rollout.temperature=-1",
         "rollout.gpu_memory_utilization=0",
-        "cluster.backend=slurm",
+        "cluster.backend=pbs",
         "rollout.logprobs_mode=logits",
         "algorithm.loss_agg_mode=mean",
         "algorithm.adv_estimator=gpro",

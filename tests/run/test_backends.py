@@ -25,7 +25,7 @@ def test_cluster_backend_choices_are_the_registry():
 def test_each_backend_is_one_module_with_the_interface(name):
     b = backends.get(name)
     assert b.traits.name == name and (LAUNCHER / "run" / "backends" / f"{name}.py").is_file()
-    for attr in ("remote", "here", "nodes"):
+    for attr in ("remote", "here", "nodes", "addressed", "allocates"):
         assert isinstance(getattr(b.traits, attr), bool), attr
     for method in ("preflight", "doctor", "start", "detached", "handle"):
         assert callable(getattr(b, method)), method
@@ -34,10 +34,10 @@ def test_each_backend_is_one_module_with_the_interface(name):
 def test_an_unknown_backend_is_refused_by_the_spec(compose):
     from topl.launcher.contract import check
 
-    (v,) = check(compose(["cluster.backend=slurm"]))
-    assert v.rule == "TOP-SPEC-001" and "local, subprocess, ray_job" in v.message
-    with pytest.raises(ToplError, match="cluster.backend=slurm: no such backend"):
-        backends.get("slurm")
+    (v,) = check(compose(["cluster.backend=pbs"]))
+    assert v.rule == "TOP-SPEC-001" and "local, subprocess, ray_job, slurm" in v.message
+    with pytest.raises(ToplError, match="cluster.backend=pbs: no such backend"):
+        backends.get("pbs")
 
 
 def test_no_module_branches_on_the_backend_name():

@@ -1,4 +1,5 @@
-"""Launch backends: local (reference engines), subprocess (verl here), ray_job (Ray Job API).
+"""Launch backends: local (reference engines), subprocess (verl here), ray_job (Ray Job API),
+slurm (an allocation that starts Ray on its nodes).
 
 Each backend is one module here that defines `BACKEND`, an object with the `Backend` protocol's
 attributes; its name and traits are data in launcher/spec/backend_traits.py, which the spec, the
