@@ -84,7 +84,8 @@ def test_remote_launch_without_address_refuses_and_check_warns(tmp_path):
     r = run_topl("check", *A3_NO_ADDRESS, "--json")
     assert r.returncode == 0  # validating a shared recipe still passes
     got = {v["rule"]: v["severity"] for v in json.loads(r.stdout)["violations"]}
-    assert got["TOP-CLUS-001"] == "warning" and set(got.values()) == {"warning"}
+    # no error: warnings, and info where the seed measured a setting at logdiff 0 (issue 49)
+    assert got["TOP-CLUS-001"] == "warning" and set(got.values()) <= {"warning", "info"}
     r = run_topl("launch", *A3_NO_ADDRESS, cwd=tmp_path)
     assert r.returncode == 2 and "cluster.ray_address" in r.stderr and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []  # no run directory left behind
