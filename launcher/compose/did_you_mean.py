@@ -10,8 +10,6 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from omegaconf.errors import ValidationError
-
 from topl.launcher.base.errors import ToplError
 from topl.launcher.facts.verl_schema import KNOWN, schema
 from topl.launcher.facts.verl_tables import FSDP_KEYS, MEGATRON_KEYS, VERL_KEYS
@@ -184,6 +182,8 @@ def _type_words(typ: str) -> str:
 def value_error(e: BaseException, msg: str, overrides: list[str]) -> ToplError | None:
     """A ToplError for a value OmegaConf cannot convert to its field's type (`train.tp=two`): the
     field, its type and meaning, the value given and where; None for other errors."""
+    from omegaconf.errors import ValidationError  # lazy: OmegaConf only once a compose failed
+
     cause = next(
         (x for x in (e, e.__cause__, e.__context__) if isinstance(x, ValidationError)), None
     )
