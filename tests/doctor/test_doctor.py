@@ -275,6 +275,7 @@ def test_launch_refuses_on_doctor_error_unless_skipped(tmp_path, verl_imports_he
         "rollout.pp=2",
         "cluster.devices_per_node=2",
         "cluster.versions.verl_patches=[vllm_pp]",
+        "--skip-deep",  # the subject is the doctor: the dry run (stock verl lacks the patch) has its own tests
     ]
     # in this process (exit code, stdout and stderr as the CLI's; the job child's output streams
     # through them): the subject is the refusal, not the process boundary
