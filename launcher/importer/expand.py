@@ -16,6 +16,21 @@ _DIGIT = re.compile(r"\d")
 _IFS = re.compile(r"[ \t\n]+")
 _RUN = re.compile(r"[^\"'\\\\$`]+")
 
+# What the reading may build (issue 48: a script doubling a variable 26 times built 64 MB and then
+# hung in the override parser). A value is at most as long as the longest script read (literal
+# values pass whole); everything expanded together a few times that; arrays a bounded count.
+MAX_VALUE_CHARS = 1_000_000
+MAX_BUILT_CHARS = 8_000_000
+MAX_ITEMS = 100_000
+
+
+class TooLarge(ValueError):
+    """The script builds more than the reader builds (a value, all values, an array's length)."""
+
+    def __init__(self, what: str, line: int):
+        self.what, self.line = what, line
+        super().__init__(f"line {line}: {what}")
+
 
 @dataclass
 class Item:
@@ -34,6 +49,20 @@ class Expander:
         self.args = [Item(a, 0) for a in args]
         self.notes: list[tuple[int, str]] = []
         self.substituted = False  # set when a command substitution was met (kept literally)
+        self.built = 0  # characters and elements built so far, against MAX_BUILT_CHARS
+
+    def grow(self, n: int, line: int) -> None:
+        """Count n more characters (or elements) built; past the budget, stop reading."""
+        self.built += n
+        if self.built > MAX_BUILT_CHARS:
+            raise TooLarge(f"more than {MAX_BUILT_CHARS:,} characters in all", line)
+
+    def items(self, v: list[Item], line: int) -> list[Item]:
+        """A copy of an array's elements, counted (copies are what a doubling script multiplies)."""
+        if len(v) > MAX_ITEMS:
+            raise TooLarge(f"an array of more than {MAX_ITEMS:,} elements", line)
+        self.grow(len(v) + sum(len(it.text) for it in v), line)
+        return list(v)
 
     def scalar(self, name: str) -> Item | None:
         v = self.vars.get(name)
@@ -43,15 +72,23 @@ class Expander:
         """A word -> its fields (several for `"${A[@]}"`, `"$@"` and unquoted spaces)."""
         bare = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] == '"' else raw
         if bare in ("$@", "$*"):
-            return list(self.args)
+            return self.items(self.args, line)
         m = re.fullmatch(r"\$\{([A-Za-z_]\w*)\[[@*]\]\}", bare)
         if m:  # the array's own elements, each with the line it is written on
             v = self.vars.get(m.group(1))
-            return list(v) if isinstance(v, list) else [v] if v else []
+            return self.items(v, line) if isinstance(v, list) else [v] if v else []
         fields: list[list] = [[[], False]]  # pieces of text (joined once: linear), has-content
         deps: list[int] = []
+        size = [0]  # characters of this word so far, against MAX_VALUE_CHARS
 
         def add(text, quoted, items=None):
+            n = len(text) if items is None else len(items) + sum(len(it.text) for it in items)
+            size[0] += n
+            if size[0] > MAX_VALUE_CHARS:
+                raise TooLarge(f"a value of more than {MAX_VALUE_CHARS:,} characters", line)
+            self.grow(n, line)
+            if len(fields) > MAX_ITEMS:
+                raise TooLarge(f"a word of more than {MAX_ITEMS:,} fields", line)
             if items is not None:  # an array inside a longer word: its elements as fields
                 texts = [it.text for it in items]
                 if texts:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.importer.expand import Expander, Item
+from topl.launcher.importer.expand import MAX_ITEMS, MAX_VALUE_CHARS, Expander, Item, TooLarge
 from topl.launcher.importer.lex import ASSIGN, BashError, glob_match, tokens
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -179,7 +179,12 @@ class _Shell(Expander):
                     value if isinstance(value, list) else [value]
                 )
             else:
+                self.grow(len(value.text), line)
                 value = Item((old.text if old else "") + value.text, line, value.deps)
+        if isinstance(value, list) and len(value) > MAX_ITEMS:
+            raise TooLarge(f"an array of more than {MAX_ITEMS:,} elements", line)
+        if isinstance(value, Item) and len(value.text) > MAX_VALUE_CHARS:
+            raise TooLarge(f"a value of more than {MAX_VALUE_CHARS:,} characters", line)
         self.vars[name] = value
         if export:
             self.exported.add(name)
@@ -389,6 +394,13 @@ def resolve(
             where=f"line {e.line}",
             fix="check that quotes, `$(...)`, `if`/`fi`, `case`/`esac` and arrays are closed "
             "(`bash -n SCRIPT` finds the same)",
+        ) from None
+    except TooLarge as e:
+        raise ToplError(
+            f"the script builds {e.what}; a launch script builds a few KB, so this is not read",
+            where=f"line {e.line}",
+            fix="import the launch script itself: a script that doubles or repeats a variable in "
+            "a loop of assignments is not one (write the value it means)",
         ) from None
     except RecursionError:
         raise ToplError(

@@ -60,6 +60,27 @@ def test_the_reader_is_linear_and_bounded(deadline):
     assert time.perf_counter() - t < 2
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "A=x\n" + "A=$A$A\n" * 26,  # 64 MB by doubling: hung in the override parser (issue 48)
+        "A=x\n" + "A+=$A\n" * 26,
+        "A=x\n" + "export A=${B:-$A$A}\n" * 26,
+        "A=(x)\n" + 'A=("${A[@]}" "${A[@]}")\n' * 26,  # 2**26 elements
+        "A=" + "x" * 900_000 + "\n" + "B=$A\n" * 2000,  # each bounded, together 1.8 GB
+    ],
+)
+def test_what_the_reading_builds_is_bounded(body, deadline, tmp_path):
+    script = tmp_path / "grow.sh"
+    script.write_text(body + LAUNCH + " trainer.project_name=$A\n")
+    t = time.perf_counter()
+    r = run_topl_inproc("recipes", "import", str(script), "-o", "g.yaml", cwd=tmp_path)
+    assert time.perf_counter() - t < 5
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "the script builds" in r.stderr and "where: line " in r.stderr
+    assert not (tmp_path / "g.yaml").exists()
+
+
 def test_here_documents_are_data():
     text = (
         "cat > helper.py << 'EOF'\npython3 -m verl.trainer.main_ppo bogus.key=1\nexit 1\nEOF\n"
