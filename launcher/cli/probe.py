@@ -24,6 +24,7 @@ from topl.launcher.spec.memory import param_counts
 _CLUSTER = (
     "about the cluster's devices and world size; the probe runs one replica of each side here"
 )
+MAX_PROMPTS = 4096  # the probe's requests are a handful of batches, not a dataset
 _NOT_TRAINED = "about the training job; the probe only samples and recomputes log-probs"
 # Rule id (or id prefix) -> why the probe can run a spec that `topl check` rejects.
 RUNS_PAST = {
@@ -251,8 +252,13 @@ def main(args: list[str]) -> int:
     as_json, prompts, arrival, dump_dir = flags.json, flags.prompts, flags.arrival, flags.dump
     if arrival not in ("staggered", "burst", "reversed"):
         raise ToplError(f"--arrival {arrival}", fix="--arrival staggered|burst|reversed")
-    if not prompts.isdigit() or int(prompts) < 1:
-        raise ToplError(f"--prompts {prompts}", fix="--prompts N with N >= 1")
+    # ASCII digits only: `isdigit` also takes `²`, which int() refuses; bounded (each prompt is a
+    # rollout and a recompute on the CPU emulation)
+    if not (prompts.isascii() and prompts.isdigit()) or not 1 <= int(prompts) <= MAX_PROMPTS:
+        raise ToplError(
+            f"--prompts {prompts!r}: expected a whole number from 1 to {MAX_PROMPTS}",
+            fix=f"--prompts N with 1 <= N <= {MAX_PROMPTS} (default 16)",
+        )
     spec, notes, contract = preflight(compose_job(overrides))
     out = run(spec, int(prompts), arrival, dump_dir or None, report=progress)
     notes += out.pop("notes", [])

@@ -167,7 +167,7 @@ def import_main(args: list[str]) -> int:
                 out = v
             elif a == "--env":
                 _env_flag(v, env)
-            elif not v.isdigit():
+            elif not (v.isascii() and v.isdigit()):  # `isdigit` takes `²`, int() does not
                 raise ToplError(f"--launch {v}: expected a number (1, 2, ...)", fix=IMPORT_USAGE)
             else:
                 launch = int(v)

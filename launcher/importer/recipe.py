@@ -191,7 +191,9 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     env = {k: it.text for k, it in s.env.items() if env_base.get(k) != it.text}
     for k in [k for k in env if k in ENV_FIELDS]:  # a field when rendering it gives the same env
         v = env.pop(k)
-        fields[ENV_FIELDS[k]] = int(v) if v.isdigit() and k.endswith("TIMEOUT") else v
+        fields[ENV_FIELDS[k]] = (
+            int(v) if v.isascii() and v.isdigit() and k.endswith("TIMEOUT") else v
+        )
     rendered = dict(R.overrides(base.to_object()))  # the groups alone (DERIVED_FIELDS)
     folder = data_dir_of(s)
     if folder is not None:  # DIR/train.parquet + DIR/test.parquet: topl's data_dir renders both

@@ -160,7 +160,11 @@ def read_sweep(sweep: Path) -> list[Row]:
                     f"no run directory {i}/: the sweep stopped before this point"
                 )
             )
-    numbered = sorted((int(d.name), d) for d in sweep.iterdir() if d.name.isdigit() and d.is_dir())
+    numbered = sorted(
+        (int(d.name), d)
+        for d in sweep.iterdir()
+        if d.name.isascii() and d.name.isdigit() and d.is_dir()
+    )
     rows += [read_run(d, point=n) for n, d in numbered if n >= len(verdicts)]
     if note:
         for r in rows:

@@ -108,3 +108,18 @@ def test_a_clean_spec_is_launch_ok_and_text_says_so(capsys):
     got = capsys.readouterr()
     assert "bitwise equal: on-policy" in got.out and "rejects" not in got.out
     assert "topl probe: building" in got.err  # progress
+
+
+@pytest.mark.parametrize("n", ["²", "١٢", "1e3", "99999999999999999999", "0", "4097"])
+def test_a_bad_prompt_count_is_one_message(n):
+    """`²` passed `isdigit` and int() raised (issue 48); a huge count ran without end."""
+    with pytest.raises(ToplError, match="expected a whole number from 1 to 4096"):
+        main(["--prompts", n])
+
+
+def test_a_non_ascii_thread_count_is_not_read(monkeypatch):
+    from topl.launcher.run.backends.local import threads_for
+
+    spec = compose_job([]).to_object()
+    monkeypatch.setenv("OMP_NUM_THREADS", "²")
+    assert threads_for(spec) >= 1  # the default count, not a traceback

@@ -58,3 +58,5 @@ def test_force_replaces_and_launch_picks_the_trainer(tmp_path):
         "--force",
     )
     assert bad.returncode == 2 and "expected a number" in bad.stdout + bad.stderr
+    sup = run_topl("recipes", "import", str(script), "-o", str(out), "--launch", "²", "--force")
+    assert sup.returncode == 2 and "expected a number" in sup.stderr, sup.stderr  # was int('²')

@@ -98,6 +98,12 @@ def test_a_sweep_gives_one_row_per_point_with_its_fields(tmp_path):
     assert off.label == "rollout.n=2 alignment=off"
 
 
+def test_a_folder_named_with_a_non_ascii_digit_is_no_point(tmp_path):
+    s = sweep(tmp_path)
+    (s / "²").mkdir()  # `isdigit` took it, int() raised (issue 48)
+    assert [r.point for r in compare.collect([str(s)])] == [0, 1, 2, 3]
+
+
 def test_missing_and_bad_files_are_said_in_the_row_never_raised(tmp_path):
     r = tmp_path / "r"
     r.mkdir()

@@ -116,7 +116,7 @@ def threads_for(spec: JobSpec) -> int:
     if spec.local.threads > 0:
         return spec.local.threads
     env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
+    if env.isascii() and env.isdigit() and int(env) > 0:  # `isdigit` takes `²`, int() does not
         return int(env)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(cores or 1, spec.model.hidden_size // 256))
