@@ -39,7 +39,8 @@ def import_error(
     """None when `import module` works in a fresh interpreter (`python`, default this one, with
     `env`, default ours), else its last error line: installed is not importable when a dependency
     is missing, and a child keeps our process clean."""
-    cmd = [python or sys.executable, "-c", f"import {module}"]
+    # '' is a setting (cluster.python=''), which no launch can run: not this interpreter
+    cmd = [sys.executable if python is None else python, "-c", f"import {module}"]
     try:
         r = children.run(cmd, timeout=300, env=env)
     except subprocess.TimeoutExpired:

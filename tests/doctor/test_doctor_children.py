@@ -64,3 +64,11 @@ def test_sigterm_during_the_doctor_leaves_no_interpreter_behind(tmp_path, comman
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert left == [], out
+
+
+def test_an_empty_python_is_not_this_interpreter():
+    """cluster.python='' passed the doctor (it ran ours) while a launch cannot run it (issue 48)."""
+    from topl.launcher.doctor.installed import import_error
+
+    assert import_error("sys") is None
+    assert import_error("sys", python="").startswith("cannot run")

@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_topl
+from helpers import run_topl, run_topl_inproc
+
+from topl.launcher.base.errors import ToplError
+from topl.launcher.compose.hydra import compose_job
 
 FAKE_VERL = """
 import json, os, sys, time
@@ -90,6 +93,28 @@ def test_subprocess_backend_streams_logs_env_and_exit_code(tmp_path, fake_entry)
     assert "fake verl argv" in r.stdout and "HCCL_DETERMINISTIC=strict" in r.stdout
     log = (only_run_dir(tmp_path) / "verl.log").read_text()
     assert "HCCL_DETERMINISTIC=strict" in log and "--config-name=ppo_trainer" in log
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "", "not_executable"])
+def test_a_python_that_cannot_run_is_one_message(tmp_path, fake_entry, python):
+    """It was Popen's traceback under --skip-doctor (issue 48); '' passed the doctor as ours."""
+    if python == "not_executable":
+        (tmp_path / python).write_text("#!/bin/sh\n")  # mode 0644: not runnable, even by root
+        python = str(tmp_path / python)
+    args = [*sub_args(fake_entry), f"cluster.python={python}", "--skip-deep"]
+    r = run_topl_inproc("launch", *args, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot be run here" in r.stderr and "where: cluster.python" in r.stderr
+    assert not (tmp_path / "runs").exists()  # refused before a run directory
+
+
+def test_a_python_gone_after_the_check_is_one_message(tmp_path):
+    from topl.launcher.render.invocation import render
+    from topl.launcher.run.backends.subprocess import run_subprocess
+
+    inv = render(compose_job([]).to_object())
+    with pytest.raises(ToplError, match="cannot be run here: No such file"):
+        run_subprocess(inv, tmp_path, str(tmp_path / "gone" / "python3"))
 
 
 def test_ctrl_c_stops_the_child_process_group(tmp_path, fake_entry):

@@ -8,6 +8,7 @@ raylet with a copy of os.environ; raylet starts the workers)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base import redact
+from topl.launcher.base.errors import ToplError
 from topl.launcher.doctor.report import nodes_here
 from topl.launcher.spec.backend_traits import TRAITS
 
@@ -60,16 +62,19 @@ def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3
         stop = {signal.SIGINT, signal.SIGTERM}
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         try:
-            proc = subprocess.Popen(
-                cmd,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                bufsize=1,
-                start_new_session=True,
-                preexec_fn=lambda: _child_setup(stop),
-            )
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    bufsize=1,
+                    start_new_session=True,
+                    preexec_fn=lambda: _child_setup(stop),
+                )
+            except OSError as e:  # gone or made unrunnable since preflight: said, not raised
+                raise not_runnable(python, e.strerror or str(e)) from None
         except BaseException:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
             raise
@@ -89,6 +94,15 @@ def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3
         ):  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
             _stop_group(proc)
             raise
+
+
+def not_runnable(python: str, why: str) -> ToplError:
+    return ToplError(
+        f"cluster.python={python!r} cannot be run here: {why}; nothing started",
+        where="cluster.python",
+        fix="set cluster.python to the interpreter that has verl installed (a path, or a name on "
+        "PATH such as python3); `topl doctor cluster.python=...` checks it",
+    )
 
 
 def _child_setup(stop: set[signal.Signals]) -> None:
@@ -117,7 +131,12 @@ class SubprocessBackend:
     traits = TRAITS["subprocess"]
 
     def preflight(self, spec: JobSpec) -> None:
-        """Nothing to reach: cluster.python is checked by the doctor, which runs before start."""
+        """cluster.python runs here (what it imports is the doctor's, which runs before start):
+        one message before a run directory is written, even with --skip-doctor."""
+        python = spec.cluster.python
+        if not python or shutil.which(python) is None:
+            why = "empty" if not python else "no such executable file (as a path or on PATH)"
+            raise not_runnable(python, why)
 
     def doctor(self, spec: JobSpec) -> list[dict[str, Any]]:
 
