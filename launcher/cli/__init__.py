@@ -167,7 +167,14 @@ def _main(argv: list[str] | None) -> int:
             check_sweeper_discoverable()
         with lifecycle.signals_interrupt():  # SIGTERM unwinds like Ctrl-C: children go with us
             return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)
-    except ToplError as e:
+    except (ToplError, OSError) as e:
+        if isinstance(e, OSError):  # a full disk (any command's output) is said, not a traceback
+            from topl.launcher.run.rundir import no_room  # lazy: OmegaConf only on this error
+
+            full = no_room(e, "the output")
+            if full is None:
+                raise
+            e = full
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         if "--json" in rest:  # machines get JSON for bad input too

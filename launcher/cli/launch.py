@@ -148,6 +148,11 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         # the run (or sweep) dir is made here, atomically and exclusively, before Hydra writes into it
         run_dir, sweep_dir = output_dirs(hydra_overrides)
         made = rundir.create(sweep_dir if multirun else run_dir)
+        try:
+            rundir.room(made)  # Hydra writes .hydra/ first, and reports a full disk as a traceback
+        except ToplError:
+            made.rmdir()  # still empty: made just above
+            raise
         key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
         hydra_overrides = [o for o in hydra_overrides if not o.lstrip("+").startswith(key + "=")]
         hydra_overrides.append(f"{key}={_quoted(str(made))}")

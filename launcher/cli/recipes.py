@@ -72,22 +72,36 @@ def _env_flag(v: str, env: dict) -> None:
 
 
 def _write_private(path, text: str, force: bool) -> None:
-    """0600, and never over an existing file unless --force (a recipe may name secrets)."""
+    """0600, and never over an existing file unless --force (a recipe may name secrets). Whole or
+    not at all: the text goes to a temporary file (0600) moved into place, so a full disk leaves
+    neither a half recipe nor, under --force, a truncated old one."""
+    import contextlib
     import os
+    import tempfile
+    from pathlib import Path
 
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    path = Path(path)
+    exists = ToplError(
+        f"{path} exists: not overwritten", fix="give another -o OUT.yaml, or --force to replace it"
+    )
+    if not force and (path.exists() or path.is_symlink()):
+        raise exists
     try:
-        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        raise ToplError(
-            f"{path} exists: not overwritten",
-            fix="give another -o OUT.yaml, or --force to replace it",
-        ) from None
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise ToplError(f"cannot write {path}: {e.strerror}", fix="give -o OUT.yaml") from None
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(fd, 0o600)
-        f.write(text)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if force:
+            os.replace(tmp, path)  # a link at `path` is replaced, never followed
+        else:
+            os.link(tmp, path)  # fails on a name that appeared meanwhile: never overwritten
+    except FileExistsError:
+        raise exists from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _verdict(out_path, args: list[str] = ()) -> tuple[bool, str, list]:

@@ -5,10 +5,12 @@ is no plot and the caller says so."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from topl.launcher.run.compare import Row
 from topl.launcher.run.watch import LOGP_MAX, REWARD
+from topl.launcher.run.watch_io import replace_file
 
 
 def plot(rows: list[Row], path: Path) -> Path | None:
@@ -54,8 +56,10 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=90)
     plt.close(fig)
+    replace_file(path, png.getvalue())  # whole or not at all (a full disk), never through a link
     return path
 
 

@@ -71,7 +71,15 @@ class LaunchContext:
 def run_job(ctx: LaunchContext, cfg: DictConfig) -> None:
     """One job (once per sweep point under -m); an input error is printed and counts as exit 2."""
     try:
-        _run_job(ctx, cfg)
+        try:
+            _run_job(ctx, cfg)
+        except OSError as e:  # a full disk under the run dir: one message, as bad input is
+            from hydra.core.hydra_config import HydraConfig  # lazy: Hydra only when this runs
+
+            full = rundir.no_room(e, f"the run directory {HydraConfig.get().runtime.output_dir}")
+            if full is None:
+                raise
+            raise full from None
     except ToplError as e:  # inside Hydra's task a raised error would become Hydra's traceback
         ctx.say("error", error=e)
         ctx.rc = max(ctx.rc, e.exit_code)

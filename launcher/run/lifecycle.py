@@ -112,12 +112,22 @@ def run_recorded(
         state = {"state": "failed", "error": e.message, **details}
         raise
     except Exception as e:
+        full = rundir.no_room(e, f"the run directory {run_dir}") if isinstance(e, OSError) else None
         state = {"state": "failed", "error": f"{type(e).__name__}: {e}", **details}
+        if full is not None:  # a full disk is one message (exit 2), not a traceback
+            raise full from None
         raise
     finally:
         s = state.pop("state")
-        rundir.set_status(run_dir, s, **state)
-        rundir.seal(run_dir)
+        try:
+            rundir.set_status(run_dir, s, **state)
+            rundir.seal(run_dir)
+        except OSError as e:  # the disk took the job's output but not its end: said, not raised
+            print(
+                f"topl: the run ended ({s}) but its status.json cannot be written "
+                f"({e.strerror or e}); `topl watch {run_dir}` reads it as a stopped topl",
+                file=sys.stderr,
+            )
 
 
 def with_deadline(fn: Callable, seconds: float, what: str, fix: str):

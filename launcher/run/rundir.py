@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import subprocess
@@ -50,10 +52,47 @@ def redact(env: dict[str, str]) -> dict[str, str]:
 
 
 def write_file(path: Path, text: str) -> None:
-    """Create a new file (never overwrite one), mode 0600, with secrets redacted."""
+    """Create a new file (never overwrite one), mode 0600, with secrets redacted; whole or not at
+    all: a write that fails (a full disk) leaves no half file that reads as complete."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(_redact.text(text))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(_redact.text(text))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+
+
+# A disk that cannot take more (full, over quota, read-only): the user's to fix, said in one line.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+MIN_FREE = 1 << 20  # bytes a run directory needs before anything is written (its files: ~50 KB)
+
+
+def no_room(e: OSError, what: str) -> ToplError | None:
+    """The one message for a write that failed for want of room; None for any other OSError."""
+    if e.errno not in NO_ROOM:
+        return None
+    return ToplError(
+        f"cannot write {what}: {e.strerror or os.strerror(e.errno or 0)}",
+        where=None if e.filename is None else str(e.filename),
+        fix="free space on that filesystem (or write elsewhere: run_root=PATH, -o PATH) and run "
+        "again",
+    )
+
+
+def room(path: Path) -> None:
+    """Refuse before Hydra writes its own files (which it cannot report but as a traceback)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return  # not a filesystem that says: the writes themselves will tell
+    if st.f_bavail * st.f_frsize < MIN_FREE:
+        raise ToplError(
+            f"cannot write the run directory {path}: {st.f_bavail * st.f_frsize:,} bytes free on "
+            f"its filesystem; a run needs {MIN_FREE >> 20} MiB to start (its logs grow from there)",
+            fix="free space on that filesystem, or write elsewhere: run_root=PATH",
+        )
 
 
 def create(run_dir: Path) -> Path:
@@ -106,8 +145,11 @@ def seal(run_dir: Path, max_bytes: int = 16 << 20) -> None:
         ) and path.stat().st_size <= max_bytes:
             text = path.read_text(errors="replace")
             clean = _redact.text(text)
-            if clean != text:
-                path.write_text(clean)
+            if clean != text:  # by rename: never a truncated file
+                try:
+                    watch_io.replace_file(path, clean.encode())
+                except OSError:  # no room for the clean copy: the secret goes with its file
+                    path.unlink()
 
 
 def git_sha() -> str | None:

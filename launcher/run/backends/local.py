@@ -3,6 +3,7 @@ progress bar, verl's metrics file, a plot and a summary table."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from topl.launcher.base.errors import LOCAL_EXTRA, ToplError, local_extra_error
 from topl.launcher.doctor.report import nodes_here
 from topl.launcher.render.invocation import overlong_buffer_len
 from topl.launcher.run import engines
+from topl.launcher.run.watch_io import replace_file
 from topl.launcher.spec.backend_traits import TRAITS
 from topl.launcher.spec.job import is_strict
 
@@ -256,8 +258,10 @@ def plot(history: list[dict[str, Any]], path: Path, spec: JobSpec) -> None:
         f"{spec.model.name} {spec.algorithm.name.upper()}, alignment={spec.alignment.mode}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    replace_file(path, png.getvalue())  # whole or not at all: a full disk leaves no half image
 
 
 def summary(console: Console, history: list[dict[str, Any]], spec: JobSpec, run_dir: Path) -> None:

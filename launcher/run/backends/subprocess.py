@@ -7,6 +7,7 @@ raylet with a copy of os.environ; raylet starts the workers)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -56,7 +57,7 @@ def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3
     env = child_env(invocation, run_dir)
     warn_unreachable_secrets(invocation, env)
     fd = os.open(run_dir / "verl.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as log:
+    with contextlib.closing(JobLog(fd)) as log:
         # SIGINT/SIGTERM wait (blocked) until `proc` is known, so an interrupt always finds the child
         # to stop; the child starts with them unblocked, in its own session (setsid before exec).
         stop = {signal.SIGINT, signal.SIGTERM}
@@ -94,6 +95,32 @@ def run_subprocess(invocation: Invocation, run_dir: Path, python: str = "python3
         ):  # Interrupted, KeyboardInterrupt, a broken console: stop the job first
             _stop_group(proc)
             raise
+
+
+class JobLog:
+    """verl.log, written unbuffered: a full disk stops the log (said once), never the job."""
+
+    def __init__(self, fd: int):
+        self.fd: int | None = fd
+
+    def write(self, line: str) -> None:
+        if self.fd is None:
+            return
+        try:
+            data = line.encode()
+            while data:
+                data = data[os.write(self.fd, data) :]
+        except OSError as e:
+            self.close()
+            print(
+                f"topl: verl.log stops here ({e.strerror or e}); the console has the rest",
+                file=sys.stderr,
+            )
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def not_runnable(python: str, why: str) -> ToplError:
