@@ -18,7 +18,7 @@ import yaml
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
-from topl.launcher.cli.output import print_json, print_table
+from topl.launcher.cli.output import print_json, print_table, strict_json
 from topl.launcher.compose.composed import Composed
 from topl.launcher.plan.cost import step_cost
 from topl.launcher.run import compare, compare_plot, rundir, watch_io
@@ -179,7 +179,9 @@ def write_sweep(sweep_dir: Path) -> None:
     a failure here is one line, never the launch's exit code."""
     try:
         rows = rows_of([str(sweep_dir)])
-        rundir.write_file(sweep_dir / "compare.json", json.dumps(document(rows), indent=1))
+        rundir.write_file(
+            sweep_dir / "compare.json", json.dumps(strict_json(document(rows)), indent=1)
+        )
         png = compare_plot.plot(rows, sweep_dir / "compare.png")
         if png:
             png.chmod(0o600)  # as everything in a run directory (rundir.seal)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,20 @@ if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
 
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=1, default=str))
+def strict_json(data: Any) -> Any:
+    """JSON's own values only: a non-finite float (a metric of inf or NaN) as its name ("inf",
+    "-inf", "nan"); json.dumps would write Infinity / NaN, which strict JSON parsers refuse."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    return data
+
+
+def print_json(data: Any, indent: int | None = 1) -> None:
+    print(json.dumps(strict_json(data), indent=indent, default=str, allow_nan=False))
 
 
 def print_table(

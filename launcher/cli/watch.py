@@ -12,7 +12,6 @@ that does not answer); 3 a dry run (`topl launch --dry-run`): nothing was starte
 from __future__ import annotations
 
 import io
-import json
 import math
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli.argv import parse
+from topl.launcher.cli.output import print_json
 from topl.launcher.run import watch, watch_io, watch_ray, watch_slurm, watch_status
 from topl.launcher.run.watch_io import clean
 
@@ -64,22 +64,21 @@ def main(args: list[str]) -> int:
     end = watch_io.read_status(run_dir)
     state = end.get("state")
     if flags.json:
-        print(
-            json.dumps(
-                {
-                    "run_dir": str(run_dir),
-                    "strict": strict,
-                    "steps": len(w.steps),
-                    "stopped": w.reason is not None,
-                    "reason": w.reason,
-                    "stop": stopped.get("how"),
-                    "last": w.steps[-1][1] if w.steps else None,
-                    "guards": list(w.guards.values()),
-                    "plot": str(png) if png else None,
-                    "state": state,
-                    "status": end,
-                }
-            )
+        print_json(
+            {
+                "run_dir": str(run_dir),
+                "strict": strict,
+                "steps": len(w.steps),
+                "stopped": w.reason is not None,
+                "reason": w.reason,
+                "stop": stopped.get("how"),
+                "last": w.steps[-1][1] if w.steps else None,
+                "guards": list(w.guards.values()),
+                "plot": str(png) if png else None,
+                "state": state,
+                "status": end,
+            },
+            indent=None,
         )
     else:
         if png:
@@ -102,7 +101,7 @@ def _stop(run_dir: Path, status: dict, as_json: bool, wait_s: float = 60.0) -> i
             time.sleep(0.5)
     end = watch_io.read_status(run_dir)
     if as_json:
-        print(json.dumps({"run_dir": str(run_dir), "stop": how, "state": end.get("state")}))
+        print_json({"run_dir": str(run_dir), "stop": how, "state": end.get("state")}, indent=None)
     else:
         print(clean(f"topl watch: {how}; run {_describe(end)} (run dir {run_dir})"))
     return 0 if _ended(end) else 1
@@ -149,7 +148,9 @@ def _run_dir(rest: list[str]) -> Path:
 def _dry_run(run_dir: Path, as_json: bool) -> int:
     why = "a dry run (topl launch --dry-run): nothing was started, there is nothing to follow"
     if as_json:
-        print(json.dumps({"run_dir": str(run_dir), "state": "dry_run", "steps": 0, "why": why}))
+        print_json(
+            {"run_dir": str(run_dir), "state": "dry_run", "steps": 0, "why": why}, indent=None
+        )
     else:
         print(
             f"topl watch: {run_dir} is {why}; its command is in {run_dir / 'command.sh'} "

@@ -56,10 +56,12 @@ def plot(rows: list[Row], path: Path) -> Path | None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=90)
-    plt.close(fig)
-    replace_file(path, png.getvalue())  # whole or not at all (a full disk), never through a link
+    image = io.BytesIO()
+    try:  # the format the path's suffix names (.png, .svg, .pdf), as matplotlib reads a path
+        fig.savefig(image, format=path.suffix.lstrip(".").lower() or "png", dpi=90)
+    finally:
+        plt.close(fig)
+    replace_file(path, image.getvalue())  # whole or not at all (a full disk), never through a link
     return path
 
 

@@ -102,6 +102,22 @@ def test_bad_numbers_in_metrics_are_no_traceback(tmp_path, capsys, metrics, cons
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_non_finite_metrics_are_strict_json_in_every_json_output(tmp_path, capsys):
+    """watch --json and compare --json / compare.json wrote Infinity and NaN (issue 48)."""
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+    d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
+    (d / "metrics.jsonl").write_text(
+        '{"step": 1, "data": {"%s": Infinity, "critic/rewards/mean": NaN}}\n' % DIFF_MAX
+    )
+    topl(["watch", str(d), "--once", "--json"])
+    assert strict(capsys.readouterr().out)["last"][DIFF_MAX] == "inf"
+    topl(["compare", str(d), "--json"])
+    assert strict(capsys.readouterr().out)["runs"][0]["logdiff_max"] == "inf"
+
+
 def test_a_bad_interval_is_one_message(tmp_path, capsys):
     d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
     for bad in ("abc", "-1", "nan", "inf", "1e9"):
