@@ -171,7 +171,8 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     except (Interrupted, KeyboardInterrupt) as e:
         if multirun and made is not None:  # every started point's status says so, none starts
             signum = getattr(e, "signum", signal.SIGINT)
-            marked = ", ".join(interrupt_sweep(made, signum)) or "none"
+            marked = ", ".join(interrupt_sweep(made, signum, since=getattr(e, "at", None)))
+            marked = marked or "none"
             print(
                 f"topl: {signal.Signals(signum).name}: the sweep was stopped, no further point "
                 f"starts (points marked interrupted here: {marked}; sweep dir {made})",

@@ -29,6 +29,7 @@ class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.at = time.time()  # when it reached topl: what ends after this, the stop ended
 
 
 def _raise(signum, _frame):
@@ -152,12 +153,17 @@ def with_deadline(fn: Callable, seconds: float, what: str, fix: str):
     return box["value"]
 
 
-def interrupt_sweep(sweep_dir: Path, signum: int, wait_s: float = 30.0) -> list[str]:
+def interrupt_sweep(
+    sweep_dir: Path, signum: int, wait_s: float = 30.0, since: float | None = None
+) -> list[str]:
     """After SIGINT / SIGTERM stopped `topl launch -m`: every point's status.json says how it
     ended. A point still `running` in another process that provably is its topl (a joblib
     worker) gets SIGTERM and `wait_s` to stop its job and record it; a point whose topl is gone,
-    or that never wrote a status, is marked `interrupted` here. Points never started have no
-    directory. Returns the points marked here."""
+    or that never wrote a status, is marked `interrupted` here. So is a point recorded `failed`
+    after the stop began (`since`, the signal's time): its job died of the stop, whichever
+    signal reached it first (the worker's SIGTERM, or joblib killing the worker's process tree),
+    its own code kept under `job`. Points never started have no directory. Returns the points
+    marked here."""
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
     points = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
@@ -180,7 +186,9 @@ def interrupt_sweep(sweep_dir: Path, signum: int, wait_s: float = 30.0) -> list[
     marked = []
     for p in points:
         st = read_status(p)
-        if st.get("state") in (None, "running"):
+        late = st.get("state") == "failed" and since is not None and _written_since(p, since)
+        if st.get("state") in (None, "running") or late:
+            job = {k: st[k] for k in ("exit_code", "signal") if k in st} if late else None
             rundir.set_status(
                 p,
                 "interrupted",
@@ -188,6 +196,15 @@ def interrupt_sweep(sweep_dir: Path, signum: int, wait_s: float = 30.0) -> list[
                 exit_code=128 + signum,
                 started=bool(st),
                 recorded_by="topl launch -m (the sweep was stopped)",
+                **({"job": job} if job is not None else {}),
             )
             marked.append(p.name)
     return marked
+
+
+def _written_since(point: Path, since: float) -> bool:
+    try:
+        # file times come from the kernel's coarse clock, a tick behind time.time()
+        return (point / "status.json").stat().st_mtime >= since - 0.05
+    except OSError:
+        return False

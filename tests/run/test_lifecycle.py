@@ -88,3 +88,25 @@ def test_a_handed_over_job_is_submitted_not_succeeded(tmp_path):
     assert status(tmp_path)["state"] == "submitted"
     assert lifecycle.run_recorded(tmp_path, lambda: 1, detached=True) == 1
     assert status(tmp_path)["state"] == "failed"
+
+
+def test_a_point_killed_by_the_sweep_stop_is_interrupted_whichever_signal_came_first(tmp_path):
+    """joblib killing a worker's job (SIGKILL) before the worker's SIGTERM handler ran left the
+    point `failed` (the flaky test_sweep_signals[joblib]); a failure from before the stop stays."""
+    from topl.launcher.run import rundir
+
+    for i in (0, 1):
+        (tmp_path / str(i)).mkdir()
+    rundir.set_status(tmp_path / "0", "failed", signal="SIGKILL", exit_code=137)  # its own end
+    time.sleep(0.2)
+    stop = lifecycle.Interrupted(signal.SIGTERM)
+    time.sleep(0.1)
+    rundir.set_status(tmp_path / "1", "failed", signal="SIGKILL", exit_code=137)  # by the stop
+    assert lifecycle.interrupt_sweep(tmp_path, signal.SIGTERM, wait_s=0, since=stop.at) == ["1"]
+    one = json.loads((tmp_path / "1" / "status.json").read_text())
+    assert (one["state"], one["signal"], one["job"]) == (
+        "interrupted",
+        "SIGTERM",
+        {"exit_code": 137, "signal": "SIGKILL"},
+    )
+    assert json.loads((tmp_path / "0" / "status.json").read_text())["state"] == "failed"
