@@ -161,8 +161,9 @@ def interrupt_sweep(
     worker) gets SIGTERM and `wait_s` to stop its job and record it; a point whose topl is gone,
     or that never wrote a status, is marked `interrupted` here. So is a point recorded `failed`
     after the stop began (`since`, the signal's time): its job died of the stop, whichever
-    signal reached it first (the worker's SIGTERM, or joblib killing the worker's process tree),
-    its own code kept under `job`. Points never started have no directory. Returns the points
+    signal reached it first (the worker's SIGTERM, or joblib's SIGKILL to a worker's descendants:
+    joblib@1.6.0:joblib/externals/loky/backend/utils.py:kill_process_tree), its own code kept
+    under `job`. Points never started have no directory. Returns the points
     marked here."""
     from topl.launcher.run import rundir  # lazy: OmegaConf only when this runs
 
