@@ -23,7 +23,8 @@ import yaml
 from topl.launcher import __version__
 from topl.launcher.base.errors import ToplError
 from topl.launcher.run import watch_io, watch_status
-from topl.launcher.run.watch import DIFF_MAX, LOGP_MAX, REWARD, Tail, parse_console, parse_metric
+from topl.launcher.run.watch import DIFF_MAX, LOGP_MAX, REWARD
+from topl.launcher.run.watch_lines import Tail, parse_console, parse_metric
 
 RUN_FILES = ("topl.json", "status.json", "spec.yaml")  # any one makes a folder a run directory
 SWEEP_FILES = ("sweep_report.json", "multirun.yaml")
@@ -199,7 +200,7 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     row.exit_code = st.get("exit_code") if isinstance(st.get("exit_code"), int) else None
     row.signal = _str(st.get("signal"))
     row.error = _str(st.get("reason") or st.get("error"))
-    row.history, row.metrics_source = read_steps(run)
+    row.history, row.metrics_source = read_steps(run, final=watch_status.ended(st))
     if len(row.history) >= MAX_STEPS:
         row.notes.append(f"read the first {MAX_STEPS} steps of {row.metrics_source}")
     if row.state == "running" and watch_status.topl_gone(st):
@@ -236,21 +237,35 @@ def _point_overrides(run: Path, topl: Any) -> list[str]:
     return [str(o) for o in ov if isinstance(o, str)] if isinstance(ov, list) else []
 
 
-def read_steps(run: Path) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
-    """(step, the metrics a row reads) in step order, the last record of a step winning, and where
-    they came from: metrics.jsonl, else verl's console lines in verl.log."""
+def read_steps(
+    run: Path, final: bool = False
+) -> tuple[list[tuple[int, dict[str, Any]]], str | None]:
+    """(step, the metrics a row reads) in step order, the last record of a step winning but for
+    logdiff, where an off-policy record of a repeated step (a resumed run) still counts, as in
+    `topl watch`; and where they came from: metrics.jsonl, else verl's console lines in verl.log.
+    `final`: the run has ended, so a last line without its newline is whole."""
     steps: dict[int, dict[str, Any]] = {}
     for name in ("metrics.jsonl", "verl.log"):
-        for lines in Tail(run / name).batches():  # a chunk at a time: bounded memory
+        for lines in Tail(run / name).batches(final):  # a chunk at a time: bounded memory
             if len(steps) >= MAX_STEPS:
                 break
             for line in lines:
                 got = parse_metric(line) if name == "metrics.jsonl" else parse_console(line)
                 if got is not None:
-                    steps[got[0]] = {k: v for k, v in got[1].items() if k in KEPT}
+                    new = {k: v for k, v in got[1].items() if k in KEPT}
+                    for k in (LOGP_MAX, DIFF_MAX):
+                        old = steps.get(got[0], {}).get(k)
+                        if old is not None and (k not in new or _worse(old, new[k])):
+                            new[k] = old
+                    steps[got[0]] = new
         if steps:
             return sorted(steps.items()), name
     return [], None
+
+
+def _worse(a: float, b: float) -> bool:
+    """Whether logdiff `a` is further from exactly 0 than `b` (NaN is furthest)."""
+    return a != a or (b == b and abs(a) > abs(b))
 
 
 KEPT = {LOGP_MAX, DIFF_MAX, REWARD, *STEP_TIME, *TOKENS}  # what a row and the plot read

@@ -14,11 +14,9 @@ records an end topl could not (a Ray job's, or a topl killed with SIGKILL) in st
 
 from __future__ import annotations
 
-import codecs
 import io
 import json
 import math
-import re
 import signal
 import sys
 import time
@@ -28,6 +26,7 @@ from typing import Callable, Iterator
 
 from topl.launcher.run import watch_io, watch_status
 from topl.launcher.run.watch_io import clean
+from topl.launcher.run.watch_lines import Tail, parse_console, parse_metric
 from topl.launcher.run.watch_ray import RayJob
 from topl.launcher.run.watch_slurm import SlurmJob
 from topl.launcher.run.watch_status import mark
@@ -37,7 +36,6 @@ PREFIX = "TOPL-GUARD"  # = guard.PREFIX (importing guard would run it in this pr
 DIFF_MAX, DIFF_MEAN = "training/rollout_probs_diff_max", "training/rollout_probs_diff_mean"
 REWARD = "critic/rewards/mean"
 RATIO_KEYS = ("actor/ratio_max_abs_dev", "rollout_corr/rollout_is_mean", "actor/ppo_kl")
-_CONSOLE = re.compile(r"^(?:\([^)]*\) )?step:(\d+) - (.*)$")  # Ray prefixes "(Actor pid=N) "
 
 
 def verdict(data: dict) -> str | None:
@@ -51,74 +49,6 @@ def verdict(data: dict) -> str | None:
     if not isinstance(v, (int, float)) or math.isnan(v) or v != 0:
         return f"{DIFF_MAX} = {v!r}, not exactly 0: the run went off-policy"
     return None
-
-
-def parse_console(line: str) -> tuple[int, dict] | None:
-    m = _CONSOLE.match(line.strip())
-    if not m or len(m.group(1)) > MAX_STEP_DIGITS:
-        return None
-    data = {}
-    for part in m.group(2).split(" - "):
-        k, _, v = part.rpartition(":")
-        try:
-            data[k] = float(v)
-        except ValueError:
-            continue
-    return int(m.group(1)), data
-
-
-MAX_STEP_DIGITS = 18  # a step number is an int64; a longer one is not a step
-
-
-def parse_metric(line: str) -> tuple[int, dict] | None:
-    """(step, its numeric metrics) of a metrics.jsonl line, or None for a blank or foreign line
-    (the steps around it still count). Only numbers are kept: the step's memory is its metrics,
-    whatever else a line carries; a number too large for a float is kept as inf (not exactly 0)."""
-    try:
-        rec = json.loads(line)
-        step, data = rec["step"], rec["data"]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return None
-    if isinstance(step, bool) or not isinstance(step, int) or abs(step) >= 10**MAX_STEP_DIGITS:
-        return None
-    if not isinstance(data, dict):
-        return None
-    numbers = {}
-    for k, v in data.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        try:
-            numbers[k] = float(v)
-        except OverflowError:  # a 400-digit int
-            numbers[k] = math.inf if v > 0 else -math.inf
-    return step, numbers
-
-
-class Tail:
-    """New complete lines of a growing file (a partial last line waits for its newline), read to
-    its end in chunks of at most CHUNK_CAP: the whole file, in bounded memory."""
-
-    def __init__(self, path: Path):
-        self.path, self.pos, self.buf = path, 0, ""
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character
-
-    def batches(self) -> Iterator[list[str]]:
-        """The new complete lines, a chunk's worth at a time, up to the end of the file now."""
-        f = watch_io.open_regular(self.path)  # never a FIFO or a link
-        if f is None:
-            return
-        with f:
-            f.seek(self.pos)
-            while chunk := f.read(watch_io.CHUNK_CAP):
-                self.pos = f.tell()
-                *done, self.buf = (self.buf + self.decoder.decode(chunk)).split("\n")
-                if len(self.buf) > watch_io.LINE_CAP:  # an endless line: keep its head only
-                    done.append(self.buf[: watch_io.LINE_CAP])
-                    self.buf = ""
-                yield [line[: watch_io.LINE_CAP] for line in done]
-
-    def lines(self) -> list[str]:
-        return [line for batch in self.batches() for line in batch]
 
 
 @dataclass
@@ -180,8 +110,8 @@ class Watcher:
         if why := watch_status.update(run_dir, state, **details):  # a read-only run dir
             self.notes.append(f"topl watch: {why}")
 
-    def _lines(self) -> Iterator[str]:
-        yield from self.console.lines()
+    def _lines(self, final: bool) -> Iterator[str]:
+        yield from self.console.lines(final)
         if self.ray is not None and self.ray_logs:
             text = self.ray.logs()  # the whole log so far: take the new complete lines
             end = text.rfind("\n", self._seen) + 1
@@ -222,7 +152,8 @@ class Watcher:
             )
         return {**rec, "missing": missing}
 
-    def poll(self) -> list[tuple[str, object]]:
+    def poll(self, final: bool = False) -> list[tuple[str, object]]:
+        """What is new; `final`: the run has ended (its files' last lines are whole)."""
         new: list[tuple[str, object]] = []
         for p in sorted((self.run_dir / "guard").glob("*.json"))[:4096]:
             if p.name not in self.guards:
@@ -234,11 +165,11 @@ class Watcher:
                     self.guards[p.name] = rec = self.judge(rec)
                     new.append(("guard", rec))
         from_file = self.metrics.path.is_file()
-        for batch in self.metrics.batches():  # the whole file, a chunk at a time
+        for batch in self.metrics.batches(final):  # the whole file, a chunk at a time
             for line in batch:
                 if (step := parse_metric(line)) is not None:
                     new.append(("step", step))
-        for line in self._lines():
+        for line in self._lines(final):
             if line.startswith(PREFIX + " "):
                 try:
                     rec = json.loads(line[len(PREFIX) + 1 :])
@@ -255,7 +186,11 @@ class Watcher:
         for kind, item in new:
             if kind == "step":
                 if self.steps and item[0] <= self.steps[-1][0]:
-                    continue  # seen already (verl.log, then the same job's log from Ray)
+                    # seen already (verl.log, then the same job's log from Ray; a resumed run
+                    # redoing a step): not shown again, but an off-policy record still counts
+                    if self.strict and self.reason is None and (why := verdict(item[1])):
+                        self.reason = f"step {item[0]} (a repeated record): {why}"
+                    continue
                 self.steps.append(item)
                 if self.strict and self.reason is None and (why := verdict(item[1])):
                     self.reason = f"step {item[0]}: {why}"
@@ -356,7 +291,7 @@ def follow(
         say(HEADER)
     while True:
         finished = done()  # read before the last poll: nothing written before the end is missed
-        for kind, item in w.poll():
+        for kind, item in w.poll(final=finished):
             if not quiet:
                 say(row(*item) if kind == "step" else item if kind == "note" else guard_line(item))
         if w.reason:

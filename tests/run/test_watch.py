@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import run_topl
 
-from topl.launcher.run import watch
+from topl.launcher.run import watch, watch_lines
 
 # a test job that logs through verl's own file logger (VERL_FILE_LOGGER_PATH is set by the
 # subprocess backend); its third step goes off-policy, then it would run on for minutes
@@ -37,15 +37,15 @@ def test_verdict_is_exact_zero_and_needs_the_metric():
 
 
 def test_console_lines_parse_like_verls_local_logger():
-    assert watch.parse_console("step:7 - training/rollout_probs_diff_max:0.0 - a/b:nan") == (
+    assert watch_lines.parse_console("step:7 - training/rollout_probs_diff_max:0.0 - a/b:nan") == (
         7,
         {watch.DIFF_MAX: 0.0, "a/b": pytest.approx(float("nan"), nan_ok=True)},
     )
-    assert watch.parse_console("(TaskRunner pid=1) step:2 - critic/rewards/mean:0.5") == (
+    assert watch_lines.parse_console("(TaskRunner pid=1) step:2 - critic/rewards/mean:0.5") == (
         2,
         {watch.REWARD: 0.5},
     )
-    assert watch.parse_console("Creating file logger at x") is None
+    assert watch_lines.parse_console("Creating file logger at x") is None
 
 
 def _run_dir(root: Path, timeout=120) -> Path:

@@ -15,7 +15,7 @@ import pytest
 from helpers import run_topl
 
 from topl.launcher.cli import main as topl
-from topl.launcher.run import lifecycle, watch, watch_io, watch_status
+from topl.launcher.run import lifecycle, watch_io, watch_lines, watch_status
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_watch_does_not_hang_on_fifos_and_reads_capped(tmp_path):
     assert time.monotonic() - start < 30
     os.unlink(d / "verl.log")
     (d / "verl.log").write_text("y" * (watch_io.LINE_CAP * 3))  # one endless line
-    lines = watch.Tail(d / "verl.log").lines()
+    lines = watch_lines.Tail(d / "verl.log").lines()
     assert lines and max(map(len, lines)) <= watch_io.LINE_CAP
 
 

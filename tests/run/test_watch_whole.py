@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from topl.launcher.cli import main as topl
-from topl.launcher.run import rundir, watch, watch_io, watch_status
+from topl.launcher.run import rundir, watch, watch_io, watch_lines, watch_status
 from topl.launcher.run.watch import DIFF_MAX
 
 
@@ -118,6 +118,37 @@ def test_non_finite_metrics_are_strict_json_in_every_json_output(tmp_path, capsy
     assert strict(capsys.readouterr().out)["runs"][0]["logdiff_max"] == "inf"
 
 
+def _line(step, v):
+    return json.dumps({"step": step, "data": {DIFF_MAX: v, "critic/rewards/mean": 0.1}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n".join([_line(1, 0), _line(2, 0), _line(3, 1e-3)]),  # ended: its last line is whole
+        "\n".join([_line(1, 0), _line(2, 0), _line(3, 0), _line(3, 1e-3)]) + "\n",  # resumed
+        "\n".join([_line(1, 0), _line(2, 0), _line(3, 1e-3), _line(3, 0)]) + "\n",
+    ],
+)
+def test_an_ended_runs_off_policy_step_is_never_lost(tmp_path, capsys, text):
+    """A last line without its newline and a repeated step's off-policy record were dropped:
+    "run succeeded", exit 0 (probes of issue 48)."""
+    d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
+    (d / "metrics.jsonl").write_text(text)
+    assert topl(["watch", str(d), "--once", "--strict", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["reason"].startswith("step 3")
+    assert topl(["compare", str(d), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["runs"][0]
+    assert (row["first_nonzero_step"], row["logdiff_max"]) == (3, 1e-3)
+
+
+def test_a_running_runs_partial_last_line_waits(tmp_path):
+    d = _run_dir(tmp_path, {"state": "running"})
+    (d / "metrics.jsonl").write_text(_line(1, 0) + "\n" + _line(2, 1e-3)[:-5])
+    w = watch.Watcher(d, strict=True)
+    assert [item[0] for kind, item in w.poll() if kind == "step"] == [1]  # step 2 not yet whole
+
+
 def test_a_bad_interval_is_one_message(tmp_path, capsys):
     d = _run_dir(tmp_path, {"state": "succeeded", "exit_code": 0})
     for bad in ("abc", "-1", "nan", "inf", "1e9"):
@@ -128,7 +159,7 @@ def test_a_bad_interval_is_one_message(tmp_path, capsys):
 def test_the_tail_streams_in_bounded_chunks(tmp_path):
     p = tmp_path / "m"
     p.write_text("a\n" * (watch_io.CHUNK_CAP // 2 + 10))  # two chunks and a bit
-    t = watch.Tail(p)
+    t = watch_lines.Tail(p)
     sizes = [len(batch) for batch in t.batches()]
     assert len(sizes) >= 2 and sum(sizes) == watch_io.CHUNK_CAP // 2 + 10
 

@@ -13,7 +13,7 @@ from topl.launcher.base import redact
 from topl.launcher.run import watch_io
 from topl.launcher.run.backends.ray_client import Head, check_reachable
 from topl.launcher.run.backends.ray_doctor import on_ray
-from topl.launcher.run.watch import parse_console
+from topl.launcher.run.watch_lines import parse_console
 from topl.launcher.spec.backend_traits import TRAITS
 
 if TYPE_CHECKING:
