@@ -9,6 +9,7 @@ spec (typed like Hydra would) and runs the contract, each rule once per distinct
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -68,6 +69,10 @@ Item = tuple[str, str, Any]  # (override text, key, typed value)
 Base = tuple[Composed, JobSpec, list[Interp]]
 
 
+MAX_VALUES = 10_000  # values one key sweeps
+MAX_POINTS = 1_000_000  # points of one sweep (the planner takes tens of thousands a second)
+
+
 def _parse(overrides: list[str]) -> list[Any]:  # Hydra's Overrides (value(): a wide union)
     try:
         return OverridesParser.create(config_loader=loader_for(None)).parse_overrides(
@@ -101,13 +106,26 @@ def iter_items(overrides: list[str]) -> Iterator[tuple[Item, ...]]:
                 )
             # one list of strings, each parsed back: shuffle() reorders every iterator afresh, so
             # zipping sweep_string_iterator with sweep_iterator pairs strings with other values
-            texts = list(ov.sweep_string_iterator())
+            texts = list(itertools.islice(ov.sweep_string_iterator(), MAX_VALUES + 1))
+            if len(texts) > MAX_VALUES:  # range(1,100000000) was listed whole: a hang (issue 48)
+                raise ToplError(
+                    f"a sweep of more than {MAX_VALUES:,} values for {key}",
+                    where=ov.input_line,
+                    fix=f"sweep at most {MAX_VALUES:,} values per key (range(a,b,step) thins one)",
+                )
             if ov.key_or_group == "recipe" and isinstance(ov.value(), Glob):
                 texts = ov.value().filter(list(available()))  # recipes live outside conf/
             typed = _parse([f"{key}={t}" for t in texts]) if texts else []
             final[key] = [(f"{key}={t}", ov.key_or_group, o.value()) for t, o in zip(texts, typed)]
         else:
             final[key] = [(f"{key}={ov.get_value_element_as_str()}", ov.key_or_group, ov.value())]
+    if math.prod(len(v) for v in final.values()) > MAX_POINTS:
+        raise ToplError(
+            f"a sweep of {math.prod(len(v) for v in final.values()):,} points; at most "
+            f"{MAX_POINTS:,} are planned or launched",
+            where=f"overrides: {' '.join(overrides)}"[:400],
+            fix="sweep fewer values, or split the sweep into several",
+        )
     return itertools.product(*final.values())
 
 

@@ -121,12 +121,13 @@ class ToplSweeper(BasicSweeper):
     def sweep(self, arguments: List[str]) -> Any:
 
         params = self._parse_config()
-        to_launch = iter_expand(params + list(arguments))
-        items = iter_items(params + [self._as_user_wrote(a) for a in arguments])
         planner, valid = Planner(), []
         sweep_dir = Path(self.config.hydra.sweep.dir)
         report = ReportWriter(sweep_dir)
         try:
+            # a sweep too large (or badly written) is refused here, before a point: one message
+            to_launch = iter_expand(params + list(arguments))
+            items = iter_items(params + [self._as_user_wrote(a) for a in arguments])
             # one point at a time: only the valid points' overrides are kept (the launcher's input)
             for launch_ov, p in itertools.zip_longest(to_launch, items):
                 if launch_ov is None or p is None:
