@@ -5,6 +5,7 @@ chosen (a `defaults` entry, the command line, a sweep parameter); and a recipe's
 
 from __future__ import annotations
 
+import itertools
 import re
 from importlib.resources import files
 from pathlib import Path
@@ -17,6 +18,7 @@ SELECTABLE = frozenset(
     p.name for p in Path(str(files("topl.conf"))).iterdir() if p.is_dir() and p.name[0] not in "_."
 )
 OPTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a group's option, a recipe's name
+MAX_SWEEP_VALUES = 10_000  # values one key sweeps (a recipe's sweep, `plan`, `launch -m`)
 
 
 def sweep_params(data: Any) -> dict[str, Any]:
@@ -36,6 +38,7 @@ def sweep_points(data: Any, where: str) -> Iterator[dict[str, Any]]:
         return
     # lazy: Hydra's override grammar only for a recipe that sweeps
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
@@ -52,8 +55,22 @@ def sweep_points(data: Any, where: str) -> Iterator[dict[str, Any]]:
         group = ov.key_or_group
         if ov.is_sweep_override() and not ov.is_discrete_sweep():
             values: list[Any] = []  # interval() / range over floats: numbers, nothing to name
+        elif isinstance(ov.value(), Glob):  # patterns over a group's option names, never paths
+            patterns = [*ov.value().include, *ov.value().exclude]
+            paths = [
+                p for p in patterns if not OPTION_NAME.match(p.replace("*", "x").replace("?", "x"))
+            ]
+            if paths:
+                check_option(f"hydra.sweeper.params.{key}", group, paths, where)
+            continue
         elif ov.is_sweep_override():
-            values = list(ov.sweep_iterator())
+            values = list(itertools.islice(ov.sweep_iterator(), MAX_SWEEP_VALUES + 1))
+            if len(values) > MAX_SWEEP_VALUES:  # listed whole, range(1,100000000) hung `check`
+                raise ToplError(
+                    f"hydra.sweeper.params.{key}: a sweep of more than {MAX_SWEEP_VALUES:,} values",
+                    where=where,
+                    fix=f"sweep at most {MAX_SWEEP_VALUES:,} values per key",
+                )
         else:
             values = [ov.value()]
         if "/" in group or "@" in group or group.lstrip("+~") in (*SELECTABLE, "recipe"):

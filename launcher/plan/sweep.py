@@ -24,6 +24,7 @@ from topl.launcher.compose.hydra import compose_job
 from topl.launcher.compose.recipes import available
 from topl.launcher.compose.sources import GROUPS, loader_for
 from topl.launcher.compose.untrusted import guard_overrides
+from topl.launcher.compose.untrusted_options import MAX_SWEEP_VALUES
 from topl.launcher.contract import evaluate
 from topl.launcher.plan.cost import step_cost
 from topl.launcher.plan.interp import Interp, collect, resolve, stale
@@ -69,7 +70,6 @@ Item = tuple[str, str, Any]  # (override text, key, typed value)
 Base = tuple[Composed, JobSpec, list[Interp]]
 
 
-MAX_VALUES = 10_000  # values one key sweeps
 MAX_POINTS = 1_000_000  # points of one sweep (the planner takes tens of thousands a second)
 
 
@@ -106,12 +106,14 @@ def iter_items(overrides: list[str]) -> Iterator[tuple[Item, ...]]:
                 )
             # one list of strings, each parsed back: shuffle() reorders every iterator afresh, so
             # zipping sweep_string_iterator with sweep_iterator pairs strings with other values
-            texts = list(itertools.islice(ov.sweep_string_iterator(), MAX_VALUES + 1))
-            if len(texts) > MAX_VALUES:  # range(1,100000000) was listed whole: a hang (issue 48)
+            texts = list(itertools.islice(ov.sweep_string_iterator(), MAX_SWEEP_VALUES + 1))
+            if (
+                len(texts) > MAX_SWEEP_VALUES
+            ):  # range(1,100000000) was listed whole: a hang (issue 48)
                 raise ToplError(
-                    f"a sweep of more than {MAX_VALUES:,} values for {key}",
+                    f"a sweep of more than {MAX_SWEEP_VALUES:,} values for {key}",
                     where=ov.input_line,
-                    fix=f"sweep at most {MAX_VALUES:,} values per key (range(a,b,step) thins one)",
+                    fix=f"sweep at most {MAX_SWEEP_VALUES:,} values per key (range(a,b,step) thins one)",
                 )
             if ov.key_or_group == "recipe" and isinstance(ov.value(), Glob):
                 texts = ov.value().filter(list(available()))  # recipes live outside conf/

@@ -52,6 +52,18 @@ def test_a_sweep_parameter_naming_a_yaml_outside_conf_runs_nothing(tmp_path):
         assert "Traceback" not in p.stderr and not canary.exists()
 
 
+def test_a_glob_sweep_parameter_is_names_and_a_huge_one_is_refused(tmp_path):
+    """glob() needed Hydra's config loader (a traceback); range(1,100000000) was listed whole
+    (a hang in `check`) (issue 48 probes)."""
+    for bad, said in (
+        ("model: glob(../../x/*)", "not names"),
+        ("train.steps: range(1,100000000)", "more than 10,000 values"),
+    ):
+        with pytest.raises(ToplError, match=said):
+            compose_job([f"recipe={_recipe(tmp_path, bad)}"])
+    compose_job([f"recipe={_recipe(tmp_path, 'model: glob(qwen3_4*,exclude=x?)')}"])
+
+
 @pytest.mark.parametrize(
     "override", ["model=../../x/evil", "model=qwen3_4b,../x", "hydra.sweeper.params.model=/x/y"]
 )
