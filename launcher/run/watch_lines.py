@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Iterator
@@ -62,7 +63,11 @@ class Tail:
     its end in chunks of at most CHUNK_CAP: the whole file, in bounded memory."""
 
     def __init__(self, path: Path):
-        self.path, self.pos, self.buf = path, 0, ""
+        self.path, self.ident = path, (0, 0)
+        self._restart()
+
+    def _restart(self) -> None:
+        self.pos, self.buf = 0, ""
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a split character
 
     def batches(self, final: bool = False) -> Iterator[list[str]]:
@@ -78,6 +83,12 @@ class Tail:
 
     def _read(self, f) -> Iterator[list[str]]:
         with f:
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.pos:
+                # another file under the name, or this one cut short (a restarted job rewrote
+                # it): read it from its start, or its new lines were lost (issue 48 probe)
+                self.ident = (st.st_dev, st.st_ino)
+                self._restart()
             f.seek(self.pos)
             while chunk := f.read(watch_io.CHUNK_CAP):
                 self.pos = f.tell()

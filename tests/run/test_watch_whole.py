@@ -142,6 +142,25 @@ def test_an_ended_runs_off_policy_step_is_never_lost(tmp_path, capsys, text):
     assert (row["first_nonzero_step"], row["logdiff_max"]) == (3, 1e-3)
 
 
+@pytest.mark.parametrize("how", ["rewritten shorter", "replaced by another file"])
+def test_a_metrics_file_rewritten_under_the_watch_is_read_from_its_start(tmp_path, how):
+    """A restarted job rewriting metrics.jsonl shorter was read from the old offset: its
+    off-policy step was never seen (issue 48 probe)."""
+    d = _run_dir(tmp_path, {"state": "running"})
+    m = d / "metrics.jsonl"
+    m.write_text("".join(_line(s, 0) + "\n" for s in range(1, 6)))
+    w = watch.Watcher(d, strict=True)
+    assert len([k for k, _ in w.poll() if k == "step"]) == 5
+    if how == "rewritten shorter":
+        m.write_text(_line(6, 1e-3) + "\n")
+    else:
+        new = d / "new"
+        new.write_text("".join(_line(s, 0) + "\n" for s in range(1, 9)) + _line(6, 1e-3) + "\n")
+        os.replace(new, m)
+    w.poll()
+    assert w.reason and w.reason.startswith("step 6"), w.reason
+
+
 def test_a_running_runs_partial_last_line_waits(tmp_path):
     d = _run_dir(tmp_path, {"state": "running"})
     (d / "metrics.jsonl").write_text(_line(1, 0) + "\n" + _line(2, 1e-3)[:-5])
