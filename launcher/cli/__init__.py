@@ -39,6 +39,7 @@ commands:
             (--no-stop, --strict, --once, --json, --interval S)
   compare   runs or sweeps side by side: verdict, steps, logdiff, reward, step time vs plan --rank's
             (--json, --csv, --sort KEY [--desc], --plot OUT.png)
+  runs      the runs under RUN_ROOT (default ./runs), newest first: state, steps, logdiff (--json)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
@@ -87,6 +88,7 @@ COMMANDS = (
     "diagnose",
     "watch",
     "compare",
+    "runs",
 )
 
 
@@ -163,7 +165,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if cmd != "rules":  # the one command that reads nothing relative to it
             _working_directory()
-        if cmd not in ("rules", "diagnose", "compare"):
+        if cmd not in ("rules", "diagnose", "compare", "runs"):
             check_sweeper_discoverable()
         with lifecycle.signals_interrupt():  # SIGTERM unwinds like Ctrl-C: children go with us
             return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)

@@ -128,7 +128,8 @@ HELP = {
         "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots",
     ),
     "watch": (
-        "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S] [--stop]",
+        "topl watch [RUN_DIR] [--no-stop] [--strict] [--once] [--json] [--interval S] [--stop]",
+        "Without RUN_DIR: the runs under ./runs, newest first (= `topl runs`), and how to pick one. "
         "Follow a job to its end: logdiff, reward and ratio per step and the guard's record of "
         "every verl process; in strict mode stop the job on the first step whose max logdiff is "
         "not exactly 0 (or is missing) and write why into the run's status.json. A Ray job "
@@ -144,6 +145,16 @@ HELP = {
         "  --stop           stop the job now (Ray: stop_job, Slurm: scancel, else SIGTERM to its "
         "topl) and wait for its end to be recorded",
         "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
+    ),
+    "runs": (
+        "topl runs [RUN_ROOT] [--json]",
+        "The runs `topl launch` wrote under RUN_ROOT (default: ./runs, the run_root it writes to), "
+        "newest first, sweep points included: name, state, steps, max |Δ log p|, started, backend. "
+        "Read only: a run whose status says running while its topl is gone is shown so (`topl "
+        "watch RUN_DIR` records its end).",
+        "  --json           {root, runs: [{name, run_dir, state, topl_gone, steps, logdiff_max,\n"
+        "                   started, backend}]}",
+        "  topl runs\n  topl runs /data/runs --json\n  topl watch runs/NAME   # follow one",
     ),
     "compare": (
         "topl compare PATH... [--json | --csv] [--sort KEY [--desc]] [--plot OUT.png]",
@@ -174,6 +185,7 @@ def text(cmd: str) -> str:
         "diagnose",
         "watch",
         "compare",
+        "runs",
     ):  # these take no Hydra overrides
         out += f"\n{OVERRIDES}\n"
     return out + f"\nexamples:\n{examples}\n"
