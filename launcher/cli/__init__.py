@@ -27,6 +27,7 @@ commands:
                    --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly),
                    --watch (follow logdiff/reward live; strict: stop on the first logdiff != 0),
                    --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
+                   --resume RUN_DIR (an interrupted or failed run again, its identity kept)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
   rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints, --doctor)

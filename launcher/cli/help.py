@@ -17,7 +17,8 @@ OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/overri
 HELP = {
     "launch": (
         "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] [--skip-deep] "
-        "[--unsafe-hydra-overrides] [HYDRA FLAGS]",
+        "[--unsafe-hydra-overrides] [HYDRA FLAGS]\n       topl launch --resume RUN_DIR "
+        "[--follow] [--watch] [--skip-doctor]",
         "Validate the spec, write a new run directory, start the backend (local reference "
         "engines, subprocess, or a Ray job).",
         """  --dry-run        write the run directory and print the command; start nothing
@@ -27,6 +28,10 @@ HELP = {
   --skip-deep      remote backends dry-run the declared verl's start-up checks first (where
                    that verl is installed or cached: docs/startup.md); this skips it, loudly
   --unsafe-hydra-overrides  allow hydra.callbacks / logging / config-dir overrides (they run code)
+  --resume RUN_DIR an interrupted or failed run again, in its own directory, from its own config
+                   (.hydra/config.yaml, checked again): same experiment name and tracker tags, verl
+                   told trainer.resume_mode=auto (its latest checkpoint); the attempt before moves
+                   to RUN_DIR/attempts/N/. Not the local backend (it writes no checkpoints)
   -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
                    one line per point, then a table numbered as the run directories
   --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own
@@ -34,7 +39,8 @@ HELP = {
         """  topl launch                                        # the embedded default, here
   topl launch recipe=qwen3_30b_a3b_grpo_a3_strict --dry-run
   topl launch recipe=qwen3_4b_grpo_a3_strict cluster.ray_address=http://HEAD:8265 --follow
-  topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
+  topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run
+  topl launch --resume runs/20261203-120000-000000-qwen3_4b_grpo_strict""",
     ),
     "check": (
         "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
