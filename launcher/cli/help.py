@@ -43,18 +43,23 @@ HELP = {
   topl launch --resume runs/20261203-120000-000000-qwen3_4b_grpo_strict""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
+        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings] [-o FILE.yaml [--force]]] "
+        "[--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
         "  -q, --quiet      errors only: nothing when accepted\n"
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
         "  --fix=warnings   the same, clearing warnings too\n"
+        "  -o FILE.yaml     with --fix: write the fixed spec as a recipe (your recipe, your overrides\n"
+        "                   and the fix's), then say what `topl check recipe=FILE.yaml` says\n"
+        "  --force          replace an existing FILE.yaml\n"
         "  --deep           also dry-run the declared verl's own start-up checks on CPU (a few\n"
         "                   seconds; fetches that verl's wheel with pip if needed): docs/startup.md",
         """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json
-  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix -o fixed.yaml""",
     ),
     "render": (
         "topl render [OVERRIDES] [--json] [-q|--quiet]",
