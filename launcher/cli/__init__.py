@@ -44,6 +44,7 @@ commands:
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
+  topl --completion bash|zsh   shell completion: eval "$(topl --completion bash)" in ~/.bashrc
 
 examples:
   topl launch                                   # the embedded default: true on-policy GRPO here
@@ -150,6 +151,17 @@ def _main(argv: list[str] | None) -> int:
         )  # lazy: the entry point imports only what the command asked for uses
 
         print(version())
+        return 0
+    if argv[0] == "--completion":
+        from topl.launcher.cli.completion import (
+            script,
+        )  # lazy: the entry point imports only what the command asked for uses
+
+        try:
+            print(script(argv[1] if len(argv) > 1 else "", COMMANDS), end="")
+        except ToplError as e:
+            print(e.render(), file=sys.stderr)
+            return 2
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
