@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.console import print_violations
 from topl.launcher.base.errors import ERROR, INFO, WARNING, ToplError
@@ -107,7 +107,7 @@ def main(args: list[str]) -> int:
     return 0 if ok else 2
 
 
-def _write_recipe(path: Path, overrides: list[str], fix: Fix | None, force: bool) -> dict:
+def _write_recipe(path: Path, overrides: list[str], fix: Fix | None, force: bool) -> dict[str, Any]:
     """-o: the recipe the fix makes (cli/fix_recipe.py), and `topl check recipe=PATH`'s verdict."""
     from topl.launcher.cli import fix_recipe  # lazy: Hydra's override parser only with -o
     from topl.launcher.cli.recipes import write_private  # lazy: the importer only with -o
