@@ -10,9 +10,10 @@ trainer loads the latest `global_step_N` under trainer.default_local_dir
 the V1 trainer: verl/trainer/ppo/v1/trainer_base.py:_load_checkpoint; verl@0.8.0:
 verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._load_checkpoint), "Training from scratch" when
 there is none. topl renders neither key: the resumed command sets resume_mode=auto explicitly (a
-recipe's `disable` would start over) and leaves default_local_dir as the run had it
-(checkpoints/PROJECT/EXPERIMENT, relative to the driver's working directory, so the same experiment
-name finds the same checkpoints). The local embedded backend writes no checkpoints: refused.
+recipe's `disable` would start over) and, for the subprocess backend, default_local_dir to where
+the first attempt saved them (checkpoint_dir: the same experiment name under the directory topl
+was launched in, so a resume from another directory finds them). The local embedded backend
+writes no checkpoints: refused.
 
 The files of the attempt before (verl.log, metrics.jsonl, which verl's file logger truncates, the
 command, the guard's and the doctor's records, a job id) move to RUN_DIR/attempts/N/ first: nothing
@@ -42,6 +43,7 @@ from topl.launcher.spec.job import JobSpec, is_strict
 
 RESUMABLE = ("failed", "interrupted")
 RESUME_KEY = "trainer.resume_mode"  # verl's (module docstring); `auto`: the latest checkpoint
+CKPT_KEY = "trainer.default_local_dir"  # where verl saves and finds them (checkpoint_dir)
 # what one attempt writes into the run directory (backends/, launch.py:doctor_ok)
 ATTEMPT_FILES = (
     *("verl.log", "metrics.jsonl", "command.sh", "invocation.json", "env.json", "doctor.json"),
@@ -146,7 +148,29 @@ def resumed_spec(composed: Composed, run_dir: Path) -> JobSpec:
     ident = identity.of(composed, run_dir, text, point_of(run_dir))
     spec = identity.stamp(spec, composed, ident)
     verl = {k: v for k, v in spec.verl_overrides.items() if k.lstrip("+") != RESUME_KEY}
-    return dataclasses.replace(spec, verl_overrides={**verl, RESUME_KEY: "auto"})
+    verl[RESUME_KEY] = "auto"
+    pinned = checkpoint_dir(spec, run_dir)
+    if pinned is not None:
+        verl[CKPT_KEY] = pinned
+    return dataclasses.replace(spec, verl_overrides=verl)
+
+
+def checkpoint_dir(spec: JobSpec, run_dir: Path) -> str | None:
+    """Where the first attempt's verl saved its checkpoints, absolute: verl's default
+    `checkpoints/${trainer.project_name}/${trainer.experiment_name}` (verl@0.9.1:verl/trainer/
+    config/ppo_trainer.yaml:trainer.default_local_dir; verl@0.8.0 the same), joined to the
+    driver's working directory (RayPPOTrainer._load_checkpoint: os.getcwd()); the subprocess
+    backend's driver ran where topl was launched (topl.json's cwd). None where topl cannot know
+    it: another backend (the driver's directory is the cluster's), a run written before topl
+    recorded cwd, or these keys set in verl_overrides."""
+    topl = _yaml(run_dir / "topl.json")
+    cwd = topl.get("cwd") if isinstance(topl, dict) else None
+    names = ("trainer.project_name", "trainer.experiment_name", CKPT_KEY)
+    if backends.of(spec).traits.name != "subprocess" or not isinstance(cwd, str):
+        return None
+    if any(k.lstrip("+") in names for k in flatten(spec.verl_overrides)):
+        return None
+    return str(Path(cwd) / "checkpoints" / spec.project / spec.experiment)
 
 
 def set_aside(run_dir: Path) -> Path:

@@ -192,6 +192,7 @@ def _write(
                     "git_sha": git_sha(),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "argv": sys.argv,
+                    "cwd": os.getcwd(),  # verl's relative checkpoint dir (launcher/run/resume.py)
                     "overrides": composed.overrides,
                     "recipe": composed.recipe,
                     "choices": composed.choices,

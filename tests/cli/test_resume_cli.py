@@ -42,15 +42,20 @@ def experiment(command: str) -> str:
     return next(w for w in command.split() if w.startswith("trainer.experiment_name="))
 
 
-def test_resume_keeps_the_identity_and_resumes_verl(written, capsys):
+def test_resume_keeps_the_identity_and_resumes_verl(written, capsys, tmp_path, monkeypatch):
     run = written("cluster.backend=subprocess", "collective=hccl_strict")
     before = (run / "command.sh").read_text()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # resumed from another directory
     assert main(["launch", "--resume", str(run), "--skip-doctor"]) == 0
     out = capsys.readouterr().out
     assert "trainer.resume_mode=auto" in out  # what the fake verl was given
     now = (run / "command.sh").read_text()
     assert "trainer.resume_mode=auto" in now and "resume_mode" not in before
     assert experiment(now) == experiment(before)  # the same experiment: the same checkpoints
+    # verl's relative default, checkpoints/PROJECT/EXPERIMENT, where the first attempt ran
+    name = experiment(now).split("=", 1)[1]
+    assert f"trainer.default_local_dir={tmp_path}/checkpoints/topl/{name}" in now.replace("'", "")
     st = json.loads((run / "status.json").read_text())
     assert (st["state"], st["attempt"]) == ("succeeded", 2)
     assert (run / "attempts" / "1" / "verl.log").read_text() == "the attempt before\n"
