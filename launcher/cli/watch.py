@@ -142,7 +142,7 @@ def _pick(as_json: bool) -> int:
 
 
 def _run_dir(rest: list[str]) -> Path:
-    fix = "topl watch outputs/DATE/TIME (the directory `topl launch` printed)"
+    fix = "`topl runs` lists the run directories (newest first); topl watch RUN_DIR"
     if len(rest) != 1 or not Path(rest[0]).is_dir():
         raise ToplError(
             f"topl watch needs one run directory, got {rest!r}", where="command line", fix=fix

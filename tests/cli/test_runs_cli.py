@@ -73,3 +73,9 @@ def test_watch_alone_lists_the_runs_and_says_how_to_pick(tmp_path, capsys, monke
     assert "pick one: topl watch runs/20261203-killed" in out
     assert main(["watch", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 3
+
+
+def test_watch_on_a_missing_directory_points_at_topl_runs(tmp_path, capsys):
+    assert main(["watch", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "`topl runs` lists the run directories" in err and "outputs/DATE" not in err
