@@ -179,7 +179,14 @@ def set_aside(run_dir: Path) -> Path:
     attempts.mkdir(mode=0o700, exist_ok=True)
     n = 1 + sum(1 for p in attempts.iterdir() if p.name.isdigit())
     dest = attempts / str(n)
-    dest.mkdir(mode=0o700)
+    try:
+        dest.mkdir(mode=0o700)  # exclusive: two resumes of one run never share an attempt
+    except FileExistsError:
+        raise ToplError(
+            f"another --resume of {run_dir} is under way ({dest} appeared meanwhile)",
+            where=f"--resume {run_dir}",
+            fix=f"follow that one: topl watch {run_dir}",
+        ) from None
     names = [*ATTEMPT_FILES, *(p.name for p in run_dir.glob("slurm-*.out"))]
     for name in names:
         if (run_dir / name).exists():
