@@ -81,3 +81,24 @@ def test_resume_refuses_what_it_cannot_resume(written, capsys):
     err = capsys.readouterr().err
     assert "config no longer validates" in err and "two" in err
     assert not (bad / "attempts" / "1").exists()  # refused before anything moved
+
+
+def test_a_run_whose_topl_is_gone_is_resumed_a_live_one_is_not(written, capsys):
+    import os
+    import socket
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = written("cluster.backend=subprocess", "collective=hccl_strict")
+    host = socket.gethostname()
+    (run / "status.json").write_text(
+        json.dumps({"state": "running", "pid": os.getpid(), "host": host})
+    )
+    assert main(["launch", "--resume", str(run), "--skip-doctor"]) == 2
+    assert "still running" in capsys.readouterr().err
+    (run / "status.json").write_text(
+        json.dumps({"state": "running", "pid": dead.pid, "host": host})
+    )
+    assert main(["launch", "--resume", str(run), "--skip-doctor"]) == 0
+    assert json.loads((run / "status.json").read_text())["state"] == "succeeded"
