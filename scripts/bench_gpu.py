@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
-from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul
+from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul, small_plan
 from topl.kernels.model import QWEN3_30B_A3B as Q
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
@@ -248,9 +248,11 @@ def matmul(ms):
     print("\n### Batch-invariant matmul vs torch.matmul (cuBLAS)\n")
     print(
         "*aligned*: `bi_matmul` as the engines call it (K in chunks of `K_CHUNK` added in order; plan "
-        "by M from `PLANS`: up to M = 256 pointer-fed tiles split over K chunks by the grid "
-        "(`small_plan`), the persistent TMA kernel above (*GPU* runs pass `graph=True`); every plan "
-        "the same bits); *before*: the previous round's order (K unchunked) and plan; *fixed*: the "
+        "by M: up to M = 16 the transposed tile (W's rows on the MMA's 64-row side, `swap_plan`), "
+        "pointer-fed; up to M = 256 the TMA-fed transposed tile where *GPU* runs pass `graph=True` "
+        "(64-row token tiles split by `small_plan` in eager calls), the persistent TMA kernel above; "
+        "every plan the same bits); *before*: the previous round's plan (64-row token tiles up to "
+        "M = 256), the same order; *fixed*: the "
         "one 128x128x64 pointer-fed plan for every M (what non-Hopper GPUs run); *bits*: aligned "
         "equal to fixed. *GPU*: one call replayed in a CUDA graph; *with launch*: `do_bench`, Python "
         "launch included (small M is launch-bound).\n"
@@ -270,7 +272,7 @@ def matmul(ms):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ta = graph_bench(lambda: bi_matmul(x, w, graph=True))
             tb = graph_bench(lambda: x @ w.t())
-            t0 = graph_bench(lambda: bi_matmul(x, w, graph=True, kc=1 << 30, **_before(m, n)))
+            t0 = graph_bench(lambda: bi_matmul(x, w, graph=True, **_before(m, n, k)))
             fixed = dict(plan=MM_CONFIG, tma=False, split=0)
             tp = graph_bench(lambda: bi_matmul(x, w, **fixed))
             same = torch.equal(bi_matmul(x, w, graph=True), bi_matmul(x, w, **fixed))
@@ -347,14 +349,13 @@ def rollout(n_req: int):
     )
 
 
-def _before(m: int, n: int) -> dict:
-    """Round one's plan for M (GPU columns: graph=True), to time it beside the new one."""
+def _before(m: int, n: int, k: int) -> dict:
+    """Round two's plan for M (GPU columns: graph=True), to time it beside the new one: up to
+    M = 256 64-row token tiles, pointer-fed, split by `small_plan`; above it the same plans."""
     if m <= 256:
-        bn = next(
-            (b for b in (128, 64, 32) if triton.cdiv(m, 64) * triton.cdiv(n, b) >= 0.55 * 132), 32
-        )
-        return {"plan": (64, bn, 128, 4, 4), "tma": False, "split": 0}
-    return {"plan": (128, 128, 64, 8, 4) if m <= 2048 else (128, 256, 64, 8, 3), "tma": True}
+        bn, cpp = small_plan(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+        return {"plan": (64, bn, 128, 4, 3), "tma": False, "split": cpp}
+    return {}
 
 
 def main() -> None:

@@ -197,6 +197,13 @@ def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
     for tma, p in plans:
         assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)
+    # the transposed tile (W's rows on the MMA's 64-row side), pointer- or TMA-fed
+    for p, desc in itertools.product(
+        ((16, 64, 256, 4, 3), (64, 64, 128, 4, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)),
+        (False, True),
+    ):
+        got = bi_matmul(x, w, plan=p, tma=False, swap=True, desc=desc)
+        assert torch.equal(got, ref), ("swap", p, desc)
 
 
 def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():
