@@ -33,6 +33,9 @@ def bench(fn) -> float:
 
 def graph_bench(fn) -> float:
     fn()  # compile outside the capture
+    # do_bench_cudagraph runs on a stream of its own: let this call end first (split-K and the
+    # fused fold share one arrival-count buffer per device, which two streams at once would race on)
+    torch.cuda.synchronize()
     return triton.testing.do_bench_cudagraph(fn, rep=100) * 1e-3
 
 
