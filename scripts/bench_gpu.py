@@ -19,7 +19,8 @@ import torch.nn.functional as F
 import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
-from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul, small_plan
+from topl.kernels.gpu.mm_plans import MM_CONFIG, TMA_PLANS, small_plan
+from topl.kernels.gpu.ops import K_CHUNK, bi_matmul
 from topl.kernels.model import QWEN3_30B_A3B as Q
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
@@ -291,8 +292,6 @@ def matmul(ms):
 def matmul_plans():
     """Each persistent TMA plan's time at M = 16 and M = 8192 (qkv_proj), and whether it gives the
     bits of the first."""
-    from topl.kernels.gpu.ops import TMA_PLANS
-
     print(f"\n### Matmul tile plans (qkv_proj {HID} -> {QKV_N}): time and bits vs the first plan\n")
     print(
         "| plan (BM, BN, BK, warps, stages) | M=16 ms | M=8192 ms | same bits as plan 0 (M=8192) |\n|---|---|---|---|"
@@ -356,7 +355,8 @@ def _before(m: int, n: int, k: int) -> dict:
     """Round two's plan for M (GPU columns: graph=True), to time it beside the new one: up to
     M = 256 64-row token tiles, pointer-fed, split by `small_plan`; above it the same plans."""
     if m <= 256:
-        bn, cpp = small_plan(m, n, k, torch.cuda.get_device_properties(0).multi_processor_count)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        bn, cpp = small_plan(m, n, triton.cdiv(k, K_CHUNK), sms)
         return {"plan": (64, bn, 128, 4, 3), "tma": False, "split": cpp}
     return {}
 

@@ -187,7 +187,8 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
     TMA-fed or pointer-fed, on the same rows, every element compared."""
-    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS, bi_matmul
+    from topl.kernels.gpu.mm_plans import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS
+    from topl.kernels.gpu.ops import bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)

@@ -55,7 +55,8 @@ def test_bi_matmul_split_k_gives_the_bits_of_every_other_plan(k, n):
     """Small M splits K over programs (chunks of K_CHUNK, partials added in chunk order by the
     last program): every split, tile width and stage count gives the rows of the large-M TMA
     plan, call after call."""
-    from topl.kernels.gpu.ops import SMALL_BN, bi_matmul
+    from topl.kernels.gpu.mm_plans import SMALL_BN
+    from topl.kernels.gpu.ops import bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
