@@ -28,7 +28,7 @@ from topl.kernels.gpu.mm_plans import (
 )
 
 # The one reduction order: K in chunks of K_CHUNK (the last one shorter), added in chunk order.
-# Every plan below and every M use it; only this constant (and K) sets an element's additions, so
+# Every plan (mm_plans.py) and every M use it; only this constant (and K) sets an element's additions, so
 # no environment variable may change it (training and rollout processes must agree). 1024 over 512
 # on an H200: fewer chunk ends at large M, enough programs at small M.
 K_CHUNK = 1024
@@ -66,7 +66,8 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
     the last program of the tile to finish (arrival count in CNT) adds all of them in chunk order
     and resets the count: one launch, and the additions of the unsplit form. The K loop is one
     flat loop with the chunk end under a condition (a loop per chunk restarts the load pipeline
-    at every chunk: H200, qkv_proj M = 16, 9.1 vs 8.1 us)."""
+    at every chunk: H200, qkv_proj M = 16, 9.1 vs 8.1 us). SWAP: the tile transposed, BM tokens
+    on the MMA's narrow side against BN rows of W; TMA: X and W tiles from the descriptors XD, WD."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
