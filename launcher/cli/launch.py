@@ -87,7 +87,11 @@ def _quoted(value: str) -> str:
 def main(args: list[str]) -> int:
     from topl.launcher.compose.hydra import split_recipe  # lazy: Hydra only when this runs
 
-    flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
+    flags, rest = parse(
+        args, flags=TOPL_FLAGS, options={"--resume": None}, passthrough=HYDRA_APP_FLAGS
+    )
+    if flags.resume is not None:
+        return _resume(flags, rest)
     hydra_flags, overrides = split_hydra_flags(rest)
     bad = [f for f in hydra_flags if f.split("=")[0] in UNSAFE_HYDRA_FLAGS]
     if bad and not flags.unsafe_hydra_overrides:
@@ -192,6 +196,35 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     return ctx.rc
 
 
+def _resume(flags, rest: list[str]) -> int:
+    """--resume RUN_DIR: the run's own config, in its own directory (launcher/run/resume.py)."""
+    from pathlib import Path
+
+    from topl.launcher.run import resume  # lazy: only --resume reads a run's config back
+
+    if rest or flags.dry_run:
+        raise ToplError(
+            f"--resume re-runs the run's own config; it takes no {' '.join(rest) or '--dry-run'}",
+            where="command line",
+            fix=f"topl launch --resume {flags.resume} (or a new run: topl launch OVERRIDES)",
+        )
+    run_dir = Path(flags.resume)
+    if not run_dir.is_dir():
+        raise ToplError(
+            f"--resume {run_dir}: no such run directory",
+            where="command line",
+            fix="topl runs lists the runs (their state, newest first)",
+        )
+    ctx = LaunchContext(
+        follow=flags.follow or flags.watch,
+        skip_doctor=flags.skip_doctor,
+        watch=flags.watch,
+        say=say,
+    )
+    with signals_interrupt():
+        return resume.run(ctx, run_dir.absolute())
+
+
 def _deep(composed, skip: bool) -> list:
     """Remote backends: the declared verl's own start-up checks (contract/dryrun) before anything
     is submitted, where that verl is installed here or its wheel cached (never fetched here:
@@ -246,6 +279,11 @@ def say(event: str, **data) -> None:
         )
     elif event == "phase":  # a pre-check that may take a while: said as it starts
         print(f"topl: {data['text']}", file=sys.stderr, flush=True)
+    elif event == "resumed":
+        print(
+            f"topl: resuming {data['run_dir']} (verl: trainer.resume_mode=auto; the attempt before "
+            f"is in {data['before']})"
+        )
     elif event == "follow_hint":
         print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
     else:  # a new event the CLI does not know yet: shown, never dropped

@@ -28,7 +28,7 @@ def test_help_on_every_command(cmd):
     r = _help_run(cmd)(cmd, "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"usage: topl {cmd}") and "examples:" in r.stdout, r.stdout
-    takes_overrides = cmd not in ("rules", "recipes", "diagnose", "watch", "compare")
+    takes_overrides = cmd not in ("rules", "recipes", "diagnose", "watch", "compare", "runs")
     assert ("override_grammar" in r.stdout and "key=value" in r.stdout) == takes_overrides
     if cmd == "launch":  # topl's own flags, then Hydra's help (the config groups)
         for flag in ("--dry-run", "--follow", "--skip-doctor", "-m, --multirun"):
