@@ -243,6 +243,14 @@ CASES = {
         [*REL, f"+verl_overrides.{ARR}.actor.megatron.use_mbridge=true"],
     ),
     "TOP-INIT-016": ([*REL, "algorithm.gen_batch_size=3"], [*REL, "algorithm.gen_batch_size=8"]),
+    "TOP-INIT-017": (
+        ["recipe=qwen3_4b_grpo_a2_strict", "algorithm.policy_loss=dro"],  # verl 0.8.0: no `dro`
+        [*REL, "algorithm.policy_loss=dro"],
+    ),
+    "TOP-INIT-018": (
+        [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size=4"],
+        [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size_per_gpu=4"],
+    ),
 }
 
 
