@@ -6,7 +6,7 @@ skips them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import Outcome, rule
@@ -116,3 +116,97 @@ def micro_once(s: JobSpec) -> Outcome:
     return "verl refuses both sizes of one micro batch (ValueError: You have set both ...): " + (
         "; ".join(both)
     )
+
+
+RC = "algorithm.rollout_correction"
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def is_threshold_problem(spec: Any) -> str | None:
+    """verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py:_parse_rollout_is_threshold (0.8.0 and
+    0.9.0 the same): a number, or "upper" / "lower_upper", each bound positive, lower <= upper."""
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        return "must be a float or a string threshold specification"
+    if isinstance(spec, str):
+        parts = spec.strip().split("_", 1) if "_" in spec else [spec.strip()]
+        got = [_number(p) for p in parts]
+        if not spec.strip() or None in got:
+            return f"invalid threshold {spec!r}"
+        lower, upper = (got[0], got[1]) if len(got) == 2 else (None, got[0])
+    else:
+        lower, upper = None, float(spec)
+    assert upper is not None
+    if upper <= 0 or (lower is not None and lower <= 0):
+        return f"bounds must be positive, got {spec!r}"
+    if lower is not None and lower > upper:
+        return f"lower bound must be <= upper bound, got {spec!r}"
+    return None
+
+
+def rs_threshold_problem(options: str, spec: Any, ordered: bool) -> str | None:
+    """verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py:_parse_rollout_rs_thresholds: one
+    threshold or one per option; a k1 option takes "lower_upper" (or "upper": lower = 1/upper),
+    the others one upper bound; each positive; lower <= upper only from 0.9.0 (`ordered`)."""
+    opts = list(dict.fromkeys(o.strip() for o in str(options).split(",") if o.strip()))
+    if spec is None:
+        return "rollout_rs_threshold must be provided for rejection sampling"
+    specs = [s.strip() for s in str(spec).split(",") if s.strip()]
+    if len(specs) not in (1, len(opts)):
+        return f"expects one threshold or {len(opts)} (one per rollout_rs option), got {spec!r}"
+    specs = specs * len(opts) if len(specs) == 1 else specs
+    for opt, s in zip(opts, specs):
+        if opt.endswith("k1"):
+            parts = s.split("_", 1) if "_" in s else [None, s]
+            upper = _number(parts[1] or "")
+            lower = (1.0 / upper if upper else None) if parts[0] is None else _number(parts[0])
+        elif "_" in s:
+            return f"option {opt!r} takes a single upper bound, got {s!r}"
+        else:
+            lower, upper = 1.0, _number(s)
+        if upper is None or lower is None:
+            return f"invalid threshold {s!r} for option {opt!r}"
+        if upper <= 0 or lower <= 0:
+            return f"thresholds for option {opt!r} must be positive, got {s!r}"
+        if ordered and opt.endswith("k1") and lower > upper:
+            return f"thresholds for option {opt!r} must be lower <= upper, got {s!r}"
+    return None
+
+
+@rule(
+    "TOP-INIT-019",
+    ERROR,
+    "the rollout-correction thresholds parse as the declared verl parses them on step 1",
+    ("alignment.rollout_correction", *USER),
+    "give rollout_is_threshold as a positive number or 'lower_upper' with lower <= upper, and "
+    "rollout_rs_threshold one positive bound per rollout_rs option ('lower_upper' for k1 options)",
+)
+def correction_thresholds(s: JobSpec) -> Outcome:
+    """compute_rollout_correction_and_rejection_mask parses the thresholds on the first step's
+    batch (verl@0.9.1:verl/trainer/ppo/rollout_corr_helper.py:_parse_rollout_is_threshold,
+    _parse_rollout_rs_thresholds; 0.8.0 the same without the rs lower <= upper check). bypass_mode
+    skips the correction."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    if get(f"{RC}.bypass_mode"):
+        return None
+    bad = []
+    if get(f"{RC}.rollout_is"):
+        why = is_threshold_problem(get(f"{RC}.rollout_is_threshold"))
+        if why:
+            note(s, cmd.entry(f"{RC}.rollout_is"), cmd.entry(f"{RC}.rollout_is_threshold"))
+            bad.append(f"{RC}.rollout_is_threshold: {why}")
+    if get(f"{RC}.rollout_rs"):
+        ordered = schema_for(s).version != "0.8.0"
+        why = rs_threshold_problem(
+            get(f"{RC}.rollout_rs"), get(f"{RC}.rollout_rs_threshold"), ordered
+        )
+        if why:
+            note(s, cmd.entry(f"{RC}.rollout_rs"), cmd.entry(f"{RC}.rollout_rs_threshold"))
+            bad.append(f"{RC}.rollout_rs_threshold: {why}")
+    return "; ".join(bad) or None

@@ -41,7 +41,8 @@ VO = "verl_overrides.actor_rollout_ref."
 KL = ["algorithm.use_kl_loss=true", V + "ref.log_prob_use_dynamic_bsz=false"]
 DYN = ["train.use_dynamic_bsz=true"]
 WORLD = ("cluster.devices_per_node",)
-IS = "+verl_overrides.algorithm.rollout_correction.rollout_is"
+RC = "+verl_overrides.algorithm.rollout_correction"
+IS, RS = RC + ".rollout_is", RC + ".rollout_rs"
 # the files of the checks, below verl/
 CONFIG, ACTOR, ROLLOUT = "utils/config.py", "workers/config/actor.py", "workers/config/rollout.py"
 WORKERS, SPLIT = "workers/engine_workers.py", "workers/engine/utils.py"
@@ -173,11 +174,21 @@ _SPEC = [
      ["+verl_overrides.reward.reward_manager.name=no_such"],
      ("verl_overrides.reward.reward_manager.name",), {"0.9.1": 52, "0.8.0": 52},
      "experimental/reward_loop/reward_manager/registry.py", "rule"),
-    # 32: rollout-correction thresholds: only verl's own parser (the dry run) reads them
+    # 32: rollout-correction thresholds, parsed on step 1 (TOP-INIT-019; the dry run calls the
+    # parsers)
     ("is_threshold_negative", 32, "M", [IS + "=token", IS + "_threshold=-1.0"],
-     (IS[1:] + "_threshold",), {"0.9.1": 122}, CORR, "dry"),
+     (IS[1:] + "_threshold",), {"0.9.1": 122, "0.8.0": 122}, CORR, "rule"),
     ("is_threshold_inverted", 32, "M", [IS + "=token", IS + "_threshold='2.0_1.0'"],
-     (IS[1:] + "_threshold",), {"0.9.1": 126}, CORR, "dry"),
+     (IS[1:] + "_threshold",), {"0.9.1": 126, "0.8.0": 126}, CORR, "rule"),
+    ("rs_threshold_inverted", 32, "M", [RS + "=token_k1", RS + "_threshold='2.0_0.5'"],
+     (RS[1:] + "_threshold",), {"0.9.1": 173}, CORR, "rule"),
+    ("rs_threshold_two_bounds_non_k1", 32, "M", [RS + "=seq_mean_k3", RS + "_threshold='0.5_2.0'"],
+     (RS[1:] + "_threshold",), {"0.9.1": 180, "0.8.0": 178}, CORR, "rule"),
+    # 4: router replay R2 records routes in the recompute that bypass mode skips (0.9.1 only;
+    # no topl field sets either: verl's validate_config, in the dry run, refuses it)
+    ("router_replay_r2_bypass", 4, "M",
+     [V + "actor.megatron.router_replay.mode=R2", RC + ".bypass_mode=true"],
+     (VO + "actor.megatron.router_replay.mode",), {"0.9.1": 82}, CONFIG, "dry"),
     # 33-34: the V1 trainer (verl 0.9)
     ("gen_batch_3", 33, "M", ["algorithm.gen_batch_size=3"],
      ("algorithm.gen_batch_size", "train.train_batch_size"), {"0.9.1": 1485}, V1, "rule"),
@@ -268,6 +279,9 @@ _NEAR = {
     "reward_manager_via_overrides": ["+verl_overrides.reward.reward_manager.name=naive"],
     "is_threshold_negative": [IS + "=token", IS + "_threshold=2.0"],
     "is_threshold_inverted": [IS + "=token", IS + "_threshold='0.5_2.0'"],
+    "rs_threshold_inverted": [RS + "=token_k1", RS + "_threshold='0.5_2.0'"],
+    "rs_threshold_two_bounds_non_k1": [RS + "=seq_mean_k3", RS + "_threshold=2.0"],
+    "router_replay_r2_bypass": [V + "actor.megatron.router_replay.mode=R2"],
     "gen_batch_3": ["algorithm.gen_batch_size=4"],
     "filter_groups_no_metric": ["algorithm.filter_groups=true", "algorithm.filter_groups_metric=acc"],
 }
@@ -300,6 +314,12 @@ def _build() -> tuple[list[Case], list[Neighbour]]:
             "filter_groups_on_main_ppo@0.9.1", 35, "0.9.1", M91 + ["algorithm.filter_groups=true"]
         ),
         Neighbour("rollout_pp_2_patched@0.8.0", 11, "0.8.0", M80 + ["rollout.pp=2"]),
+        Neighbour(  # 0.8.0 does not order the k1 bounds
+            "rs_threshold_inverted@0.8.0",
+            32,
+            "0.8.0",
+            M80 + [RS + "=token_k1", RS + "_threshold='2.0_0.5'"],
+        ),
         Neighbour(
             "tokens_below_seqs_unchunked@0.9.1",
             27,
