@@ -138,15 +138,16 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         composed = compose_job(overrides, prepared=prepared)
         vs = check(composed)
         if not errors(vs) and not flags.dry_run:
+            # no head, no Ray, no reach: one message, exit 2, no run dir; this first (a second
+            # at most to learn the head is gone), verl's dry run (seconds) after
+            preflight(composed.to_object(), say)
+            ctx.preflown = True
             vs += _deep(composed, flags.skip_deep)
         if errors(vs):
             print_violations(vs)
             print("topl: rejected before launch; nothing started", file=sys.stderr)
             return 2
         ctx.prepared = (composed, vs)
-        if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            preflight(composed.to_object(), say)
-            ctx.preflown = True
     made = None
     if not informational:
         # the run (or sweep) dir is made here, atomically and exclusively, before Hydra writes into it
