@@ -10,6 +10,12 @@ import time
 
 import pytest
 
+# setuptools before anything imports pip in a worker (launcher/facts/sources.py reads pip's
+# default index): pip's import turns setuptools' distutils shim off, and a setuptools imported
+# after it (torch.utils.cpp_extension, from megatron-core in tests/align) then fails its own
+# distutils assertion; which modules share a worker decides whether it shows.
+import setuptools  # noqa: F401
+
 from topl.launcher.compose.hydra import compose_job
 
 # Test modules share fixtures and case tables by module name across stage folders (tests/plan's
