@@ -19,7 +19,8 @@ import torch.nn.functional as F
 import triton
 
 from topl.kernels.gpu.attention import attention, blocks_for
-from topl.kernels.gpu.ops import MM_CONFIG, bi_matmul
+from topl.kernels.gpu.mm_plans import MM_CONFIG, TMA_PLANS, small_plan
+from topl.kernels.gpu.ops import K_CHUNK, bi_matmul
 from topl.kernels.model import QWEN3_30B_A3B as Q
 
 PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
@@ -33,6 +34,9 @@ def bench(fn) -> float:
 
 def graph_bench(fn) -> float:
     fn()  # compile outside the capture
+    # do_bench_cudagraph runs on a stream of its own: let this call end first (split-K and the
+    # fused fold share one arrival-count buffer per device, which two streams at once would race on)
+    torch.cuda.synchronize()
     return triton.testing.do_bench_cudagraph(fn, rep=100) * 1e-3
 
 
@@ -248,9 +252,11 @@ def matmul(ms):
     print("\n### Batch-invariant matmul vs torch.matmul (cuBLAS)\n")
     print(
         "*aligned*: `bi_matmul` as the engines call it (K in chunks of `K_CHUNK` added in order; plan "
-        "by M from `PLANS`: up to M = 256 pointer-fed tiles split over K chunks by the grid "
-        "(`small_plan`), the persistent TMA kernel above (*GPU* runs pass `graph=True`); every plan "
-        "the same bits); *before*: the previous round's order (K unchunked) and plan; *fixed*: the "
+        "by M: up to M = 16 the transposed tile (W's rows on the MMA's 64-row side, `swap_plan`), "
+        "pointer-fed; up to M = 256 the TMA-fed transposed tile where *GPU* runs pass `graph=True` "
+        "(64-row token tiles split by `small_plan` in eager calls), the persistent TMA kernel above; "
+        "every plan the same bits); *before*: the previous round's plan (64-row token tiles up to "
+        "M = 256), the same order; *fixed*: the "
         "one 128x128x64 pointer-fed plan for every M (what non-Hopper GPUs run); *bits*: aligned "
         "equal to fixed. *GPU*: one call replayed in a CUDA graph; *with launch*: `do_bench`, Python "
         "launch included (small M is launch-bound).\n"
@@ -270,7 +276,7 @@ def matmul(ms):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ta = graph_bench(lambda: bi_matmul(x, w, graph=True))
             tb = graph_bench(lambda: x @ w.t())
-            t0 = graph_bench(lambda: bi_matmul(x, w, graph=True, kc=1 << 30, **_before(m, n)))
+            t0 = graph_bench(lambda: bi_matmul(x, w, graph=True, **_before(m, n, k)))
             fixed = dict(plan=MM_CONFIG, tma=False, split=0)
             tp = graph_bench(lambda: bi_matmul(x, w, **fixed))
             same = torch.equal(bi_matmul(x, w, graph=True), bi_matmul(x, w, **fixed))
@@ -286,8 +292,6 @@ def matmul(ms):
 def matmul_plans():
     """Each persistent TMA plan's time at M = 16 and M = 8192 (qkv_proj), and whether it gives the
     bits of the first."""
-    from topl.kernels.gpu.ops import TMA_PLANS
-
     print(f"\n### Matmul tile plans (qkv_proj {HID} -> {QKV_N}): time and bits vs the first plan\n")
     print(
         "| plan (BM, BN, BK, warps, stages) | M=16 ms | M=8192 ms | same bits as plan 0 (M=8192) |\n|---|---|---|---|"
@@ -347,14 +351,14 @@ def rollout(n_req: int):
     )
 
 
-def _before(m: int, n: int) -> dict:
-    """Round one's plan for M (GPU columns: graph=True), to time it beside the new one."""
+def _before(m: int, n: int, k: int) -> dict:
+    """Round two's plan for M (GPU columns: graph=True), to time it beside the new one: up to
+    M = 256 64-row token tiles, pointer-fed, split by `small_plan`; above it the same plans."""
     if m <= 256:
-        bn = next(
-            (b for b in (128, 64, 32) if triton.cdiv(m, 64) * triton.cdiv(n, b) >= 0.55 * 132), 32
-        )
-        return {"plan": (64, bn, 128, 4, 4), "tma": False, "split": 0}
-    return {"plan": (128, 128, 64, 8, 4) if m <= 2048 else (128, 256, 64, 8, 3), "tma": True}
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        bn, cpp = small_plan(m, n, triton.cdiv(k, K_CHUNK), sms)
+        return {"plan": (64, bn, 128, 4, 3), "tma": False, "split": cpp}
+    return {}
 
 
 def main() -> None:

@@ -17,42 +17,29 @@ import torch
 import triton
 import triton.language as tl
 
+from topl.kernels.gpu.mm_plans import (
+    MM_CONFIG,
+    PLANS,
+    SMALL_M,
+    SWAP_M,
+    TMA_PLANS,
+    small_plan,
+    swap_plan,
+)
+
 # The one reduction order: K in chunks of K_CHUNK (the last one shorter), added in chunk order.
-# Every plan below and every M use it; only this constant (and K) sets an element's additions, so
+# Every plan (mm_plans.py) and every M use it; only this constant (and K) sets an element's additions, so
 # no environment variable may change it (training and rollout processes must agree). 1024 over 512
 # on an H200: fewer chunk ends at large M, enough programs at small M.
 K_CHUNK = 1024
-
-# Tile plan of the pointer kernel: fixed for every M (a row's K loop and MMA never change).
-# TOPL_MM_CONFIG="BM,BN,BK,warps,stages" overrides it for exploration (scripts/bench_gpu.py).
-MM_CONFIG = tuple(int(v) for v in os.environ.get("TOPL_MM_CONFIG", "128,128,64,8,3").split(","))
-
-# The plan by M: (max M, kernel, (BM, BN, BK, warps, stages)). Within a chunk an element is the
-# same chain of 16-deep warpgroup MMAs (wgmma) over K in order into one fp32 accumulator, whatever
-# the tile and whether TMA or pointer loads feed it: BM >= 64 keeps the wgmma, and the tile, warps,
-# stages and chunks per program change which elements and chunks a program owns, not an element's
-# additions (measured on an H200; tests/test_gpu.py checks every plan against every other, bit for
-# bit). So the plan may follow M for speed. Below M = 2048 the TMA launch (host-built descriptors,
-# ~60 us) costs more than it saves, except under CUDA-graph capture (`graph=True`).
-SMALL_M = 256
-PLANS = (
-    (SMALL_M, "ptr", (64, 64, 128, 4, 3)),  # BN and chunks per program by the grid below
-    (2048, "ptr", (128, 128, 64, 8, 3)),
-    (1 << 62, "tma", (128, 256, 64, 8, 3)),
-)
-# Up to M = 256 the projections are bound by reading W, and the grid decides the speed
-# (`small_plan`). Like every plan, no BN, split or stage count changes an element's additions.
-SMALL_BN, SMALL_GRID, SPLIT_GRID = (64, 32), 0.55, 0.9
-TMA_PLANS = (
-    (2048, (128, 128, 64, 8, 4)),
-    (1 << 62, (128, 256, 64, 8, 3)),
-)  # explored: bench_gpu.py
 
 
 @triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
 def _bi_matmul(  # type: ignore[no-untyped-def]
     X,
     W,
+    XD,
+    WD,
     Y,
     P,
     CNT,
@@ -71,44 +58,62 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
     BK: tl.constexpr,
     KC: tl.constexpr,
     SPLIT: tl.constexpr,
+    SWAP: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """SPLIT False: a program walks every chunk of its tile and adds them in registers. SPLIT True:
     program (m, n, s) computes chunks [s * CPP, (s + 1) * CPP), stores their fp32 partials in P, and
     the last program of the tile to finish (arrival count in CNT) adds all of them in chunk order
     and resets the count: one launch, and the additions of the unsplit form. The K loop is one
     flat loop with the chunk end under a condition (a loop per chunk restarts the load pipeline
-    at every chunk: H200, qkv_proj M = 16, 9.1 vs 8.1 us)."""
+    at every chunk: H200, qkv_proj M = 16, 9.1 vs 8.1 us). SWAP: the tile transposed, BM tokens
+    on the MMA's narrow side against BN rows of W; TMA: X and W tiles from the descriptors XD, WD."""
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
     rm = pid_m * BM + tl.arange(0, BM)
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
-    out = (rm[:, None] < M) & (rn[None, :] < N)
-    part = P + rm[:, None] * N + rn[None, :]
+    if SWAP:  # the tile transposed, y.T = w @ x.T: W's rows on the MMA's 64-row side
+        yoff = rn[:, None] * syn + rm[None, :] * sym
+        out = (rn[:, None] < N) & (rm[None, :] < M)
+        part = P + rm[None, :] * N + rn[:, None]
+        acc = tl.zeros([BN, BM], dtype=tl.float32)
+        total = tl.zeros([BN, BM], dtype=tl.float32)
+    else:
+        yoff = rm[:, None] * sym + rn[None, :] * syn
+        out = (rm[:, None] < M) & (rn[None, :] < N)
+        part = P + rm[:, None] * N + rn[None, :]
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        total = tl.zeros([BM, BN], dtype=tl.float32)
     per: tl.constexpr = KC // BK  # K steps per chunk
     n_k = tl.cdiv(K, BK)
     i0 = tl.program_id(2) * CPP * per if SPLIT else 0
     i1 = tl.minimum(i0 + CPP * per, n_k) if SPLIT else n_k
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    total = tl.zeros([BM, BN], dtype=tl.float32)
     for i in range(i0, i1):
-        kk = i * BK + rk
-        x = tl.load(
-            X + rm[:, None] * sxm + kk[None, :] * sxk,
-            mask=(rm[:, None] < M) & (kk[None, :] < K),
-            other=0.0,
-        )
-        w = tl.load(
-            W + rn[:, None] * swn + kk[None, :] * swk,
-            mask=(rn[:, None] < N) & (kk[None, :] < K),
-            other=0.0,
-        )
-        acc = tl.dot(x, tl.trans(w), acc)
+        if TMA:  # out-of-range rows and K arrive as zeros
+            x = XD.load([pid_m * BM, i * BK])
+            w = WD.load([pid_n * BN, i * BK])
+        else:
+            kk = i * BK + rk
+            x = tl.load(
+                X + rm[:, None] * sxm + kk[None, :] * sxk,
+                mask=(rm[:, None] < M) & (kk[None, :] < K),
+                other=0.0,
+            )
+            w = tl.load(
+                W + rn[:, None] * swn + kk[None, :] * swk,
+                mask=(rn[:, None] < N) & (kk[None, :] < K),
+                other=0.0,
+            )
+        if SWAP:
+            acc = tl.dot(w, tl.trans(x), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
         if (i % per == per - 1) | (i == n_k - 1):  # a chunk ends
             if SPLIT:
                 tl.store(part + (i // per) * M * N, acc, mask=out)
             else:
                 total += acc
-            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = tl.zeros_like(acc)
     if SPLIT:
         # every thread's partials are written before one thread's release (CUTLASS's split-K
         # semaphore pattern); the acquire side reads the partials from L2 (.cg), not a stale L1
@@ -117,12 +122,10 @@ def _bi_matmul(  # type: ignore[no-untyped-def]
         if tl.atomic_add(cnt, 1, sem="acq_rel") == tl.num_programs(2) - 1:
             for c in range(0, tl.cdiv(K, KC)):
                 total += tl.load(part + c * M * N, mask=out, other=0.0, cache_modifier=".cg")
-            tl.store(
-                Y + rm[:, None] * sym + rn[None, :] * syn, total.to(Y.dtype.element_ty), mask=out
-            )
+            tl.store(Y + yoff, total.to(Y.dtype.element_ty), mask=out)
             tl.atomic_xchg(cnt, 0)
     else:
-        tl.store(Y + rm[:, None] * sym + rn[None, :] * syn, total.to(Y.dtype.element_ty), mask=out)
+        tl.store(Y + yoff, total.to(Y.dtype.element_ty), mask=out)
 
 
 @triton.jit  # type: ignore[untyped-decorator]  # a Triton kernel: parameters stay unannotated
@@ -205,21 +208,6 @@ def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
-def small_plan(m: int, n: int, k: int, sms: int) -> tuple[int, int]:
-    """(BN, K chunks per program) up to SMALL_M (BM = 64, BK = 128, 3 stages): the widest BN of
-    SMALL_BN with SMALL_GRID x SMs tiles; where even the narrowest leaves too few tiles and the K
-    chunks make up a grid (o_proj, K = 4096: 32 tiles x 4 chunks), a program per chunk at the
-    widest BN with SPLIT_GRID x SMs programs. H200: the split pays there (o_proj M = 1: 9.7 ->
-    8.0 us) and costs elsewhere (qkv_proj M = 16: 7.9 -> 9.6 us), so it is kept to that case."""
-    chunks = triton.cdiv(k, K_CHUNK)
-    tiles_m = triton.cdiv(m, 64)
-    bn = next((b for b in SMALL_BN if tiles_m * triton.cdiv(n, b) >= SMALL_GRID * sms), None)
-    if bn is not None or tiles_m * triton.cdiv(n, SMALL_BN[-1]) * chunks < sms:
-        return bn or SMALL_BN[-1], 0
-    grid = SPLIT_GRID * sms
-    return next((b for b in SMALL_BN if tiles_m * triton.cdiv(n, b) * chunks >= grid), 32), 1
-
-
 def bi_matmul(
     x: torch.Tensor,
     w: torch.Tensor,
@@ -229,6 +217,8 @@ def bi_matmul(
     split: int | None = None,
     kc: int | None = None,
     flat: bool | None = None,
+    swap: bool | None = None,
+    desc: bool | None = None,
 ) -> torch.Tensor:
     """x [M, K] @ w [N, K].T: every output element the same chunked in-order K reduction for any M.
 
@@ -236,8 +226,10 @@ def bi_matmul(
     program per tile walking all chunks); the persistent TMA kernel needs Hopper or later;
     elsewhere (or with TOPL_MM_CONFIG set) the pointer kernel with MM_CONFIG. `graph=True`: the call
     is captured into a CUDA graph, so the descriptors' host cost is paid once and M above SMALL_M
-    takes the persistent TMA kernel too. `kc` (exploration only) replaces K_CHUNK: other bits;
-    `flat` (exploration) picks the TMA kernel's K-loop form: same bits."""
+    takes the persistent TMA kernel too, M in (SWAP_M, SMALL_M] the TMA-fed transposed tile.
+    `kc` (exploration only) replaces K_CHUNK: other bits; `flat` (exploration) picks the TMA
+    kernel's K-loop form, `swap` the transposed tile (`plan` then (BT, BW, BK, warps, stages)) and
+    `desc` TMA loads in the tile kernel: same bits."""
     m, k = x.shape
     n = w.shape[0]
     kc = kc or K_CHUNK
@@ -246,12 +238,19 @@ def bi_matmul(
     _, kind, auto = next(p for p in PLANS if m <= p[0])
     if graph and m <= TMA_PLANS[0][0]:
         kind, auto = "tma", TMA_PLANS[0][1]
-    cpp = 0
-    if m <= SMALL_M:
-        bn, cpp = small_plan(m, n, k, _sms(x.device))
+    cpp, t_swap, t_desc = 0, False, False
+    if m <= SMALL_M and (m <= SWAP_M or graph):
+        auto, cpp = swap_plan(m, n, triton.cdiv(k, K_CHUNK), _sms(x.device))
+        kind, t_swap, t_desc = "ptr", True, m > SWAP_M
+    elif m <= SMALL_M:
+        bn, cpp = small_plan(m, n, triton.cdiv(k, K_CHUNK), _sms(x.device))
         kind, auto = "ptr", (64, bn, 128, 4, 3)
     if "TOPL_MM_CONFIG" in os.environ or not _tma_ok(x, w):
-        kind, auto, cpp = "ptr", MM_CONFIG, 0
+        kind, auto, cpp, t_swap, t_desc = "ptr", MM_CONFIG, 0, False, False
+    if plan is not None:  # a forced plan is the plain tile unless told
+        t_swap = t_desc = False
+    swap = t_swap if swap is None else swap
+    desc = t_desc if desc is None else desc
     if tma if tma is not None else kind == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -288,9 +287,19 @@ def bi_matmul(
         cpp = 0
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), triton.cdiv(chunks, cpp) if cpp else 1)
     part = torch.empty(chunks, m, n, device=x.device, dtype=torch.float32) if cpp else y
+    xd, wd = x, w
+    if desc:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        xd, wd = (
+            TensorDescriptor.from_tensor(x, [bm, bk]),
+            TensorDescriptor.from_tensor(w, [bn, bk]),
+        )
     _bi_matmul[grid](
         x,
         w,
+        xd,
+        wd,
         y,
         part,
         cnt if cnt is not None else y,
@@ -309,6 +318,8 @@ def bi_matmul(
         BK=bk,
         KC=kc,
         SPLIT=cpp > 0,
+        SWAP=swap,
+        TMA=desc,
         num_warps=warps,
         num_stages=stages,
     )

@@ -34,10 +34,30 @@ class ToplError(Exception):
 LOCAL_EXTRA = ("torch", "safetensors", "matplotlib")
 
 
+def install_hint(extra: str) -> str:
+    """The pip command that adds topl's `extra` to this install. topl is not on PyPI: the
+    checkout it was installed from (pip's direct_url.json, PEP 610) where pip recorded one, else
+    the checkout's folder as `.`."""
+    import json  # lazy: only an error's fix text reads the install record
+    from importlib import metadata
+
+    where = "."
+    for dist in metadata.distributions(name="topl"):  # a checkout's own topl.egg-info has none
+        try:
+            url = str(json.loads(dist.read_text("direct_url.json") or "{}").get("url", ""))
+        except ValueError:
+            continue
+        if url.startswith("file://"):
+            where = url[len("file://") :]
+            break
+    hint = f"pip install '{where}[{extra}]'"
+    return hint if where != "." else f"{hint} in the topl checkout (topl is not on PyPI)"
+
+
 def local_extra_error(what: str, module: str) -> ToplError:
     return ToplError(
         f"{what} needs {module}, which is not installed (the launcher-only install has no torch)",
         where=module,
         fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu "
-        "&& pip install 'topl[local]'   (or use your own torch build)",
+        f"&& {install_hint('local')}   (or use your own torch build)",
     )

@@ -27,6 +27,7 @@ commands:
                    --skip-doctor (remote backends run `topl doctor` first; this skips it, loudly),
                    --watch (follow logdiff/reward live; strict: stop on the first logdiff != 0),
                    --unsafe-hydra-overrides (allow hydra.callbacks/logging/... overrides: runs code)
+                   --resume RUN_DIR (an interrupted or failed run again, its identity kept)
   check     validate only; exit 0 when no error, 2 when rejected        (--json)
   render    print the verl command the spec becomes                   (--json)
   rules     print the consistency contract's rule catalog   (--json, --markdown, --constraints, --doctor)
@@ -39,9 +40,11 @@ commands:
             (--no-stop, --strict, --once, --json, --interval S)
   compare   runs or sweeps side by side: verdict, steps, logdiff, reward, step time vs plan --rank's
             (--json, --csv, --sort KEY [--desc], --plot OUT.png)
+  runs      the runs under RUN_ROOT (default ./runs), newest first: state, steps, logdiff (--json)
   diagnose  compare two boundary dumps: first divergence, operator path vs framework (--json, --plots DIR)
 
   COMMAND --help    flags, override grammar and examples of one command;  topl --version
+  topl --completion bash|zsh   shell completion: eval "$(topl --completion bash)" in ~/.bashrc
 
 examples:
   topl launch                                   # the embedded default: true on-policy GRPO here
@@ -87,6 +90,7 @@ COMMANDS = (
     "diagnose",
     "watch",
     "compare",
+    "runs",
 )
 
 
@@ -148,6 +152,17 @@ def _main(argv: list[str] | None) -> int:
 
         print(version())
         return 0
+    if argv[0] == "--completion":
+        from topl.launcher.cli.completion import (
+            script,
+        )  # lazy: the entry point imports only what the command asked for uses
+
+        try:
+            print(script(argv[1] if len(argv) > 1 else "", COMMANDS), end="")
+        except ToplError as e:
+            print(e.render(), file=sys.stderr)
+            return 2
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         return _unknown_command(cmd, rest)
@@ -163,7 +178,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         if cmd != "rules":  # the one command that reads nothing relative to it
             _working_directory()
-        if cmd not in ("rules", "diagnose", "compare"):
+        if cmd not in ("rules", "diagnose", "compare", "runs"):
             check_sweeper_discoverable()
         with lifecycle.signals_interrupt():  # SIGTERM unwinds like Ctrl-C: children go with us
             return importlib.import_module(f"topl.launcher.cli.{cmd}").main(rest)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.console import print_violations
-from topl.launcher.base.errors import ERROR, INFO, WARNING
+from topl.launcher.base.errors import ERROR, INFO, WARNING, ToplError
 from topl.launcher.cli.argv import QUIET, parse, quiet
 from topl.launcher.cli.output import print_json
 from topl.launcher.compose.cache import compose_cached
@@ -33,8 +34,16 @@ def main(args: list[str]) -> int:
     fix_mode = None
     if "--fix=warnings" in args:
         fix_mode, args = "warnings", [a for a in args if a != "--fix=warnings"]
-    flags, overrides = parse(args, flags=("--json", "--fix", "--deep", *QUIET))
+    flags, overrides = parse(
+        args, flags=("--json", "--fix", "--deep", "--force", *QUIET), options={"-o": None}
+    )
     fix_mode = fix_mode or ("errors" if flags.fix else None)
+    if flags.o is not None and fix_mode is None:
+        raise ToplError(
+            "-o FILE.yaml writes --fix's result as a recipe; there is no --fix",
+            where="command line",
+            fix=f"topl check {shlex.join(overrides)} --fix -o {flags.o}",
+        )
     # Hydra only when an input changed; an unset secret is not needed to check
     composed, unset = without_secrets(lambda: compose_cached(overrides))
     vs = check(composed) + installed_verl(composed.to_object())
@@ -65,6 +74,10 @@ def main(args: list[str]) -> int:
             if after is None
             else {"ok": not errors(after), "violations": [v.to_dict() for v in after]},
         }
+    written = None
+    if flags.o is not None:
+        written = _write_recipe(Path(flags.o), overrides, fix, flags.force)
+        out["recipe_file"] = written
     if flags.json:
         print_json(out)
     elif quiet(flags):
@@ -84,7 +97,30 @@ def main(args: list[str]) -> int:
         print(f"{'OK' if ok else 'REJECTED'}: {counts(vs)}")
         if fix is not None:
             _print_fix(fix, after, overrides)
+    if written is not None and not flags.json:
+        if written["verdict"].startswith("not written"):
+            print(f"{written['path']}: {written['verdict']}")
+        else:
+            print(
+                f"wrote {written['path']}: topl check recipe={written['path']}: {written['verdict']}"
+            )
     return 0 if ok else 2
+
+
+def _write_recipe(path: Path, overrides: list[str], fix: Fix | None, force: bool) -> dict[str, Any]:
+    """-o: the recipe the fix makes (cli/fix_recipe.py), and `topl check recipe=PATH`'s verdict."""
+    from topl.launcher.cli import fix_recipe  # lazy: Hydra's override parser only with -o
+    from topl.launcher.cli.recipes import write_private  # lazy: the importer only with -o
+    from topl.launcher.compose.hydra import compose_job  # lazy: Hydra only when this runs
+
+    if fix is not None and not fix.found:  # the output says what blocks it
+        return {"path": str(path), "ok": False, "verdict": "not written: no fix found"}
+    changes = [c.override for c in fix.changes] if fix is not None else []
+    command = shlex.join(["topl", "check", *overrides, "--fix", "-o", str(path)])
+    write_private(path, fix_recipe.text(overrides, changes, command), force)
+    vs = check(compose_job([f"recipe={path.absolute()}"]))
+    verdict = f"{'OK' if not errors(vs) else 'REJECTED'}: {counts(vs)}"
+    return {"path": str(path), "ok": not errors(vs), "verdict": verdict}
 
 
 def counts(vs: list[Violation]) -> str:

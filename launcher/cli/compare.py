@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ToplError, install_hint
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json, print_table
 from topl.launcher.compose.composed import Composed
@@ -25,7 +25,11 @@ from topl.launcher.run import compare, compare_plot, rundir, watch_io
 from topl.launcher.run.compare import Row
 from topl.launcher.run.watch import LOGP_MAX
 
-NO_PLOT = "matplotlib is not installed (it comes with the `local` extra: pip install 'topl[local]')"
+
+def no_plot() -> str:
+    return f"matplotlib is not installed (it comes with the `local` extra: {install_hint('local')})"
+
+
 CSV_FIELDS = (
     *("run_dir", "point", "verdict", "rules", "state", "exit_code", "signal", "error", "steps"),
     *("last_step", "metrics_source", "logdiff_metric", "logdiff_max", "first_nonzero_step"),
@@ -49,7 +53,7 @@ def main(args: list[str]) -> int:
         rows = compare.sort(rows, flags.sort, flags.desc)
     plotted = plot(rows, Path(flags.plot)) if flags.plot else None
     if flags.plot and plotted is None:
-        print(f"topl: no plot: {NO_PLOT}", file=sys.stderr)
+        print(f"topl: no plot: {no_plot()}", file=sys.stderr)
     if flags.json:
         print_json(document(rows) | ({"plot": str(plotted)} if plotted else {}))
     elif flags.csv:
@@ -186,5 +190,5 @@ def write_sweep(sweep_dir: Path) -> None:
     except (ToplError, OSError, ValueError) as e:
         print(f"topl: no sweep comparison written: {e}", file=sys.stderr)
         return
-    shown = f" and {png.name}" if png else f" (no plot: {NO_PLOT})"
+    shown = f" and {png.name}" if png else f" (no plot: {no_plot()})"
     print(f"comparison: {sweep_dir / 'compare.json'}{shown}; table: topl compare {sweep_dir}")

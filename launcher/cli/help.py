@@ -17,7 +17,8 @@ OVERRIDES = """overrides (Hydra's grammar, https://hydra.cc/docs/advanced/overri
 HELP = {
     "launch": (
         "topl launch [OVERRIDES] [--dry-run] [--follow] [--watch] [--skip-doctor] [--skip-deep] "
-        "[--unsafe-hydra-overrides] [HYDRA FLAGS]",
+        "[--unsafe-hydra-overrides] [HYDRA FLAGS]\n       topl launch --resume RUN_DIR "
+        "[--follow] [--watch] [--skip-doctor]",
         "Validate the spec, write a new run directory, start the backend (local reference "
         "engines, subprocess, or a Ray job).",
         """  --dry-run        write the run directory and print the command; start nothing
@@ -27,6 +28,10 @@ HELP = {
   --skip-deep      remote backends dry-run the declared verl's start-up checks first (where
                    that verl is installed or cached: docs/startup.md); this skips it, loudly
   --unsafe-hydra-overrides  allow hydra.callbacks / logging / config-dir overrides (they run code)
+  --resume RUN_DIR an interrupted or failed run again, in its own directory, from its own config
+                   (.hydra/config.yaml, checked again): same experiment name and tracker tags, verl
+                   told trainer.resume_mode=auto (its latest checkpoint); the attempt before moves
+                   to RUN_DIR/attempts/N/. Not the local backend (it writes no checkpoints)
   -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
                    one line per point, then a table numbered as the run directories
   --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own
@@ -34,21 +39,27 @@ HELP = {
         """  topl launch                                        # the embedded default, here
   topl launch recipe=qwen3_30b_a3b_grpo_a3_strict --dry-run
   topl launch recipe=qwen3_4b_grpo_a3_strict cluster.ray_address=http://HEAD:8265 --follow
-  topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run""",
+  topl launch -m recipe=qwen3_30b_a3b_grpo_a3_strict train.pp=4,8 --dry-run
+  topl launch --resume runs/20261203-120000-000000-qwen3_4b_grpo_strict""",
     ),
     "check": (
-        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings]] [--deep]",
+        "topl check [OVERRIDES] [--json] [-q|--quiet] [--fix[=warnings] [-o FILE.yaml [--force]]] "
+        "[--deep]",
         "Run the consistency contract only; exit 0 when no error, 2 when rejected.",
         '  --json           {"ok", "violations"} (+ "fix" with --fix)\n'
         "  -q, --quiet      errors only: nothing when accepted\n"
         "  --fix            search the smallest override set the contract accepts (never the model,\n"
         "                   alignment, stack or experiment; your own values last) and print it\n"
         "  --fix=warnings   the same, clearing warnings too\n"
+        "  -o FILE.yaml     with --fix: write the fixed spec as a recipe (your recipe, your overrides\n"
+        "                   and the fix's), then say what `topl check recipe=FILE.yaml` says\n"
+        "  --force          replace an existing FILE.yaml\n"
         "  --deep           also dry-run the declared verl's own start-up checks on CPU (a few\n"
         "                   seconds; fetches that verl's wheel with pip if needed): docs/startup.md",
         """  topl check recipe=qwen3_30b_a3b_grpo_a3_strict
   topl check recipe=qwen3_30b_a3b_grpo_a3_strict rollout.tp=2 --json
-  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix""",
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix
+  topl check recipe=qwen3_30b_a3b_grpo_a3_strict stack=release --fix -o fixed.yaml""",
     ),
     "render": (
         "topl render [OVERRIDES] [--json] [-q|--quiet]",
@@ -128,7 +139,8 @@ HELP = {
         "  topl diagnose /tmp/d/rollout /tmp/d/training --plots /tmp/d/plots",
     ),
     "watch": (
-        "topl watch RUN_DIR [--no-stop] [--strict] [--once] [--json] [--interval S] [--stop]",
+        "topl watch [RUN_DIR] [--no-stop] [--strict] [--once] [--json] [--interval S] [--stop]",
+        "Without RUN_DIR: the runs under ./runs, newest first (= `topl runs`), and how to pick one. "
         "Follow a job to its end: logdiff, reward and ratio per step and the guard's record of "
         "every verl process; in strict mode stop the job on the first step whose max logdiff is "
         "not exactly 0 (or is missing) and write why into the run's status.json. A Ray job "
@@ -144,6 +156,16 @@ HELP = {
         "  --stop           stop the job now (Ray: stop_job, Slurm: scancel, else SIGTERM to its "
         "topl) and wait for its end to be recorded",
         "  topl watch runs/2026-11-29/16-20-00\n  topl launch --watch alignment=off",
+    ),
+    "runs": (
+        "topl runs [RUN_ROOT] [--json]",
+        "The runs `topl launch` wrote under RUN_ROOT (default: ./runs, the run_root it writes to), "
+        "newest first, sweep points included: name, state, steps, max |Δ log p|, started, backend. "
+        "Read only: a run whose status says running while its topl is gone is shown so (`topl "
+        "watch RUN_DIR` records its end).",
+        "  --json           {root, runs: [{name, run_dir, state, topl_gone, steps, logdiff_max,\n"
+        "                   started, backend}]}",
+        "  topl runs\n  topl runs /data/runs --json\n  topl watch runs/NAME   # follow one",
     ),
     "compare": (
         "topl compare PATH... [--json | --csv] [--sort KEY [--desc]] [--plot OUT.png]",
@@ -174,6 +196,7 @@ def text(cmd: str) -> str:
         "diagnose",
         "watch",
         "compare",
+        "runs",
     ):  # these take no Hydra overrides
         out += f"\n{OVERRIDES}\n"
     return out + f"\nexamples:\n{examples}\n"

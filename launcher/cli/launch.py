@@ -87,7 +87,11 @@ def _quoted(value: str) -> str:
 def main(args: list[str]) -> int:
     from topl.launcher.compose.hydra import split_recipe  # lazy: Hydra only when this runs
 
-    flags, rest = parse(args, flags=TOPL_FLAGS, passthrough=HYDRA_APP_FLAGS)
+    flags, rest = parse(
+        args, flags=TOPL_FLAGS, options={"--resume": None}, passthrough=HYDRA_APP_FLAGS
+    )
+    if flags.resume is not None:
+        return _resume(flags, rest)
     hydra_flags, overrides = split_hydra_flags(rest)
     bad = [f for f in hydra_flags if f.split("=")[0] in UNSAFE_HYDRA_FLAGS]
     if bad and not flags.unsafe_hydra_overrides:
@@ -134,15 +138,16 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
         composed = compose_job(overrides, prepared=prepared)
         vs = check(composed)
         if not errors(vs) and not flags.dry_run:
+            # no head, no Ray, no reach: one message, exit 2, no run dir; this first (a second
+            # at most to learn the head is gone), verl's dry run (seconds) after
+            preflight(composed.to_object(), say)
+            ctx.preflown = True
             vs += _deep(composed, flags.skip_deep)
         if errors(vs):
             print_violations(vs)
             print("topl: rejected before launch; nothing started", file=sys.stderr)
             return 2
         ctx.prepared = (composed, vs)
-        if not flags.dry_run:  # no head, no Ray, no reach: one message, exit 2, no run dir
-            preflight(composed.to_object(), say)
-            ctx.preflown = True
     made = None
     if not informational:
         # the run (or sweep) dir is made here, atomically and exclusively, before Hydra writes into it
@@ -190,6 +195,35 @@ def _launch(flags, hydra_flags: list[str], overrides: list[str], prepared) -> in
     elif made is not None and ctx.rc == 0 and not flags.dry_run:
         print(NEXT.format(run_dir=made), file=sys.stderr)
     return ctx.rc
+
+
+def _resume(flags, rest: list[str]) -> int:
+    """--resume RUN_DIR: the run's own config, in its own directory (launcher/run/resume.py)."""
+    from pathlib import Path
+
+    from topl.launcher.run import resume  # lazy: only --resume reads a run's config back
+
+    if rest or flags.dry_run:
+        raise ToplError(
+            f"--resume re-runs the run's own config; it takes no {' '.join(rest) or '--dry-run'}",
+            where="command line",
+            fix=f"topl launch --resume {flags.resume} (or a new run: topl launch OVERRIDES)",
+        )
+    run_dir = Path(flags.resume)
+    if not run_dir.is_dir():
+        raise ToplError(
+            f"--resume {run_dir}: no such run directory",
+            where="command line",
+            fix="topl runs lists the runs (their state, newest first)",
+        )
+    ctx = LaunchContext(
+        follow=flags.follow or flags.watch,
+        skip_doctor=flags.skip_doctor,
+        watch=flags.watch,
+        say=say,
+    )
+    with signals_interrupt():
+        return resume.run(ctx, run_dir.absolute())
 
 
 def _deep(composed, skip: bool) -> list:
@@ -246,6 +280,11 @@ def say(event: str, **data) -> None:
         )
     elif event == "phase":  # a pre-check that may take a while: said as it starts
         print(f"topl: {data['text']}", file=sys.stderr, flush=True)
+    elif event == "resumed":
+        print(
+            f"topl: resuming {data['run_dir']} (verl: trainer.resume_mode=auto; the attempt before "
+            f"is in {data['before']})"
+        )
     elif event == "follow_hint":
         print(f"topl: follow it to its end with: topl watch {data['run_dir']}")
     else:  # a new event the CLI does not know yet: shown, never dropped

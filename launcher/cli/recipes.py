@@ -71,7 +71,7 @@ def _env_flag(v: str, env: dict) -> None:
     env[k] = val
 
 
-def _write_private(path, text: str, force: bool) -> None:
+def write_private(path, text: str, force: bool) -> None:
     """0600, and never over an existing file unless --force (a recipe may name secrets)."""
     import os
 
@@ -189,7 +189,7 @@ def import_main(args: list[str]) -> int:
         )
     imp = _import(rest[0], env, script_args, choices, launch)
     red = Redactor(sec.value for sec in imp.secrets.values())
-    _write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
+    write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
     lines = [red.text(line) for line in _report_lines(imp)]
     args = imp.command_args()
     ok, verdict, ids = _verdict(out_path, args)
@@ -201,7 +201,7 @@ def import_main(args: list[str]) -> int:
         f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "
         f"round trip: {trip}; contract: {verdict}"
     )
-    _write_private(report_path, "\n".join([*lines, final]) + "\n", force)
+    write_private(report_path, "\n".join([*lines, final]) + "\n", force)
     if as_json:
         print_json(
             _scrub(

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from topl.launcher.base.errors import ToplError
+from topl.launcher.cli import runs
 from topl.launcher.cli.argv import parse
 from topl.launcher.run import watch, watch_io, watch_ray, watch_slurm, watch_status
 from topl.launcher.run.watch_io import clean
@@ -34,6 +35,8 @@ def main(args: list[str]) -> int:
         options={"--interval": "1.0"},
     )
     interval = _interval(flags.interval)
+    if not rest:  # which run? the list, and how to pick one
+        return _pick(flags.json)
     run_dir = _run_dir(rest)
     status = watch_io.read_status(run_dir)
     if status.get("state") == "dry_run":
@@ -127,8 +130,19 @@ def _interval(text: str) -> float:
     return s
 
 
+def _pick(as_json: bool) -> int:
+    """`topl watch` alone: the runs under the default run root (`topl runs`), and how to pick."""
+    root = runs.default_root()
+    rows = runs.listing(root)
+    runs.show(root, rows, as_json)
+    if not as_json:
+        example = rows[0]["run_dir"] if rows else "RUN_DIR"
+        print(f"pick one: topl watch {example}  (the newest first; topl runs lists them)")
+    return 0 if rows else 2
+
+
 def _run_dir(rest: list[str]) -> Path:
-    fix = "topl watch outputs/DATE/TIME (the directory `topl launch` printed)"
+    fix = "`topl runs` lists the run directories (newest first); topl watch RUN_DIR"
     if len(rest) != 1 or not Path(rest[0]).is_dir():
         raise ToplError(
             f"topl watch needs one run directory, got {rest!r}", where="command line", fix=fix

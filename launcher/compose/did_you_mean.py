@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ToplError, install_hint
 from topl.launcher.facts.verl_schema import KNOWN, schema
 from topl.launcher.facts.verl_tables import FSDP_KEYS, MEGATRON_KEYS, VERL_KEYS
 from topl.launcher.spec.fields import rows
@@ -218,6 +218,30 @@ def value_error(e: BaseException, msg: str, overrides: list[str]) -> ToplError |
     )
 
 
+def sweep_error(msg: str) -> ToplError | None:
+    """A sweep (`train.tp=2,4`, `range()`) given to a command that takes one spec: Hydra's own
+    hint (--multirun) is not a flag of check / render / a plain launch; name the ones that are."""
+    found = re.search(r"(?:argument|Sweep parameters) '([^']+)'", msg)
+    if found is None or not ("--multirun" in msg or "Ambiguous value" in msg):
+        return None
+    typed = found[1]
+    key = typed.partition("=")[0]
+    return ToplError(
+        f"{typed} is a sweep: this command takes one spec",
+        where=f"command line `{typed}`",
+        fix=f"`topl plan {typed}` checks every point, `topl launch -m {typed}` runs them; "
+        f"one value checks one spec ({key}=VALUE); a list value is written {key}=[a,b]",
+    )
+
+
+# Hydra plugins docs/guide.md names, by the option they add (each registers its config group
+# option when installed): the install that provides it.
+PLUGINS = {
+    "hydra/launcher=joblib": "the joblib launcher is Hydra's plugin hydra-joblib-launcher, not "
+    f"installed here: {install_hint('local')} brings it (or pip install hydra-joblib-launcher)",
+}
+
+
 def option_error(e: BaseException, overrides: list[str]) -> ToplError | None:
     """A ToplError for a config group option that does not exist (`model=qwen3_4B`): the nearest
     options and the full list; None for other errors."""
@@ -228,6 +252,10 @@ def option_error(e: BaseException, overrides: list[str]) -> ToplError | None:
     typed = next((o for o in overrides if o.lstrip("+~").partition("=")[0] == group), None)
     close = [f"{group}={c}" for c in nearest(name, options)]
     listing = f"options of `{group}`: {', '.join(sorted(options))}"
+    plugin = PLUGINS.get(f"{group}={name}")
+    if plugin:  # a documented plugin that is not installed here: install it, not a near name
+        listing = f"{plugin} ({listing})"
+        close = []
     return ToplError(
         f"{group}={name}: `{group}` has no option {name!r}",
         where=f"command line `{typed}`"

@@ -117,8 +117,9 @@ def friendly_error(e: Exception, overrides: list[str]) -> ToplError:
     if (named := did_you_mean.compose_error(msg, overrides)) is not None:
         return named  # an unknown key with the nearest field; an empty recipe=
     named = did_you_mean.value_error(e, msg, overrides) or did_you_mean.option_error(e, overrides)
+    named = named or did_you_mean.sweep_error(msg)
     if named is not None:
-        return named  # a value of the wrong type; a group option that does not exist
+        return named  # a wrong-typed value; a group option that does not exist; a sweep
     unset = re.search(r"Environment variable '([A-Za-z_]\w*)' not found", msg)
     if unset:  # `cluster.env.NAME: ${oc.env:NAME}` reads the launching shell's variable
         name = unset[1]

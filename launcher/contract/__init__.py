@@ -25,6 +25,7 @@ from topl.launcher.contract import (  # noqa: F401  (register rules)
     verl_firststep,
     verl_keys,
     verl_layout,
+    verl_names,
     verl_startup,
     verl_version,
 )

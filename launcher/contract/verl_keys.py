@@ -288,11 +288,18 @@ def verl_collision(s: JobSpec) -> Outcome:
 
 
 # Keys whose schema default is null (no type recorded) but whose verl dataclass declares one.
+# A key whose default is a float but whose dataclass also takes a string ("lower_upper") is "str |
+# float": no type refused (verl@0.9.1:verl/trainer/config/algorithm.py:RolloutCorrectionConfig.
+# rollout_is_threshold; 0.8.0 and 0.9.0 the same); its parse is the dry run's (TOP-DRY-007).
+_IS_THRESHOLD = {"algorithm.rollout_correction.rollout_is_threshold": "str | float"}
 DECLARED_TYPES = {
+    "0.8.0": _IS_THRESHOLD,
+    "0.9.0": _IS_THRESHOLD,
     "0.9.1": {
         # verl@0.9.1:verl/workers/config/rollout.py:RolloutConfig.max_model_len (Optional[int])
         f"{ARR}.rollout.max_model_len": "int",
-    }
+        **_IS_THRESHOLD,
+    },
 }
 # The schema records the type of each default: an int default (val_kwargs.temperature: 0) may be
 # a float field, so a number is accepted for either; what is refused is a non-number (a string,

@@ -66,7 +66,7 @@ def _report(s: JobSpec, cmd: Command, found: list[mirror.Finding]) -> Outcome:
     return "; ".join(said)
 
 
-def _uses_ref(get: mirror.Get) -> bool:
+def uses_ref(get: mirror.Get) -> bool:
     """verl builds the reference model for a KL loss or a KL penalty in the reward
     (verl@0.9.1:verl/trainer/ppo/utils.py:need_reference_policy; 0.8.0 the same)."""
     return bool(get(f"{ARR}.actor.use_kl_loss") or get("algorithm.use_kl_in_reward"))
@@ -101,7 +101,7 @@ def recompute_micro(s: JobSpec) -> Outcome:
     cmd = command(s)
     get = lookup(s, cmd)
     v1 = legacy_trainer(s, cmd) is False
-    found = mirror.batch_split(get, _uses_ref(get), v1, s.algorithm.use_critic)
+    found = mirror.batch_split(get, uses_ref(get), v1, s.algorithm.use_critic)
     return _report(
         s, cmd, [f for f in found if f.check == "micro_divides" and "ppo_micro" not in f.keys[0]]
     )
@@ -131,7 +131,7 @@ def token_budget(s: JobSpec) -> Outcome:
     below prompt + response fails on the first step that generates a full-length answer."""
     cmd = command(s)
     get = lookup(s, cmd)
-    found = mirror.batch_split(get, _uses_ref(get), legacy_trainer(s, cmd) is False)
+    found = mirror.batch_split(get, uses_ref(get), legacy_trainer(s, cmd) is False)
     return _report(s, cmd, [f for f in found if f.check == "token_budget"])
 
 
@@ -151,7 +151,7 @@ def fsdp_meshes(s: JobSpec) -> Outcome:
     cmd = command(s)
     get = lookup(s, cmd)
     return _report(
-        s, cmd, mirror.fsdp_meshes(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+        s, cmd, mirror.fsdp_meshes(get, ("actor", "ref") if uses_ref(get) else ("actor",))
     )
 
 
@@ -201,7 +201,7 @@ def mbridge(s: JobSpec) -> Outcome:
     cmd = command(s)
     get = lookup(s, cmd)
     return _report(
-        s, cmd, mirror.use_mbridge(get, ("actor", "ref") if _uses_ref(get) else ("actor",))
+        s, cmd, mirror.use_mbridge(get, ("actor", "ref") if uses_ref(get) else ("actor",))
     )
 
 

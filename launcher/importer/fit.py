@@ -62,6 +62,15 @@ def _dyn(script: dict, value: Any, default: Any) -> bool:
     return script.get(f"{ARR}.actor.use_dynamic_bsz") is True
 
 
+def _ref_dyn(script: dict, value: Any, default: Any) -> bool:
+    """The ref batches by token budget: its own log_prob_use_dynamic_bsz, which defaults to the
+    actor's (verl@0.9.1:verl/trainer/config/ref/ref.yaml: oc.select actor.use_dynamic_bsz);
+    init_model renames it to the ref ActorConfig's use_dynamic_bsz
+    (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model)."""
+    own = script.get(f"{ARR}.ref.log_prob_use_dynamic_bsz", MISSING)
+    return own is True or (own is MISSING and _dyn(script, value, default))
+
+
 def _etp_is_tp(script: dict, value: Any, default: Any) -> bool:
     return default is None and value == script.get(f"{_MEG}.tensor_model_parallel_size", MISSING)
 
@@ -74,6 +83,10 @@ def _sp_off_at_tp1(script: dict, value: Any, default: Any) -> bool:
 UNUSED_WHEN = {
     f"{ARR}.actor.ppo_micro_batch_size_per_gpu": (_dyn, _DYN),
     f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu": (_dyn, _DYN),
+    f"{ARR}.ref.log_prob_micro_batch_size_per_gpu": (
+        _ref_dyn,
+        "ignored: the script's ref batches by token budget (ref.log_prob_use_dynamic_bsz)",
+    ),
     # verl passes null on to Megatron, which takes the TP size for it
     # (verl@0.8.0:verl/workers/engine/megatron/transformer_impl.py: mpu.initialize_model_parallel;
     # megatron-core@0.16.0:megatron/core/parallel_state.py:initialize_model_parallel)
@@ -208,6 +221,29 @@ def script_values(s) -> dict[str, Any]:
 
 # The data_dir convention (render/invocation.py:data_files): what each data key is rendered as.
 DATA_FILES = {"data.train_files": "train.parquet", "data.val_files": "test.parquet"}
+
+
+def as_verl_reads(key: str, value: Any) -> Any:
+    """A data file given as one string is the one-element list verl makes of it
+    (verl@0.8.0 and 0.9.1:verl/utils/dataset/rl_dataset.py:RLHFDataset.__init__), so it goes on
+    topl's List[str] field and renders back to what verl runs."""
+    return [value] if key in DATA_FILES and isinstance(value, str) else value
+
+
+# enforce_eager=false with no compilation_config: verl sets cudagraph_mode FULL_AND_PIECEWISE
+# (verl@0.8.0 and 0.9.1:verl/workers/rollout/vllm_rollout/vllm_async_server.py:
+# vLLMHttpServer.launch_server, compilation_config.setdefault), which rollout.graph_mode names.
+EAGER_KEY = f"{ARR}.rollout.enforce_eager"
+
+
+def graph_mode_of(s: Any, default: Any) -> str | None:
+    """The rollout.graph_mode that renders the script's enforce_eager (or verl's `default` for it)
+    as verl runs it; None where the script states its own compilation_config (kept verbatim)."""
+    st = s.overrides.get(EAGER_KEY)
+    eager = st.value if st is not None else default
+    if not isinstance(eager, bool) or any(".vllm.compilation_config" in k for k in s.overrides):
+        return None
+    return "eager" if eager else "full_and_piecewise"
 
 
 def data_dir_of(s: Any) -> str | None:

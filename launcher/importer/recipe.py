@@ -18,18 +18,19 @@ from topl.launcher.importer.exact import dropped_rows
 from topl.launcher.importer.expand import Item
 from topl.launcher.importer.fit import (
     DATA_FILES,
+    EAGER_KEY,
+    MISSING,
     MODEL_KEY,
+    as_verl_reads,
     data_dir_of,
     field_holds,
+    graph_mode_of,
     model_from_config,
     not_recognised,
     script_config,
     script_values,
     topl_adds,
     verl_default,
-)
-from topl.launcher.importer.fit import (
-    MISSING as MISSING,
 )
 from topl.launcher.importer.groups import guess_groups
 from topl.launcher.importer.read import Script
@@ -78,7 +79,8 @@ def inverse_table(engine: str) -> dict[str, str]:
 def _derived_value(key: str, value: Any, rendered: dict) -> bool:
     """Does the script's `value` of a DERIVED_FIELDS key go on its field? Only where the groups
     render it otherwise, and as the field types it (the data files: List[str]; a plain string
-    stays a verbatim override)."""
+    stays a verbatim override, unless verl reads it as that list)."""
+    value = as_verl_reads(key, value)
     if same(rendered.get(key, rendered.get("+" + key, MISSING)), value):
         return False
     if key in DERIVED_WHEN_SET:
@@ -93,6 +95,11 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     return a == b
+
+
+def same_run(key: str, a: Any, b: Any) -> bool:
+    """`same`, with a data file string read as verl reads it (fit.as_verl_reads)."""
+    return same(as_verl_reads(key, a), as_verl_reads(key, b))
 
 
 @dataclass
@@ -200,7 +207,10 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
         if folder is not None and key in DATA_FILES:
             continue
         if key in DERIVED_FIELDS and _derived_value(key, st.value, rendered):
-            fields[DERIVED_FIELDS[key]] = st.value
+            fields[DERIVED_FIELDS[key]] = as_verl_reads(key, st.value)
+    mode = graph_mode_of(s, verl_default(EAGER_KEY, vcfg, sch))  # enforce_eager as verl runs it
+    if mode is not None and mode != OmegaConf.select(base.cfg, "rollout.graph_mode"):
+        fields["rollout.graph_mode"] = mode
 
     def attempt():
         over = {**fields, **{f"cluster.env.{k}": v for k, v in env.items()}}
@@ -237,7 +247,7 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
                 if inv.get(key) not in fields:
                     verbatim.setdefault(("+" if st.add else "") + key, st.value)
                 continue
-            if got is MISSING or not same(got, st.value):
+            if got is MISSING or not same_run(key, got, st.value):
                 f = inv.get(key)
                 fields.pop(f, None) if f else None
                 vkey = ("+" if st.add else "") + key
@@ -359,7 +369,7 @@ def _imported(s, groups, rec, pairs, env, env_r, verbatim, vcfg, inv, extra, sch
             "rendered": pairs.get(k, pairs.get("+" + k)),
         }
         for k, st in s.overrides.items()
-        if k not in carried and not same(pairs.get(k, pairs.get("+" + k, MISSING)), st.value)
+        if k not in carried and not same_run(k, pairs.get(k, pairs.get("+" + k, MISSING)), st.value)
     ]
     trip += [
         {"line": it.line, "key": k, "script": it.text, "rendered": as_script.get(k)}
@@ -386,9 +396,6 @@ def _env_why(name: str) -> str:
     ):
         return "strict alignment (TOP-COLL-001/002)"
     return "topl's Ascend default for every process (render_env.derived_env)"
-
-
-MISSING = MISSING
 
 
 def recipe_text(imp: Imported, source: str) -> str:

@@ -110,9 +110,10 @@ class BaseMemo:
         self.groups: list[tuple[tuple[str, ...], list[tuple[int, Any]], dict[Any, Any] | None]] = [
             (k, rules, {} if k != varying else None) for k, rules in groups.items()
         ]
-        # the traced rules' answers together, by the swept values any of their traces read
-        self.joint: dict[tuple[Any, ...], list[tuple[int, str, str]]] = {}
-        self.joint_keys: tuple[str, ...] | None = None  # those keys; None: not computed
+        # the traced rules' answers, grouped by the swept keys each rule's traces read: per
+        # group, by the values of those keys (a key one rule reads keeps no other rule's apart)
+        self.parts: tuple[tuple[tuple[str, ...], frozenset[int]], ...] | None = None
+        self.joint: dict[tuple[str, ...], dict[tuple[Any, ...], list[tuple[int, str, str]]]] = {}
         self.estimate_keys = _relevant(_ESTIMATE_KEYS, varying)
         self.estimates: dict[tuple[Any, ...], tuple[float | None, float | None]] = {}
         reads = view.Reads()  # what world_size reads, through the recording view
@@ -165,34 +166,43 @@ class BaseMemo:
         self, make: Spec, hv: dict[str, Any], template: Template | None
     ) -> list[tuple[int, str, str]]:
         """What the traced rules break. Each traced answer is a function of the swept values its
-        trace read (sweep_trace), so all of them together are a function of the union of those:
-        one lookup a point, kept while no trace is added and no rule turns to `every` (both
-        change that union; the kept answers are dropped then)."""
+        traces read (sweep_trace), so the answers of the rules whose traces read the same keys
+        are a function of those: one lookup per such group and point, kept while no trace is
+        added and no rule turns to `every` (both change the groups; the kept answers are dropped
+        then). A point makes no spec while every group has its values (issue 46: a rule reading
+        one more swept key no longer makes every point run every traced rule)."""
         if template is None:  # built whole: every traced rule runs (Traced.answer)
             return self._run_traced(make, hv, None)
-        keys = self.joint_keys
-        at = tuple(hv[k] for k in keys) if keys is not None else None
-        got = self.joint.get(at) if at is not None else None
-        if got is None:
-            got = self._run_traced(make, hv, template)
-            now = self._joint_keys()
-            if now != keys:
-                self.joint.clear()
-                self.joint_keys = now
-            elif len(self.joint) < CACHE_MAX:
-                self.joint[at] = got  # type: ignore[index]
+        if self.parts is not None:
+            out: list[tuple[int, str, str]] = []
+            for keys, _ in self.parts:
+                got = self.joint[keys].get(tuple([hv[k] for k in keys]))
+                if got is None:
+                    break
+                out += got
+            else:
+                return out
+        got = self._run_traced(make, hv, template)
+        now = self._parts()
+        if now != self.parts:
+            self.parts = now
+            self.joint = {keys: {} for keys, _ in now or ()}
+        for keys, members in self.parts or ():
+            cache = self.joint[keys]
+            if len(cache) < CACHE_MAX:
+                cache[tuple([hv[k] for k in keys])] = [x for x in got if x[0] in members]
         return got
 
-    def _joint_keys(self) -> tuple[str, ...] | None:
-        """The swept keys any trace read; None while a rule runs untraced (for every point, or
-        past its cap) or has no trace yet."""
-        read: set[str] = set()
-        for _, _, t in self.traced:
+    def _parts(self) -> tuple[tuple[tuple[str, ...], frozenset[int]], ...] | None:
+        """(the swept keys a rule's traces read, the rules that read exactly those), per group;
+        None while a rule runs untraced (for every point, or past its cap) or has no trace yet."""
+        groups: dict[tuple[str, ...], set[int]] = {}
+        for i, _, t in self.traced:
             if t.every or t.full or not t.traces:
                 return None
-            for keys in t.traces:
-                read.update(keys)
-        return tuple(k for k in self.varying if k in read)
+            read = {k for keys in t.traces for k in keys}
+            groups.setdefault(tuple(k for k in self.varying if k in read), set()).add(i)
+        return tuple((keys, frozenset(members)) for keys, members in groups.items())
 
     def _run_traced(
         self, make: Spec, hv: dict[str, Any], template: Template | None

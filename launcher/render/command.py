@@ -37,6 +37,10 @@ DERIVED = {
     f"{R.ARR}.ref.fsdp_config.dtype": "train.dtype",
     "data.train_files": "data_dir",
     "data.val_files": "data_dir",
+    # invocation.algorithm_overrides renders these from the DAPO fields
+    "algorithm.filter_groups.enable": "algorithm.filter_groups",
+    "algorithm.filter_groups.metric": "algorithm.filter_groups_metric",
+    "algorithm.filter_groups.max_num_gen_batches": "algorithm.max_num_gen_batches",
 }
 DERIVED_WHEN_SET = {"data.train_files": "train_files", "data.val_files": "val_files"}
 DERIVED_PREFIXES = {  # key prefix -> spec field (strict switches, rollout correction)

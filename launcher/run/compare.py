@@ -62,6 +62,9 @@ class Row:
     predicted_step_s: float | None = None  # plan --rank's roofline step (filled by the CLI)
     measured_over_predicted: float | None = None
     topl_version: str | None = None
+    started: str | None = None  # topl.json's `created`
+    backend: str | None = None  # status.json's `backend`
+    topl_gone: bool = False  # status.json says running, its topl no longer exists (never rewritten)
     notes: list[str] = field(default_factory=list)  # what is missing or unreadable, and why
     history: list[tuple[int, dict[str, Any]]] = field(default_factory=list, repr=False)
 
@@ -178,6 +181,7 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     topl = _json(run / "topl.json")
     if isinstance(topl, dict):
         row.topl_version = str(topl.get("topl_version"))
+        row.started = _str(topl.get("created"))
         if row.topl_version != __version__:
             row.notes.append(
                 f"written by topl {watch_io.clean(row.topl_version)!s:.40}, this is {__version__}:"
@@ -195,10 +199,12 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     row.exit_code = st.get("exit_code") if isinstance(st.get("exit_code"), int) else None
     row.signal = _str(st.get("signal"))
     row.error = _str(st.get("reason") or st.get("error"))
+    row.backend = _str(st.get("backend"))
     row.history, row.metrics_source = read_steps(run)
     if len(row.history) >= MAX_STEPS:
         row.notes.append(f"read the first {MAX_STEPS} steps of {row.metrics_source}")
-    if row.state == "running" and watch_status.topl_gone(st):
+    row.topl_gone = row.state == "running" and watch_status.topl_gone(st)
+    if row.topl_gone:
         row.notes.append(
             "status.json says running but its topl is gone (killed?): `topl watch` records the end"
         )

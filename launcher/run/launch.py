@@ -39,6 +39,7 @@ EVENTS = {
     "doctor_skipped": "",  # --skip-doctor
     "doctor_error": "node, finding",  # one doctor error on one node
     "follow_hint": "run_dir",  # a detached job: how to follow it
+    "resumed": "run_dir, before",  # --resume: the attempt before set aside in `before`
     "phase": "text",  # a remote launch's pre-check that may take a while, as it starts
 }
 

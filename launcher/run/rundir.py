@@ -139,6 +139,21 @@ def spec_text(composed: Composed) -> str:
     return _redact.text(OmegaConf.to_yaml(composed.cfg, resolve=True))
 
 
+def write_command(run_dir: Path, invocation: Invocation, python: str) -> None:
+    """command.sh, invocation.json and env.json: what one attempt runs (a resumed run writes them
+    again, launcher/run/resume.py)."""
+    r = _redact.current()
+    write_file(run_dir / "command.sh", "#!/usr/bin/env bash\n" + invocation.command(python) + "\n")
+    write_file(run_dir / "invocation.json", json.dumps(r.obj(invocation.to_dict(python)), indent=1))
+    write_file(
+        run_dir / "env.json",
+        json.dumps(
+            {"rendered": redact(invocation.env), "launching_process": redact(dict(os.environ))},
+            indent=1,
+        ),
+    )
+
+
 def write(
     run_dir: Path, composed: Composed, invocation: Invocation, violations: list[Violation]
 ) -> None:
@@ -167,15 +182,7 @@ def _write(
     write_file(
         run_dir / "sources.json", json.dumps(r.obj(composed.sources), indent=1, sort_keys=True)
     )
-    write_file(run_dir / "command.sh", "#!/usr/bin/env bash\n" + invocation.command(python) + "\n")
-    write_file(run_dir / "invocation.json", json.dumps(r.obj(invocation.to_dict(python)), indent=1))
-    write_file(
-        run_dir / "env.json",
-        json.dumps(
-            {"rendered": redact(invocation.env), "launching_process": redact(dict(os.environ))},
-            indent=1,
-        ),
-    )
+    write_command(run_dir, invocation, python)
     write_file(
         marker,
         json.dumps(
@@ -185,6 +192,7 @@ def _write(
                     "git_sha": git_sha(),
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "argv": sys.argv,
+                    "cwd": os.getcwd(),  # verl's relative checkpoint dir (launcher/run/resume.py)
                     "overrides": composed.overrides,
                     "recipe": composed.recipe,
                     "choices": composed.choices,

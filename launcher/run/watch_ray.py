@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from topl.launcher.base import redact
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ToplError, install_hint
 from topl.launcher.run import backends, watch_io
 from topl.launcher.run.backends.ray_client import bounded
 
@@ -26,7 +26,7 @@ class RayJob:
         except ImportError:
             raise ToplError(
                 f"this run is Ray job {self.job_id}; following it needs Ray, not installed here",
-                fix="pip install 'ray[default]' (or topl's `ray` extra)",
+                fix=f"pip install 'ray[default]' (or topl's ray extra: {install_hint('ray')})",
             ) from None
 
         where = f"the Ray head at {self.address} ({what}, job {self.job_id})"

@@ -28,7 +28,7 @@ def test_help_on_every_command(cmd):
     r = _help_run(cmd)(cmd, "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"usage: topl {cmd}") and "examples:" in r.stdout, r.stdout
-    takes_overrides = cmd not in ("rules", "recipes", "diagnose", "watch", "compare")
+    takes_overrides = cmd not in ("rules", "recipes", "diagnose", "watch", "compare", "runs")
     assert ("override_grammar" in r.stdout and "key=value" in r.stdout) == takes_overrides
     if cmd == "launch":  # topl's own flags, then Hydra's help (the config groups)
         for flag in ("--dry-run", "--follow", "--skip-doctor", "-m, --multirun"):
@@ -122,16 +122,32 @@ def test_ray_unreachable_is_one_message_and_no_run_dir(tmp_path):
     r = run_topl("launch", *STRICT_A3, f"cluster.ray_address={address}", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert f"the Ray head at {address}" in r.stderr and "Traceback" not in r.stderr
-    progress = (
-        "topl: dry run:",
-    )  # the deep dry run's one-line report comes first, where verl is at hand
-    message = [l for l in r.stderr.strip().splitlines() if not l.startswith(progress)]
-    assert len(message) <= 4, r.stderr
+    assert "topl: dry run:" not in r.stderr  # the head is reached first (the dry run takes seconds)
+    assert len(r.stderr.strip().splitlines()) <= 4, r.stderr
     assert list(tmp_path.iterdir()) == []
     r = run_topl("doctor", *STRICT_A3, "--ray", address)
     assert r.returncode == 2 and address in r.stderr and "Traceback" not in r.stderr
     r = run_topl("doctor", *STRICT_A3, "--ray")  # no address anywhere: refused, none guessed
     assert r.returncode == 2 and "cluster.ray_address" in r.stderr
+
+
+def test_remote_launch_reaches_the_head_before_the_dry_run(tmp_path, monkeypatch):
+    """A head that does not answer is said at once: verl's dry run (seconds) is not started."""
+    pytest.importorskip("ray")
+    from topl.launcher.cli import launch
+
+    ran = []
+    monkeypatch.setattr(launch, "deep", lambda *a, **k: ran.append(a) or ([], ""))
+    address = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    r = run_topl_inproc(
+        "launch",
+        *STRICT_A3,
+        f"cluster.ray_address={address}",
+        "cluster.ray_timeout_s=2",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and f"the Ray head at {address}" in r.stderr, r.stderr
+    assert ran == [] and list(tmp_path.iterdir()) == []
 
 
 def test_thread_count_follows_field_env_and_model_size(compose, monkeypatch):

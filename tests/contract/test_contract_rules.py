@@ -13,6 +13,7 @@ PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
 SL = B + ["cluster=slurm_a3"]  # the Slurm preset of the same A3 nodes
 SL_OK = SL + ["cluster.slurm.partition=a3", "cluster.slurm.time_min=600"]
 REL = ["recipe=qwen3_4b_grpo_a2_release_strict"]  # verl 0.9.1, Megatron, 1 x 8
+RC = "+verl_overrides.algorithm.rollout_correction"
 FS = ["stack=release", "cluster.backend=ray_job", "cluster.devices_per_node=8"]  # FSDP, verl 0.9.1
 CASES = {
     "TOP-RES-001": (B + ["train.pp=3"], B),
@@ -243,6 +244,18 @@ CASES = {
         [*REL, f"+verl_overrides.{ARR}.actor.megatron.use_mbridge=true"],
     ),
     "TOP-INIT-016": ([*REL, "algorithm.gen_batch_size=3"], [*REL, "algorithm.gen_batch_size=8"]),
+    "TOP-INIT-017": (
+        ["recipe=qwen3_4b_grpo_a2_strict", "algorithm.policy_loss=dro"],  # verl 0.8.0: no `dro`
+        [*REL, "algorithm.policy_loss=dro"],
+    ),
+    "TOP-INIT-019": (
+        [*REL, f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold='2.0_1.0'"],
+        [*REL, f"{RC}.rollout_is=token", f"{RC}.rollout_is_threshold='0.5_2.0'"],
+    ),
+    "TOP-INIT-018": (
+        [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size=4"],
+        [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size_per_gpu=4"],
+    ),
 }
 
 

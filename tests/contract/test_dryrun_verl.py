@@ -20,6 +20,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from startup_cases import CASES, NEIGHBOURS
 from test_verl_layout import ACCEPTED, FSDP, MCORE, NEGATIVE, V
 
 from topl.launcher.base.errors import ToplError
@@ -135,6 +136,25 @@ def test_each_class_is_refused_by_the_rule_and_by_the_dry_run():
 
 def test_the_former_false_rejections_pass_the_dry_run():
     assert dry_runs([compose_job(ov) for ov in ACCEPTED.values()]) == [[], []]
+
+
+def test_startup_set_dry_cases_refused_and_neighbours_pass():
+    """tests/contract/startup_cases.py on verl 0.9.1: the cases verl's own code refuses in the
+    dry run are refused there naming their keys; a sample of valid neighbours (every third one, and
+    those of the dry cases) passes it, as `launch` runs it before a remote submission."""
+    # the dry-run-only cases, and those whose check verl's own code runs there (row 32: the
+    # rollout-correction parsers; TOP-INIT-019 mirrors them)
+    dry = [c for c in CASES if c.verl == "0.9.1" and (c.by == "dry" or c.row == 32)]
+    near = [n for n in NEIGHBOURS if n.verl == "0.9.1"]
+    near = near[::3] + [n for n in near if n.id in {c.id for c in dry} and n not in near[::3]]
+    got = dry_runs([compose_job(c.overrides) for c in dry + near])
+    for c, vs in zip(dry, got):
+        assert any(v.severity == "error" and all(k in v.keys for k in c.keys) for v in vs), (
+            c.id,
+            [(v.rule, list(v.keys)) for v in vs],
+        )
+    bad = {n.id: [v.message for v in vs] for n, vs in zip(near, got[len(dry) :]) if vs}
+    assert not bad
 
 
 BASES = {  # one per declared verl and engine

@@ -165,3 +165,61 @@ def test_the_dry_run_ids_are_in_the_catalog():
 
     ids = {r.id for r, _ in catalog()}
     assert {f"TOP-DRY-00{i}" for i in range(10)} <= ids
+
+
+KL_REF = MCORE + ["algorithm.use_kl_loss=true", V + "ref.log_prob_use_dynamic_bsz=false"]
+# (rule, overrides breaking several keys of its class, the keys its one violation must list)
+ALL_AT_ONCE = [
+    (
+        "TOP-VERL-002",  # the ref's layout decides the actor's (Megatron's groups are process-wide)
+        KL_REF
+        + [
+            V + "ref.megatron.tensor_model_parallel_size=2",
+            V + "ref.megatron.pipeline_model_parallel_size=2",
+            V + "ref.megatron.context_parallel_size=2",
+        ],
+        [
+            f"verl_overrides.actor_rollout_ref.ref.megatron.{k}_parallel_size"
+            for k in ("tensor_model", "pipeline_model", "context")
+        ]
+        + ["train.tp", "train.pp", "train.cp"],
+    ),
+    (
+        "TOP-INIT-010",
+        KL_REF
+        + [
+            "rollout.log_prob_micro_batch_size_per_gpu=3",
+            V + "ref.log_prob_micro_batch_size_per_gpu=3",
+        ],
+        [
+            "rollout.log_prob_micro_batch_size_per_gpu",
+            "verl_overrides.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        ],
+    ),
+    (
+        "TOP-INIT-017",
+        MCORE + ["+verl_overrides.algorithm.adv_estimator=x", V + "actor.loss_agg_mode=y"],
+        [
+            "verl_overrides.algorithm.adv_estimator",
+            "verl_overrides.actor_rollout_ref.actor.loss_agg_mode",
+        ],
+    ),
+    (
+        "TOP-INIT-018",
+        MCORE + [V + "actor.ppo_micro_batch_size=4", V + "rollout.log_prob_micro_batch_size=8"],
+        [
+            "verl_overrides.actor_rollout_ref.actor.ppo_micro_batch_size",
+            "verl_overrides.actor_rollout_ref.rollout.log_prob_micro_batch_size",
+            "train.ppo_micro_batch_size_per_gpu",
+            "rollout.log_prob_micro_batch_size_per_gpu",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("rule,overrides,keys", ALL_AT_ONCE, ids=[c[0] for c in ALL_AT_ONCE])
+def test_every_mismatched_key_of_a_class_in_one_violation(compose, rule, overrides, keys):
+    """Issue 46 item 5: one fix round clears a class; its one violation lists every key."""
+    got = [v for v in check(compose(overrides)) if v.rule == rule]
+    assert len(got) == 1 and got[0].severity == "error", [v.rule for v in check(compose(overrides))]
+    assert [k for k in keys if k not in got[0].keys] == []

@@ -87,7 +87,7 @@ def test_unset_shell_variables_are_named_with_where_they_are_used(tmp_path, monk
     with pytest.raises(ToplError, match="MY_DATA"):
         _rendered(imp, tmp_path)
     _, got = _rendered(imp, tmp_path, environ={"MY_DATA": "/d", "HOME": "/h"})
-    assert got["data.train_files"] == "/d/train.parquet"
+    assert got["data.train_files"] == "[/d/train.parquet]"  # on train_files: verl's list of it
 
 
 def test_the_seed_module_declares_the_seed_stack_without_being_written(tmp_path):
@@ -186,7 +186,8 @@ def test_data_files_and_the_sampling_seed_go_on_their_spec_fields(tmp_path):
 
 def test_a_value_topl_renders_anyway_is_written_neither_as_field_nor_override(tmp_path):
     """per_request_seed=true under strict alignment on the seed stack is what the groups render:
-    the recipe stays silent on it; a plain-string data file (the field is a list) stays verbatim."""
+    the recipe stays silent on it; a plain-string data file goes on its list field, as the
+    one-element list verl makes of it (verl@0.9.1:verl/utils/dataset/rl_dataset.py)."""
     seed = "actor_rollout_ref.rollout.per_request_seed"
     head = "export VERL_USE_EXTERNAL_MODULES=verl_ascend_recipe.true_on_policy.patch\n"
     text = megatron_script(
@@ -196,10 +197,10 @@ def test_a_value_topl_renders_anyway_is_written_neither_as_field_nor_override(tm
     assert imp.round_trip == []
     assert "per_request_seed" not in imp.recipe.get("rollout", {})
     vo = imp.recipe.get("verl_overrides", {})
-    assert seed not in vo and "train_files" not in imp.recipe
-    assert vo["data.train_files"] == "/d/a.parquet"
+    assert seed not in vo and "data.train_files" not in vo
+    assert imp.recipe["train_files"] == ["/d/a.parquet"]
     _, got = _rendered(imp, tmp_path)
-    assert got[seed] == "true" and got["data.train_files"] == "/d/a.parquet"
+    assert got[seed] == "true" and got["data.train_files"] == "[/d/a.parquet]"
 
 
 def test_the_seed_patchs_null_rollout_seed_lands_on_the_seed_field_as_0(tmp_path):

@@ -187,7 +187,8 @@ def test_bi_matmul_rows_do_not_depend_on_m(k, n):
 def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     """The plan may follow M (PLANS) because no plan changes an element's additions: every plan,
     TMA-fed or pointer-fed, on the same rows, every element compared."""
-    from topl.kernels.gpu.ops import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS, bi_matmul
+    from topl.kernels.gpu.mm_plans import MM_CONFIG, PLANS, SMALL_BN, TMA_PLANS
+    from topl.kernels.gpu.ops import bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
@@ -197,6 +198,13 @@ def test_bi_matmul_every_tile_plan_gives_the_same_bits(k, n):
     ref = bi_matmul(x, w, plan=MM_CONFIG, tma=False)
     for tma, p in plans:
         assert torch.equal(bi_matmul(x, w, plan=p, tma=tma), ref), (tma, p)
+    # the transposed tile (W's rows on the MMA's 64-row side), pointer- or TMA-fed
+    for p, desc in itertools.product(
+        ((16, 64, 256, 4, 3), (64, 64, 128, 4, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 3)),
+        (False, True),
+    ):
+        got = bi_matmul(x, w, plan=p, tma=False, swap=True, desc=desc)
+        assert torch.equal(got, ref), ("swap", p, desc)
 
 
 def test_rms_norm_and_log_softmax_rows_do_not_depend_on_the_batch():

@@ -55,7 +55,8 @@ def test_bi_matmul_split_k_gives_the_bits_of_every_other_plan(k, n):
     """Small M splits K over programs (chunks of K_CHUNK, partials added in chunk order by the
     last program): every split, tile width and stage count gives the rows of the large-M TMA
     plan, call after call."""
-    from topl.kernels.gpu.ops import SMALL_BN, bi_matmul
+    from topl.kernels.gpu.mm_plans import SMALL_BN
+    from topl.kernels.gpu.ops import bi_matmul
 
     torch.manual_seed(0)
     x = torch.randn(1000, k, device="cuda", dtype=torch.bfloat16)
@@ -63,10 +64,18 @@ def test_bi_matmul_split_k_gives_the_bits_of_every_other_plan(k, n):
     big = bi_matmul(x, w, graph=True)
     for m in (1, 16, 65, 128, 256):
         assert torch.equal(bi_matmul(x[:m], w), big[:m]), m
+        assert torch.equal(bi_matmul(x[:m], w, graph=True), big[:m]), m
         for bn, cpp, st in itertools.product(SMALL_BN, (1, 2, 0), (2, 3)):
             for _ in range(2):
                 got = bi_matmul(x[:m], w, plan=(64, bn, 128, 4, st), tma=False, split=cpp)
                 assert torch.equal(got, big[:m]), (m, bn, cpp, st)
+        # the transposed tile: tokens on the MMA's narrow side, pointer- or TMA-fed, split or not
+        for bt, cpp, desc in itertools.product((16, 64), (1, 0), (False, True)):
+            for _ in range(2):
+                got = bi_matmul(
+                    x[:m], w, plan=(bt, 64, 128, 4, 5), tma=False, split=cpp, swap=True, desc=desc
+                )
+                assert torch.equal(got, big[:m]), ("swap", m, bt, cpp, desc)
 
 
 def test_the_k_chunk_is_the_reduction_order():

@@ -64,9 +64,9 @@ def test_a_trace_that_forgot_a_selection_by_type_gives_other_verdicts(monkeypatc
 
 
 def test_traced_answers_are_looked_up_by_every_key_their_traces_read(monkeypatch):
-    """The traced rules' answers together are kept by the union of the keys their traces read
-    (here model.hf_path and train.tp: not gpu_memory_utilization); a union that left a key out reuses one
-    point's answers at another."""
+    """The traced rules' answers are kept per group of rules whose traces read the same keys
+    (together here model.hf_path and train.tp: not gpu_memory_utilization); groups that left a
+    key out reuse one point's answers at another."""
     from topl.launcher.plan import memo as sweep_memo
 
     monkeypatch.delenv(VAR, raising=False)
@@ -75,11 +75,16 @@ def test_traced_answers_are_looked_up_by_every_key_their_traces_read(monkeypatch
     fast = Planner()
     assert _verdicts(fast, points) == want
     (memo,) = fast._memos.values()
-    assert memo.joint_keys == ("model.hf_path", "train.tp") and len(memo.joint) == 4
-    real = sweep_memo.BaseMemo._joint_keys
-    monkeypatch.setattr(
-        sweep_memo.BaseMemo, "_joint_keys", lambda self: (real(self) or ())[1:] or ()
-    )
+    read = {k for keys, _ in memo.parts for k in keys}
+    assert read == {"model.hf_path", "train.tp"}
+    assert max(len(memo.joint[keys]) for keys, _ in memo.parts) <= 4
+    real = sweep_memo.BaseMemo._parts
+
+    def forgets(self):  # each group keyed without its first key
+        got = real(self)
+        return got and tuple((keys[1:], members) for keys, members in got)
+
+    monkeypatch.setattr(sweep_memo.BaseMemo, "_parts", forgets)
     assert _verdicts(Planner(), points) != want
 
 

@@ -149,8 +149,10 @@ def test_launcher_only_install_runs_without_torch(wheel, tmp_path):
     r = sh(topl, "doctor", A3, "--json", cwd=work)  # runs; this host lacks the NPU stack
     assert r.returncode == 2 and '"TOP-DOC-TORCH-001"' in r.stdout
     before = sorted((work / "runs").iterdir())
-    r = sh(topl, "launch", cwd=work)  # the embedded default needs the `local` extra: say so
-    assert r.returncode == 2 and "needs torch" in r.stderr and "topl[local]" in r.stderr
+    r = sh(topl, "launch", cwd=work)  # the embedded default needs the `local` extra: say so,
+    # as a pip command over what this topl was installed from (topl is not on an index)
+    assert r.returncode == 2 and "needs torch" in r.stderr, r.stderr
+    assert f"pip install '{wheel}[local]'" in r.stderr and "topl[local]" not in r.stderr
     assert "Traceback" not in r.stderr and sorted((work / "runs").iterdir()) == before
 
 

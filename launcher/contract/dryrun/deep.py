@@ -131,6 +131,7 @@ def catalog() -> list[RuntimeRule]:
 QUOTED = re.compile(
     r"'((?:actor_rollout_ref|critic|data|algorithm|trainer|reward|model_engine)[\w.]*)'"
 )
+DOTTED = re.compile(r"\b[a-z_]\w*(?:\.[a-z_]\w*)+")
 TIMEOUT = 300.0
 
 
@@ -251,4 +252,8 @@ def involved(f: dict[str, Any], cmd: Command) -> list[str]:
         else:
             out.append(k)
     out += QUOTED.findall(msg)
+    # a key verl names unquoted, whole or by its last parts ("router_replay.mode='R2' requires
+    # algorithm.rollout_correction.bypass_mode=False"): the command's entries it names
+    for token in DOTTED.findall(msg):
+        out += [e.key for e in cmd if e.key == token or e.key.endswith("." + token)]
     return list(dict.fromkeys(out))

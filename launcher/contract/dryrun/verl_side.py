@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
 import json
 import os
@@ -280,6 +281,10 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
 def main() -> None:
     reply, sys.stdout = sys.stdout, sys.stderr  # verl prints at import: keep the answers apart
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    # The first request imports verl (torch, tensordict, transformers, Ray): the cyclic GC would
+    # scan the growing heap again and again for garbage imports hardly make (~1 s of the ~5 s,
+    # scripts/bench_cli.py). Off for it; then the imported heap is frozen out of later scans.
+    gc.disable()
     for line in sys.stdin:
         try:
             got = dry_run(json.loads(line))
@@ -295,6 +300,9 @@ def main() -> None:
             ]
         reply.write(json.dumps(got) + "\n")
         reply.flush()
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
 
 
 if __name__ == "__main__":

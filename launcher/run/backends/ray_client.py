@@ -8,7 +8,7 @@ import contextlib
 import sys
 import time
 
-from topl.launcher.base.errors import ToplError
+from topl.launcher.base.errors import ToplError, install_hint
 from topl.launcher.run.lifecycle import with_deadline
 
 
@@ -39,8 +39,11 @@ def check_reachable(address: str | None, timeout: float) -> None:
         raise ToplError(
             "backend=ray_job and no Ray head named: topl never guesses a cluster",
             where="cluster.ray_address",
-            fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard), "
-            "or cluster.backend=local",
+            # not cluster.backend=local: the embedded loop takes only the tiny models (TOP-RES-009)
+            fix="add cluster.ray_address=http://HEAD:8265 (the head's dashboard; `ray start "
+            "--head` on a node starts one); `topl launch --dry-run` writes the run dir and its "
+            "command without a head; on Slurm: cluster=slurm_a3 cluster.slurm.partition=NAME "
+            "cluster.slurm.time_min=MINUTES",
         )
     try:
         from ray.job_submission import JobSubmissionClient
@@ -48,7 +51,7 @@ def check_reachable(address: str | None, timeout: float) -> None:
         raise ToplError(
             "backend=ray_job needs Ray, which is not installed here",
             where="cluster.backend=ray_job",
-            fix="pip install 'ray[default]' (or topl's `ray` extra)",
+            fix=f"pip install 'ray[default]' (or topl's ray extra: {install_hint('ray')})",
         ) from None
 
     bounded(lambda: JobSubmissionClient(address), f"the Ray head at {address} (connect)", timeout)
@@ -65,7 +68,7 @@ class Head:
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
-            raise ToplError("backend=ray_job needs Ray", fix="pip install 'ray[default]'") from None
+            raise ToplError("backend=ray_job needs Ray", fix=f"{install_hint('ray')}") from None
         self.address, self.timeout = address, timeout
         self.client = self.call(lambda: JobSubmissionClient(address), "connect")
 
