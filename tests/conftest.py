@@ -10,6 +10,12 @@ import time
 
 import pytest
 
+# setuptools before anything imports pip in a worker (launcher/facts/sources.py reads pip's
+# default index): pip's import turns setuptools' distutils shim off, and a setuptools imported
+# after it (torch.utils.cpp_extension, from megatron-core in tests/align) then fails its own
+# distutils assertion; which modules share a worker decides whether it shows.
+import setuptools  # noqa: F401
+
 from topl.launcher.compose.hydra import compose_job
 
 # Test modules share fixtures and case tables by module name across stage folders (tests/plan's
@@ -96,6 +102,16 @@ SLOW_TESTS = {
 # module fixtures are built once), every test on the session's Ray head on one worker (one head),
 # and the tests of these modules, each long and independent, spread over the workers.
 SPREAD_MODULES = {"test_fix.py", "test_accepted_runs.py", "test_local_algorithms.py"}
+# Handed out first (xdist otherwise orders the groups by their number of tests, which put these
+# two past the middle): the real Slurm (~80 s, mostly waiting on its daemons and jobs, which
+# the other worker's CPU work overlaps) and the dry run (the longest group, ~100 s of CPU), so
+# neither is the run's tail. The rest keep xdist's order.
+FIRST_GROUPS = ("test_slurm_real.py", "test_dryrun_verl.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # the order below is the queue's order
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -116,6 +132,38 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.xdist_group("ray_head"))
             elif name not in SPREAD_MODULES:
                 item.add_marker(pytest.mark.xdist_group(name))
+    if xdist and hasattr(config, "workerinput"):  # a worker: its order is the scheduler's queue
+        items[:] = _queue_order(items)
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """A pytest / pytest-xdist pair where loadgroup does not group (pyproject's pin says which)
+    spreads every group's tests over the workers: shared fixtures (the Ray head, the test Slurm,
+    verl children) built on each, and tests that read another's results failing by chance. The
+    controller sees the node ids a worker collected: each test outside SPREAD_MODULES was given a
+    group above, which xdist writes into its id as `@group`."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [
+        i for i in ids if "@" not in i and i.split("::")[0].split("/")[-1] not in SPREAD_MODULES
+    ]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup does not group on pytest {pytest.__version__} "
+            f"({lost[0]} has no @group): install pytest<9.2 (pyproject's `test` extra)"
+        )
+
+
+def _queue_order(items):
+    """xdist's order of the groups (most tests first, loadscope-reorder's rule), FIRST_GROUPS ahead
+    of all; a group's tests keep their order. Every worker sorts the same collection the same."""
+    groups: dict[str, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        groups.setdefault(mark.args[0] if mark else item.nodeid, []).append(item)
+    first = {g: i for i, g in enumerate(FIRST_GROUPS)}
+    order = sorted(groups, key=lambda g: (first.get(g, len(first)), -len(groups[g])))
+    return [item for g in order for item in groups[g]]
 
 
 HYPOTHESIS_EXAMPLES = {"ci": 150, "dev": 30}

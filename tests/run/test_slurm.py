@@ -198,3 +198,17 @@ def test_preflight_without_slurm_says_where_to_run(monkeypatch, tmp_path):
     spec, _ = _spec(EMBEDDED)
     with pytest.raises(ToplError, match="login node"):
         slurm.BACKEND.preflight(spec)
+
+
+@pytest.mark.parametrize(
+    "bad, rule",
+    [
+        (["cluster.nodes=2", "cluster.devices_per_node=4"], "TOP-SLURM-003"),  # 7 idle devices
+        (["cluster.slurm.time_min=null"], "TOP-SLURM-002"),
+        (["cluster.slurm.partition=null"], "TOP-SLURM-001"),
+    ],
+)
+def test_check_refuses_a_bad_allocation_with_its_rule(bad, rule):
+    r = run_topl_inproc("check", *EMBEDDED, *bad, "--json")
+    got = json.loads(r.stdout)
+    assert r.returncode == 2 and [v["rule"] for v in got["violations"]] == [rule], r.stdout

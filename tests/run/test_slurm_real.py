@@ -174,10 +174,13 @@ def test_sweep_submits_each_valid_point_as_one_job_and_never_queues_the_invalid(
 
 def test_contract_refuses_an_impossible_allocation_before_the_queue(cluster, tmp_path):
     before = _jobs(cluster)
-    launch = [*EMB, "cluster.nodes=2", "cluster.devices_per_node=4"]
-    r = run_topl_inproc("launch", *launch, f"run_root={tmp_path}", env=cluster.env)
-    assert r.returncode == 2 and "TOP-SLURM-003" in r.stderr and not any(tmp_path.iterdir())
-    launch = [*EMB, "cluster.slurm.time_min=null"]
-    r = run_topl_inproc("launch", *launch, f"run_root={tmp_path}", env=cluster.env)
-    assert r.returncode == 2 and "TOP-SLURM-002" in r.stderr
+    too_big = [*EMB, "cluster.nodes=2", "cluster.devices_per_node=4"]  # 7 devices never used
+    no_time = [*EMB, "cluster.slurm.time_min=null"]  # the partition would refuse or hold it
+    for bad, rule in ((too_big, "TOP-SLURM-003"), (no_time, "TOP-SLURM-002")):
+        c = run_topl_inproc("check", *bad, "--json", env=cluster.env)
+        got = json.loads(c.stdout)
+        assert c.returncode == 2 and not got["ok"], c.stdout[-2000:]
+        assert [v["rule"] for v in got["violations"] if v["severity"] == "error"] == [rule]
+        r = run_topl_inproc("launch", *bad, f"run_root={tmp_path}", env=cluster.env)
+        assert r.returncode == 2 and rule in r.stderr and not any(tmp_path.iterdir())
     assert _jobs(cluster) == before
