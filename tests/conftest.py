@@ -101,7 +101,12 @@ SLOW_TESTS = {
 # pytest-xdist (`-n 2 --dist loadgroup`, the README's command): a module runs on one worker (its
 # module fixtures are built once), every test on the session's Ray head on one worker (one head),
 # and the tests of these modules, each long and independent, spread over the workers.
-SPREAD_MODULES = {"test_fix.py", "test_accepted_runs.py", "test_local_algorithms.py"}
+SPREAD_MODULES = {
+    "test_fix.py",
+    "test_accepted_runs.py",
+    "test_local_algorithms.py",
+    "test_startup_cases.py",  # 171 independent `check` calls, no shared fixture
+}
 # Handed out first (xdist otherwise orders the groups by their number of tests, which put these
 # two past the middle): the real Slurm (~80 s, mostly waiting on its daemons and jobs, which
 # the other worker's CPU work overlaps) and the dry run (the longest group, ~100 s of CPU), so
