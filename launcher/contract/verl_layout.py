@@ -49,7 +49,8 @@ def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
             return value
         got = get(m.group(1), depth + 1)
         if got is None and m.group(2) is not None:
-            return int(m.group(2)) if m.group(2).isdigit() else m.group(2)
+            d = m.group(2)  # an ASCII default is a number (str.isdigit also takes "²")
+            return int(d) if d.isascii() and d.isdigit() else d
         return got
 
     return get

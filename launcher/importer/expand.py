@@ -161,7 +161,7 @@ class Expander:
         return out
 
     def _val(self, name: str, deps: list[int], line: int | None = None) -> str:
-        if name.isdigit():
+        if name.isascii() and name.isdigit():  # $1..; str.isdigit also takes "²"
             return self.args[int(name) - 1].text if 0 < int(name) <= len(self.args) else ""
         v = self.scalar(name)
         if v is None:

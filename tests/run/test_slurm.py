@@ -135,6 +135,10 @@ def test_submit_writes_script_and_job_id_and_hands_secrets_by_environment(tmp_pa
         ({"scontrol": "JobId=42 JobState=CANCELLED ExitCode=0:15"}, ("CANCELLED", True, 143, "")),
         ({"sacct": "TIMEOUT|0:0"}, ("TIMEOUT", True, 0, "")),  # the controller forgot: accounting
         ({"slurm_exit": "7"}, ("UNKNOWN", True, 7, "")),  # neither: the script's own exit file
+        (  # an exit file that is not ASCII digits is no exit code ("²".isdigit() is True)
+            {"slurm_exit": "²"},
+            ("UNKNOWN", True, None, "Slurm no longer knows the job and it left no exit code"),
+        ),
     ],
 )
 def test_state_asks_the_controller_then_accounting_then_the_exit_file(

@@ -131,7 +131,11 @@ def state(job_id: str, run_dir: Path | None = None) -> State:
         st, code = line.split("|", 1)
         return State(st.split()[0], _exit_code(code))
     written = watch_io.read_text(run_dir / EXIT_FILE, 64) if run_dir else None
-    code = int(written) if written and written.strip().isdigit() else None
+    code = (
+        int(written)
+        if written and written.strip().isascii() and written.strip().isdigit()
+        else None
+    )
     why = "" if code is not None else "Slurm no longer knows the job and it left no exit code"
     return State("UNKNOWN", code, why)
 
@@ -139,4 +143,4 @@ def state(job_id: str, run_dir: Path | None = None) -> State:
 def job_id_of(run_dir: Path) -> str | None:
     """The run's Slurm job id (a small regular file of digits), or None."""
     text = watch_io.read_text(run_dir / JOB_ID_FILE, 64)
-    return text.strip() if text and text.strip().isdigit() else None
+    return text.strip() if text and text.strip().isascii() and text.strip().isdigit() else None
