@@ -2,6 +2,7 @@
 half-written as if complete (issue 48). The disk is made full by making the write raise."""
 
 import errno
+import json
 import os
 from collections import namedtuple
 
@@ -140,3 +141,40 @@ def test_the_job_log_stops_not_the_job(tmp_path, monkeypatch, capsys):
     log.write("step 1\n")
     log.write("step 2\n")  # no second message, no raise
     assert capsys.readouterr().err.count("verl.log stops here") == 1
+
+
+def test_a_full_disk_leaves_no_half_sweep_report(tmp_path):
+    """The sweeper's report files are written under hidden names and renamed whole at the end:
+    a disk that fills on the last write leaves neither file nor a temporary behind."""
+    from hydra_plugins.topl_sweeper.topl_sweeper import ReportWriter
+
+    class Verdict:
+        def to_dict(self):
+            return dict(
+                overrides=["train.tp=2"], valid=True, rules=[], warnings=[], devices=8
+            ) | dict(train_gb=1.0, rollout_gb=1.0)
+
+    done = tmp_path / "ok"
+    w = ReportWriter(done)
+    w.add(Verdict())
+    assert not (done / "sweep_report.json").exists()  # not in place before it is whole
+    w.close()
+    assert json.loads((done / "sweep_report.json").read_text())["points"] == 1
+    assert sorted(p.name for p in done.iterdir()) == ["sweep_report.csv", "sweep_report.json"]
+
+    full = tmp_path / "full"
+    w = ReportWriter(full)
+    w.add(Verdict())
+    real = w._json
+
+    class Full:
+        def write(self, text):
+            raise FULL
+
+        def close(self):
+            real.close()
+
+    w._json = Full()
+    with pytest.raises(OSError):
+        w.close()
+    assert list(full.iterdir()) == []

@@ -5,10 +5,12 @@ is configured (basic, joblib, ray, submitit); invalid points never start.
 """
 # no `from __future__ import annotations`: Hydra imports plugins outside sys.modules (dataclass needs it)
 
+import contextlib
 import csv
 import itertools
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -21,6 +23,7 @@ from omegaconf import OmegaConf
 from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
 from topl.launcher.plan.sweep import Planner, iter_expand, iter_items
+from topl.launcher.run import watch_io
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,15 @@ CSV_COLUMNS = [
 
 class ReportWriter:
     """sweep_report.json and .csv written point by point (a sweep's verdicts are never all held
-    in memory); `close` ends the JSON with the counts."""
+    in memory) under hidden names; `close` ends the JSON with the counts and renames both into
+    place: a disk that fills leaves no half report, only the error."""
 
     def __init__(self, sweep_dir: Path):
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        self._json = (sweep_dir / "sweep_report.json").open("w")
-        self._csv_file = (sweep_dir / "sweep_report.csv").open("w", newline="")
+        self._paths = [sweep_dir / "sweep_report.json", sweep_dir / "sweep_report.csv"]
+        self._tmp = [p.with_name(f".{p.name}.tmp") for p in self._paths]
+        self._json = self._tmp[0].open("w")
+        self._csv_file = self._tmp[1].open("w", newline="")
         self._csv = csv.writer(self._csv_file)
         self._csv.writerow(CSV_COLUMNS)
         self._json.write('{\n "verdicts": [')
@@ -86,9 +92,19 @@ class ReportWriter:
         self.points, self.valid = self.points + 1, self.valid + r["valid"]
 
     def close(self) -> None:
-        self._json.write(f'\n ],\n "points": {self.points},\n "valid": {self.valid}\n}}\n')
-        self._json.close()
-        self._csv_file.close()
+        try:
+            self._json.write(f'\n ],\n "points": {self.points},\n "valid": {self.valid}\n}}\n')
+            self._json.close()
+            self._csv_file.close()
+            for tmp, path in zip(self._tmp, self._paths):
+                os.replace(tmp, path)
+        except OSError:  # ENOSPC, quota: the error is the message; no half report stays
+            for f in (self._json, self._csv_file):
+                with contextlib.suppress(OSError):
+                    f.close()
+            for tmp in self._tmp:
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 def write_reports(sweep_dir: Path, verdicts) -> None:
@@ -149,7 +165,8 @@ class ToplSweeper(BasicSweeper):
         finally:
             report.close()
         # as BasicSweeper.sweep does, secrets out (the overrides and cluster.env hold them)
-        (sweep_dir / "multirun.yaml").write_text(redact.text(OmegaConf.to_yaml(self.config)))
+        text = redact.text(OmegaConf.to_yaml(self.config))
+        watch_io.replace_file(sweep_dir / "multirun.yaml", text.encode())  # whole, or not at all
         n = report.points
         log.info("topl sweeper: %d points, %d valid; report in %s", n, len(valid), sweep_dir)
         if len(valid) < n and self.on_invalid == "fail":
