@@ -195,9 +195,7 @@ class Search:
         for r in RULES:
             if r.id not in bad:
                 continue
-            reads = Reads()
-            r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
-            for k in reads:
+            for k in _reads(r, spec):
                 for v in _neighbours(spec, k):
                     side, _, leaf = k.partition(".")
                     twin = {"train": "rollout", "rollout": "train"}.get(side)
@@ -218,8 +216,7 @@ class Search:
         out = []
         for r in RULES:
             if r.id in bad:
-                reads = Reads()
-                r.run(typed_as(JobSpec, View(spec, reads)))  # the view reads as the spec does
+                reads = _reads(r, spec)
                 if reads and all(_protected(k) or k in frozen for k in reads):
                     out.append(r.id)
         return out
@@ -248,13 +245,21 @@ class Search:
         for allow_user in (False, True):
             if not allow_user and self._stuck(spec, self.targets(errs, warns), self.user):
                 continue  # an error only a key you typed can clear: search with those at once
-            fix = self._beam(errs, warns, spec, allow_user)
+            # without your keys: half the budget, so that one of yours (train.pp=3 on 16
+            # devices) is still tried when nothing else can clear its rule
+            limit = self.budget if allow_user else self.budget // 2
+            fix = self._beam(errs, warns, spec, allow_user, limit)
             if fix.found or self.evaluated >= self.budget:
                 return fix
         return fix
 
     def _beam(
-        self, errs: frozenset[str], warns: frozenset[str], spec: JobSpec, allow_user: bool
+        self,
+        errs: frozenset[str],
+        warns: frozenset[str],
+        spec: JobSpec,
+        allow_user: bool,
+        limit: int,
     ) -> Fix:
         """Best-first: always extend the set that leaves the fewest errors (then the cheapest);
         a move may add one error on the way (rollout.pp=1 frees the pipeline but needs a larger
@@ -265,7 +270,7 @@ class Search:
         ]
         heap = [(start, _cost((), warns), 0, (), errs, warns, spec)]
         seen, tick, best, closest = set(), 0, None, heap[0]
-        stop = self.budget  # lowered when the first accepted set is found
+        stop = limit  # lowered when the first accepted set is found
         while heap and self.evaluated < stop:
             n, cost, _, changes, e, w, s = heapq.heappop(heap)
             if best is not None and cost[:2] >= _cost(best, self.judge(best)[1])[:2]:
@@ -286,7 +291,7 @@ class Search:
                 c2 = _cost(new, w2)
                 if not left:
                     if best is None:
-                        stop = min(self.budget, self.evaluated + max(self.evaluated, AGAIN_MIN))
+                        stop = min(limit, self.evaluated + max(self.evaluated, AGAIN_MIN))
                     if best is None or c2 < _cost(best, self.judge(best)[1]):
                         best = new
                 elif left <= n + 1:
@@ -336,6 +341,14 @@ def _cost(changes: tuple[Change, ...], warns: frozenset[str]) -> Cost:
         else:
             dist += 1.0
     return (sum(c.user for c in changes), len(changes), dist, len(warns))
+
+
+def _reads(r: Any, spec: JobSpec) -> list[str]:
+    """What rule `r` read on `spec` (the view records it), then the keys it declares: a rule
+    reading the rendered command (actor dp from train.tp / pp) reads fields the view never sees."""
+    reads = Reads()
+    r.run(typed_as(JobSpec, View(spec, reads)))
+    return list(dict.fromkeys([*reads, *r.keys]))
 
 
 def _protected(key: str) -> bool:

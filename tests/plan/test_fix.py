@@ -179,17 +179,29 @@ def test_random_rejected_specs_are_fixed_or_blocked(point):
         assert fix.blocking
 
 
-def test_what_blocks_lists_no_rule_a_candidate_clears():
-    """No fix here (TOP-INIT-003, TOP-SCHEMA-005 stay); rollout.block_size=8 breaks TOP-ATTN-004,
-    which rollout.block_size=128 (named in its fix text) clears alone: not a blocker (review #11)."""
+def test_a_key_you_typed_is_changed_when_nothing_else_clears_its_rule():
+    """train.pp=3 on 16 devices: only another pp clears it. TOP-INIT-006 reads actor dp through
+    the rendered command (its declared keys, not the view, name train.pp), so it is not "stuck",
+    and the search without your keys gets half the budget, not all of it (before: "no fix")."""
+    fix = find_fix(["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=3"])
+    assert fix.found and [c.override for c in fix.changes] == ["train.pp=4"], fix.to_dict()
+    assert accepted(["recipe=qwen3_30b_a3b_grpo_a3_strict", "train.pp=3", "train.pp=4"])
+
+
+def test_a_fix_text_names_the_value_that_clears_its_rule():
+    """rollout.block_size=8 breaks TOP-ATTN-004, which rollout.block_size=128 (named in its fix
+    text) clears; with other errors the search still reaches it (the layout: your keys too)."""
     from topl.launcher.contract.core import RULES
 
-    fix = find_fix(
-        ["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8", "cluster.nodes=3", "train.pp=5"],
-        budget=300,
-    )
-    assert not fix.found and fix.blocking
-    assert "TOP-ATTN-004" not in fix.blocking, fix.blocking
+    ovs = [
+        "recipe=qwen3_4b_grpo_a3_strict",
+        "rollout.block_size=8",
+        "cluster.nodes=3",
+        "train.pp=5",
+    ]
+    fix = find_fix(ovs, budget=300)
+    assert fix.found and "rollout.block_size=128" in [c.override for c in fix.changes]
+    assert accepted(ovs + [c.override for c in fix.changes]), fix.to_dict()
     attn = next(r for r in RULES if r.id == "TOP-ATTN-004")
     assert "rollout.block_size=128" in attn.fix
     alone = find_fix(["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8"], budget=300)
