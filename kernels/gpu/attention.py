@@ -29,6 +29,7 @@ import torch
 import triton
 
 from topl.kernels.gpu.attention_kernels import _attn, _combine
+from topl.kernels.gpu.ops import arrival_counts
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
@@ -91,17 +92,6 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
 
 
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
-
-
-def _counts(dev: torch.device, n: int) -> torch.Tensor | None:
-    """Zeroed arrival counts (each call leaves them zero); None if they would have to be made
-    while a CUDA graph is being captured (the zeroing would only run at replay)."""
-    i = dev.index or 0
-    if i not in _CNT or _CNT[i].numel() < n:
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        _CNT[i] = torch.zeros(max(n, 1 << 14), dtype=torch.int32, device=dev)
-    return _CNT[i]
 
 
 _SMS: dict[int, int] = {}
@@ -216,7 +206,7 @@ def attention(
         # chains fold (H200: B1 ctx16384 39.1 -> 31.0 us) and costs a little at B16 (ctx16384
         # 220 -> 226 us). Explicit `combine` layouts are the separate fold's.
         if fused if fused is not None else (combine is None and tq * kvh <= 16):
-            cnt = _counts(dev, n_blk * kvh)
+            cnt = arrival_counts(_CNT, dev, n_blk * kvh, 1 << 14)
         # tensor-memory loads of a few tiles per program need no prefetch buffer (H200: B4 ctx4096
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
         # loads keep 2 (3 overflow shared memory)

@@ -186,15 +186,19 @@ def _sms(device: torch.device) -> int:
     return _SMS[dev]
 
 
-def _counts(device: torch.device, n: int) -> torch.Tensor | None:
-    """Zeroed arrival counts (each call leaves them zero); None if they would have to be made
-    while a CUDA graph is being captured (the zeroing would only run at replay)."""
+def arrival_counts(
+    table: dict[int, torch.Tensor], device: torch.device, n: int, least: int
+) -> torch.Tensor | None:
+    """At least `n` zeroed arrival counts for `device` from `table` (each kernel that counts
+    leaves them zero; made with at least `least`); None if they would have to be made while a
+    CUDA graph is being captured (the zeroing would only run at replay). The split-K matmul and
+    the fused split-KV decode each keep their own table."""
     dev = device.index or 0
-    if dev not in _CNT or _CNT[dev].numel() < n:
+    if dev not in table or table[dev].numel() < n:
         if torch.cuda.is_current_stream_capturing():
             return None
-        _CNT[dev] = torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device)
-    return _CNT[dev]
+        table[dev] = torch.zeros(max(n, least), dtype=torch.int32, device=device)
+    return table[dev]
 
 
 def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -282,7 +286,8 @@ def bi_matmul(
     assert kc % bk == 0, "a K step must not straddle a chunk end"
     cpp = cpp if split is None else split
     chunks = triton.cdiv(k, kc)
-    cnt = _counts(x.device, triton.cdiv(m, bm) * triton.cdiv(n, bn)) if 0 < cpp < chunks else None
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    cnt = arrival_counts(_CNT, x.device, tiles, 1 << 16) if 0 < cpp < chunks else None
     if cnt is None:
         cpp = 0
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn), triton.cdiv(chunks, cpp) if cpp else 1)
