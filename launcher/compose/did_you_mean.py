@@ -235,11 +235,8 @@ def sweep_error(msg: str) -> ToplError | None:
 
 
 # Hydra plugins docs/guide.md names, by the option they add (each registers its config group
-# option when installed): the install that provides it.
-PLUGINS = {
-    "hydra/launcher=joblib": "the joblib launcher is Hydra's plugin hydra-joblib-launcher, not "
-    f"installed here: {install_hint('local')} brings it (or pip install hydra-joblib-launcher)",
-}
+# option when installed): the PyPI package and topl's extra that bring it.
+PLUGINS = {"hydra/launcher=joblib": ("hydra-joblib-launcher", "local")}
 
 
 def option_error(e: BaseException, overrides: list[str]) -> ToplError | None:
@@ -254,7 +251,11 @@ def option_error(e: BaseException, overrides: list[str]) -> ToplError | None:
     listing = f"options of `{group}`: {', '.join(sorted(options))}"
     plugin = PLUGINS.get(f"{group}={name}")
     if plugin:  # a documented plugin that is not installed here: install it, not a near name
-        listing = f"{plugin} ({listing})"
+        package, extra = plugin
+        listing = (
+            f"the {name} {group.rpartition('/')[2]} is Hydra's plugin {package}, not installed here: "
+            f"{install_hint(extra)} brings it (or pip install {package}) ({listing})"
+        )
         close = []
     return ToplError(
         f"{group}={name}: `{group}` has no option {name!r}",

@@ -68,7 +68,7 @@ class Head:
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
-            raise ToplError("backend=ray_job needs Ray", fix=f"{install_hint('ray')}") from None
+            raise ToplError("backend=ray_job needs Ray", fix=install_hint("ray")) from None
         self.address, self.timeout = address, timeout
         self.client = self.call(lambda: JobSubmissionClient(address), "connect")
 
