@@ -12,7 +12,6 @@ checked again in full, so the verdict printed is `check`'s own.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import re
@@ -28,20 +27,15 @@ from topl.launcher.contract import evaluate
 from topl.launcher.contract.core import RULES
 from topl.launcher.plan.interp import collect, resolve, stale
 from topl.launcher.plan.sweep import Item, Planner, expand_items
-from topl.launcher.plan.values import field_hints, replayable
+from topl.launcher.plan.values import SIZES, VO, neighbours, replayable
 from topl.launcher.plan.values import typed_value as _field_typed
-from topl.launcher.spec.constraints import violated
 from topl.launcher.spec.job import JobSpec
 from topl.launcher.spec.view import Reads, View
 
-# Integer fields whose valid values are divisors or multiples of others: try the powers of two.
-SIZES = {"tp", "pp", "ep", "cp", "dp", "etp", "sp", "n_gpus_per_node", "nnodes", "rollout_n", "n"}
-POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 DEPTH = 8  # keys a fix may change
 # After the first accepted set, look for a cheaper one for as many sets again (at least this many):
 # on the strict recipes on stock stacks the cheapest came within that (at latest: 1199, then 1348).
 AGAIN_MIN = 200
-VO = "verl_overrides."  # entries are whole dotted verl keys, not nested spec paths
 # a candidate set's rank, smaller first: (user keys touched, keys, log2 distance, warnings)
 Cost = tuple[int, int, float, int]
 # What a fix never changes: the model being trained, the alignment being asked for (turning it
@@ -196,7 +190,7 @@ class Search:
             if r.id not in bad:
                 continue
             for k in _reads(r, spec):
-                for v in _neighbours(spec, k):
+                for v in neighbours(spec, k):
                     side, _, leaf = k.partition(".")
                     twin = {"train": "rollout", "rollout": "train"}.get(side)
                     move = [Change(k, v)]
@@ -368,42 +362,6 @@ def _current(spec: JobSpec, key: str) -> Any:
         return spec.verl_overrides[key[len(VO) :]]
     obj, leaf = parent_of(spec, key)
     return obj[leaf] if isinstance(obj, dict) else getattr(obj, leaf)
-
-
-def _neighbours(spec: JobSpec, key: str) -> list[Any]:
-    """Other values worth trying for a field a violated rule read."""
-    if key.startswith(VO):  # a recipe's verl key: flip a switch, nothing else
-        value = spec.verl_overrides.get(key[len(VO) :])
-        return [not value] if isinstance(value, bool) else []
-    try:
-        obj, leaf = parent_of(spec, key)
-    except (AttributeError, KeyError, TypeError):
-        return []
-    if isinstance(obj, dict) or not dataclasses.is_dataclass(obj):
-        return []
-    meta: Any = next((f.metadata for f in dataclasses.fields(obj) if f.name == leaf), {})
-    cls: type = type(obj)
-    typ = field_hints(cls).get(leaf)
-    value = getattr(obj, leaf)
-    out: list[Any] = []
-    if "one_of" in meta:
-        out += [v for v in meta["one_of"] if v != value]
-    if isinstance(value, bool) or typ is bool:
-        out.append(not value)
-    elif isinstance(value, int):
-        # sizes, batch sizes, sequence budgets: the powers of two up to 4x, and x2 / /2
-        top = max(POW2[-1] if leaf in SIZES else 4 * value, 1)
-        out += [
-            p
-            for p in (1 << i for i in range(top.bit_length()))
-            if p <= top and p != value and 32 * p >= value
-        ]
-        out += [v for v in (value * 2, value // 2) if v > 0 and v != value and v not in out]
-    elif isinstance(value, float):
-        out += [value * 2, value / 2]
-    if value is not None and "Optional" in str(typ):
-        out.append(None)
-    return [v for v in out if not (meta.get("src") is not None and violated(v, meta))]
 
 
 def _message(rule_id: str, spec: JobSpec) -> str:
