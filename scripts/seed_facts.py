@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from topl.launcher.importer.read import choose_launch, read_script
-from topl.launcher.importer.recipe import build_recipe, recipe_text
+from topl.launcher.importer.recipe import build_recipe
+from topl.launcher.importer.report import recipe_text
 from topl.launcher.importer.resolve import resolve
 
 REPO = "psyloy/verl-ascend-recipe"

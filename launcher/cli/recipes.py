@@ -17,6 +17,7 @@ from topl.launcher.contract import check, errors
 from topl.launcher.importer import recipe as script_import
 from topl.launcher.importer.exact import trip_text
 from topl.launcher.importer.read import read_script
+from topl.launcher.importer.report import recipe_text
 
 
 def resolved(name: str, env: dict | None = None) -> dict:
@@ -29,7 +30,7 @@ def resolved(name: str, env: dict | None = None) -> dict:
     imp = _import(name, env or {}, [], {})
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / (Path(name).stem.replace("-", "_").replace(".", "_") + ".yaml")
-        path.write_text(script_import.recipe_text(imp, name))
+        path.write_text(recipe_text(imp, name))
         return _composed([f"recipe={path}", *imp.command_args()])
 
 
@@ -203,7 +204,7 @@ def import_main(args: list[str]) -> int:
         )
     imp = _import(rest[0], env, script_args, choices, launch)
     red = Redactor(sec.value for sec in imp.secrets.values())
-    write_private(out_path, red.text(script_import.recipe_text(imp, rest[0])), force)
+    write_private(out_path, red.text(recipe_text(imp, rest[0])), force)
     lines = [red.text(line) for line in _report_lines(imp)]
     args = imp.command_args()
     ok, verdict, ids = _verdict(out_path, args)

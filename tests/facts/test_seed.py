@@ -8,7 +8,7 @@ from paths import TESTS
 
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
-from topl.launcher.importer.recipe import same
+from topl.launcher.importer.report import same
 from topl.launcher.render.invocation import render
 
 DATA = TESTS / "data" / "seed"

@@ -9,7 +9,8 @@ from helpers import run_topl
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.importer.read import read_script
-from topl.launcher.importer.recipe import build_recipe, recipe_text
+from topl.launcher.importer.recipe import build_recipe
+from topl.launcher.importer.report import recipe_text
 from topl.launcher.render.invocation import render
 
 MEG = "actor_rollout_ref.actor.megatron"

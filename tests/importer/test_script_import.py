@@ -14,7 +14,8 @@ from paths import ROOT, TESTS
 from topl.launcher.base.errors import ToplError
 from topl.launcher.compose.hydra import compose_job
 from topl.launcher.importer.read import read_script
-from topl.launcher.importer.recipe import build_recipe, recipe_text, same
+from topl.launcher.importer.recipe import build_recipe
+from topl.launcher.importer.report import recipe_text, same
 from topl.launcher.importer.resolve import resolve
 from topl.launcher.render.invocation import render
 
