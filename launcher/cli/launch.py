@@ -25,7 +25,7 @@ from topl.launcher.run.lifecycle import Interrupted, interrupt_sweep, signals_in
 from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import register_configs
 
-UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = untrusted.UNSAFE_FLAG
+UNSAFE_FLAG = "--unsafe-hydra-overrides"  # = overrides_guard.UNSAFE_FLAG
 TOPL_FLAGS = ("--dry-run", "--follow", "--skip-doctor", "--skip-deep", "--watch", UNSAFE_FLAG)
 # Flags that make Hydra load another primary config (or unpickle one): configs topl cannot check.
 UNSAFE_HYDRA_FLAGS = (

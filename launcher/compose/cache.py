@@ -33,8 +33,8 @@ from typing import Any
 from topl.launcher.base import redact
 from topl.launcher.compose import untrusted
 from topl.launcher.compose.composed import Composed
+from topl.launcher.compose.overrides_guard import UNSAFE_FLAG
 from topl.launcher.compose.recipes import search_dirs
-from topl.launcher.compose.untrusted import UNSAFE_FLAG
 from topl.launcher.spec.job import JobSpec
 
 FORMAT = 2
@@ -200,7 +200,7 @@ def _rebuild(entry: dict[str, Any], overrides: list[str]) -> Composed | None:
     that read the environment or guard against code (the same order, the same messages); None
     when the entry's config is not of a JobSpec's shape."""
 
-    user = [o for o in overrides if o != untrusted.UNSAFE_FLAG]
+    user = [o for o in overrides if o != UNSAFE_FLAG]
     where = f"overrides: {' '.join(user) or '(none)'}"
     untrusted.check_values(entry["cfg"], where, resolvers=True)
     if entry["resolved"] is not None:  # nothing that reads the environment: no OmegaConf needed

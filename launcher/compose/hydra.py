@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from topl.launcher.base import redact
 from topl.launcher.base.errors import ToplError
-from topl.launcher.compose import did_you_mean, recipes, untrusted
+from topl.launcher.compose import did_you_mean, overrides_guard, recipes, untrusted
 from topl.launcher.compose.composed import Composed
 from topl.launcher.compose.env_refs import UnsetEnv
 from topl.launcher.compose.sources import conf_dir, recipe_sweeps, record_defaults, sources_of
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 
 
 def split_recipe(overrides: list[str]) -> tuple[list[str], recipes.RecipeRoot | None]:
-    """Refuse unsafe Hydra overrides (untrusted.guard_overrides), then replace `recipe=NAME|PATH`
+    """Refuse unsafe Hydra overrides (overrides_guard.guard_overrides), then replace `recipe=NAME|PATH`
     by the validated recipe on a private temporary search path. The caller owns root.cleanup()."""
     out: list[str] = []
     root: recipes.RecipeRoot | None = None
-    for o in untrusted.guard_overrides(overrides):
+    for o in overrides_guard.guard_overrides(overrides):
         key, sep, value = o.lstrip("+").partition("=")
         if sep and key == "recipe" and value not in ("", "null"):
             values = _recipe_sweep(o) or [value]
@@ -193,7 +193,7 @@ def compose_job(
     `split_recipe` result the caller keeps (launch composes again through Hydra from it)."""
     register_configs()
     hydra_overrides, root = prepared or split_recipe(list(overrides or []))
-    overrides = [o for o in overrides or [] if o != untrusted.UNSAFE_FLAG]
+    overrides = [o for o in overrides or [] if o != overrides_guard.UNSAFE_FLAG]
     try:
         return _compose(overrides, hydra_overrides, root)
     finally:
@@ -286,7 +286,7 @@ def output_dirs(hydra_overrides: list[str]) -> tuple[Path, Path]:
     finally:
         GlobalHydra.instance().clear()
     for d in dirs:
-        untrusted.check_run_path(d, "hydra.run.dir / hydra.sweep.dir (run_root, experiment)")
+        overrides_guard.check_run_path(d, "hydra.run.dir / hydra.sweep.dir (run_root, experiment)")
     return Path(dirs[0]).absolute(), Path(dirs[1]).absolute()
 
 

@@ -3,8 +3,7 @@
 A recipe may set topl's own keys and pick topl's group options (or include other recipes) by
 name; nothing in it may name code (`_target_`, a logging `()` factory), call a resolver
 (`${oc.env:...}` would copy a secret into a printed key) or configure Hydra beyond the sweeper's
-parameters. Command-line overrides of Hydra's machinery (callbacks, logging, search path,
-output_subdir, env_set, launcher) are refused unless the user opts in with UNSAFE_FLAG.
+parameters. The command line's overrides of Hydra's machinery: overrides_guard.py.
 YAML is parsed with size, alias and expansion limits (a billion-laughs file is refused at once).
 """
 
@@ -35,25 +34,8 @@ from topl.launcher.spec.job import JobSpec
 MAX_INCLUDES = 8  # recipes including recipes, depth
 # Keys that make Hydra, OmegaConf users or logging.config call code.
 CODE_KEYS = {"_target_", "_partial_", "_args_", "()"}
-UNSAFE_FLAG = "--unsafe-hydra-overrides"
 # hydra.* keys a recipe may set: the validating sweeper's settings (plain values).
 RECIPE_HYDRA = {"sweeper": {"params", "max_batch_size", "on_invalid"}}
-# hydra.* keys the command line may set without UNSAFE_FLAG: where runs go, sweeper settings.
-CLI_HYDRA = (
-    "hydra.run.dir",
-    "hydra.sweep.dir",
-    "hydra.sweep.subdir",
-    "hydra.sweeper.params.",
-    "hydra.sweeper.max_batch_size",
-    "hydra.sweeper.on_invalid",
-    "hydra.job.chdir",
-    "hydra.job.name",  # a label in output paths and logs (a string, never code)
-    "hydra.verbose",
-    "hydra.launcher.n_jobs",  # joblib's worker count (an int)
-)
-# Hydra launcher plugins the command line may pick by name: both run topl's jobs on this machine,
-# in-process (basic) or in local worker processes (joblib); others submit elsewhere (slurm, ray).
-CLI_LAUNCHERS = ("basic", "joblib")
 _GROUP_ENTRY = re.compile(r"^(override )?/?(?P<group>[a-z_]+)$")
 # `${` that does not open a plain key reference (`${model.name}`, `${.x}`): a resolver call
 # (`${oc.env:X}`), a nested one whose name is itself interpolated (`${${k}:X}`), or an escape.
@@ -301,100 +283,6 @@ def read_recipe(path: Path, spec_fields: set[str]) -> Recipe:
     includes = check_recipe(data, str(path), spec_fields)
     swept = [str(k).lstrip("+~").strip() for k in sweep_params(data)]
     return Recipe(path, text, includes, swept)
-
-
-def guard_overrides(overrides: list[str]) -> list[str]:
-    """Refuse overrides that name code, and those of Hydra's machinery unless UNSAFE_FLAG is given.
-
-    Returns the overrides without the flag."""
-    unsafe = UNSAFE_FLAG in overrides
-    overrides = [o for o in overrides if o != UNSAFE_FLAG]
-    for o in overrides:
-        key = o.split("=", 1)[0].lstrip("+~").split("@", 1)[0].strip()
-        if CODE_KEYS & set(key.split(".")):
-            raise ToplError(
-                f"`{o}` names code to run; topl's configs are data",
-                where=f"command line `{o}`",
-                fix="remove it (topl never instantiates code from a config)",
-            )
-        if unsafe:
-            continue
-        if key == "hydra/launcher" and o.split("=", 1)[-1].strip() in CLI_LAUNCHERS:
-            continue
-        inner = key.removeprefix("hydra.sweeper.params.")
-        if inner != key and (inner == "hydra" or inner.startswith(("hydra.", "hydra/"))):
-            # a sweep parameter is an override too: Hydra applies it to its own config per job
-            guard_overrides([f"{inner}={o.split('=', 1)[-1]}"])
-            continue
-        if key in LABELS:
-            _check_label(o, key, o.split("=", 1)[-1].strip().strip("'\""))
-        if inner.lstrip("+~") in SELECTABLE and ("/" in o.split("=", 1)[-1] or ".." in o):
-            raise ToplError(
-                f"`{o}`: a group's option is a file of topl's conf/, named, never a path "
-                "(`../` would make Hydra load any YAML, whose `hydra:` section runs code)",
-                where=f"command line `{o}`",
-                fix=f"use an option `topl launch --info defaults` lists for {inner.lstrip('+~')}; "
-                "a file of your own goes in a recipe (recipe=PATH)",
-            )
-        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
-            if any(key == a or (a.endswith(".") and key.startswith(a)) for a in CLI_HYDRA):
-                continue
-            if key == "hydra/launcher" and "slurm" in o.split("=", 1)[-1]:
-                raise ToplError(
-                    f"`{o}`: topl sweeps on Slurm through its own backend, not Hydra's launcher",
-                    where=f"command line `{o}`",
-                    fix="drop it and add cluster.backend=slurm cluster.slurm.partition=NAME "
-                    "cluster.slurm.time_min=MINUTES: each valid point becomes one Slurm job, "
-                    "an invalid one never reaches the queue (docs/slurm.md)",
-                )
-            raise ToplError(
-                f"`{o}` configures Hydra itself (callbacks, logging, search path, output, "
-                "environment or launcher settings can run code or write outside the run dir)",
-                where=f"command line `{o}`",
-                fix=f"drop it; if you trust it, add {UNSAFE_FLAG} (allowed without it: "
-                f"{', '.join(a.rstrip('.') for a in CLI_HYDRA)}, "
-                f"hydra/launcher={'|'.join(CLI_LAUNCHERS)})",
-            )
-    return overrides
-
-
-# Hydra settings that name a folder or file *inside* a run directory: labels, never paths.
-# hydra.sweep.subdir is a job's folder under the sweep dir (an absolute one replaces it, `..`
-# leaves it); hydra.job.name is the job's log file name (hydra/conf/hydra/job_logging/default.yaml:
-# ${hydra.runtime.output_dir}/${hydra.job.name}.log).
-LABELS = ("hydra.sweep.subdir", "hydra.job.name")
-_LABEL = re.compile(r"^(?:[A-Za-z0-9_=,+-]|\.(?!\.)|\$\{hydra\.job\.(?:num|id)\})+$")
-
-
-def _check_label(override: str, key: str, value: str) -> None:
-    if _LABEL.match(value) and value not in (".",) and not value.startswith("."):
-        return
-    raise ToplError(
-        f"`{override}`: {key} is a label inside the run directory, not a path",
-        where=f"command line `{override}`",
-        fix="use letters, digits, _ - = , + (and ${hydra.job.num} / ${hydra.job.id}); to "
-        "put runs elsewhere set hydra.sweep.dir / hydra.run.dir",
-    )
-
-
-def check_run_path(path: str, where: str) -> None:
-    """A run or sweep directory as Hydra resolves it: no `..` (a recipe's `experiment`, part of
-    the default run dir name, could otherwise climb out of run_root)."""
-    from pathlib import PurePath
-
-    if "\0" in path:
-        raise ToplError(
-            "the run directory's name holds a NUL character",
-            where=where,
-            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir as plain text",
-        )
-    if ".." in PurePath(path).parts:
-        raise ToplError(
-            f"the run directory {path} climbs out of its folder (`..`)",
-            where=where,
-            fix="give experiment / run_root / hydra.run.dir / hydra.sweep.dir without `..` "
-            "(an absolute path if you mean another folder)",
-        )
 
 
 def spec_fields() -> set[str]:

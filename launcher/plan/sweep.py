@@ -21,9 +21,9 @@ from topl.launcher.base.errors import ERROR, INFO, ToplError
 from topl.launcher.base.tree import copy_on_write, overlap
 from topl.launcher.compose.composed import Composed
 from topl.launcher.compose.hydra import compose_job
+from topl.launcher.compose.overrides_guard import guard_overrides
 from topl.launcher.compose.recipes import available
 from topl.launcher.compose.sources import GROUPS, loader_for
-from topl.launcher.compose.untrusted import guard_overrides
 from topl.launcher.compose.untrusted_options import MAX_SWEEP_VALUES
 from topl.launcher.contract import evaluate
 from topl.launcher.plan.cost import step_cost

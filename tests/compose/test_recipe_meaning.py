@@ -10,7 +10,7 @@ from helpers import run_topl
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli import main as topl
-from topl.launcher.compose import meaning, untrusted
+from topl.launcher.compose import meaning, overrides_guard, untrusted
 
 P = "# @package _global_\n"
 # Each would run or load code (or redirect topl's own writes) if a recipe could set it.
@@ -71,8 +71,8 @@ def test_command_line_may_set_them_and_check_names_the_source(tmp_path, capsys, 
 
 def test_command_line_sweep_params_of_hydra_need_the_flag():
     with pytest.raises(ToplError, match="configures Hydra itself"):
-        untrusted.guard_overrides(["hydra.sweeper.params.hydra.job_logging.root.level=a,b"])
-    assert untrusted.guard_overrides(["hydra.sweeper.params.seed=1,2"])
+        overrides_guard.guard_overrides(["hydra.sweeper.params.hydra.job_logging.root.level=a,b"])
+    assert overrides_guard.guard_overrides(["hydra.sweeper.params.seed=1,2"])
 
 
 CANARY_PY = '#!/bin/sh\ntouch {canary}\nexec python3 "$@"\n'

@@ -11,7 +11,7 @@ import pytest
 from helpers import run_topl, run_topl_inproc
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.compose import untrusted, untrusted_yaml
+from topl.launcher.compose import overrides_guard, untrusted, untrusted_yaml
 
 CANARY_MODULE = """
 import logging, os
@@ -140,8 +140,8 @@ def test_recipe_by_name_through_topl_recipe_path_is_checked_too(tmp_path, attack
 
 def test_opt_in_flag_lets_a_trusted_hydra_override_through(tmp_path):
     r = run_topl("check", "+hydra.job.env_set.TOPL_T=1", cwd=tmp_path)
-    assert r.returncode == 2 and untrusted.UNSAFE_FLAG in r.stderr
-    r = run_topl("check", "+hydra.job.env_set.TOPL_T=1", untrusted.UNSAFE_FLAG, cwd=tmp_path)
+    assert r.returncode == 2 and overrides_guard.UNSAFE_FLAG in r.stderr
+    r = run_topl("check", "+hydra.job.env_set.TOPL_T=1", overrides_guard.UNSAFE_FLAG, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
 
 
@@ -229,14 +229,16 @@ def test_defaults_entries_outside_topl_groups_are_refused(entry):
 def test_local_launchers_by_name_only():
     """basic / joblib run topl's jobs on this machine; any other launcher or setting needs the flag."""
     ok = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra/launcher=basic"]
-    assert untrusted.guard_overrides(ok) == ok
+    assert overrides_guard.guard_overrides(ok) == ok
     with pytest.raises(ToplError, match="sweeps on Slurm through its own backend"):
-        untrusted.guard_overrides(["hydra/launcher=submitit_slurm"])  # topl's Slurm path instead
+        overrides_guard.guard_overrides(
+            ["hydra/launcher=submitit_slurm"]
+        )  # topl's Slurm path instead
     for bad in (
         "hydra.launcher.prefer=threads",
         "hydra/launcher=ray",
     ):
         with pytest.raises(ToplError, match="configures Hydra itself"):
-            untrusted.guard_overrides([bad])
+            overrides_guard.guard_overrides([bad])
     with pytest.raises(ToplError, match="names code"):
-        untrusted.guard_overrides(["+hydra.launcher._target_=os.system"])
+        overrides_guard.guard_overrides(["+hydra.launcher._target_=os.system"])

@@ -343,7 +343,7 @@ def test_an_override_of_the_hydra_section_is_composed_as_written():
     assert C._unused_hydra(["train.tp=2", "hydra.searchpath=[file:///x]"])
     assert C._unused_hydra(["hydra.job_logging.root.level=DEBUG"]) == []
     assert C._unused_hydra(["hydra/job_logging=disabled"]) == []
-    from topl.launcher.compose.untrusted import UNSAFE_FLAG
+    from topl.launcher.compose.overrides_guard import UNSAFE_FLAG
 
     # the section is there to override
     C.compose_job([UNSAFE_FLAG, "hydra.job_logging.root.level=DEBUG", "hydra.job.name=x"])

@@ -9,7 +9,7 @@ from helpers import run_topl
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.cli import main as topl
-from topl.launcher.compose import untrusted
+from topl.launcher.compose import overrides_guard
 
 
 @pytest.mark.parametrize(
@@ -26,12 +26,12 @@ from topl.launcher.compose import untrusted
 )
 def test_labels_are_not_paths(override):
     with pytest.raises(ToplError, match="label inside the run directory"):
-        untrusted.guard_overrides([override])
+        overrides_guard.guard_overrides([override])
 
 
 def test_plain_labels_still_pass():
     ok = ["hydra.sweep.subdir=run_${hydra.job.num}", "hydra.job.name=topl", "hydra.job.name=a.b"]
-    assert untrusted.guard_overrides(ok) == ok
+    assert overrides_guard.guard_overrides(ok) == ok
 
 
 def test_a_sweep_subdir_naming_an_existing_folder_is_not_touched(tmp_path):
