@@ -11,9 +11,10 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   in tile order 0, 1, 2, ... by `_fold`: the reference plan of kernels/attention.py (per-range
   partials merged in order). So the split points are fixed by the context length (one per tile).
 - training and prefill fold in registers while walking the tiles; split-KV decode computes tile
-  states in parallel programs, stores them in fp32 (exact) and `_combine` (or, in small batches,
-  the last program of each run to finish) folds them in the same order with the same `_fold`:
-  the same bits, with up to one program per tile.
+  states in parallel programs, stores them in fp32 (exact) and `_combine` (or, in short contexts,
+  the last program of each run to finish) folds them in the same order with `_fold`'s arithmetic:
+  the same bits, with up to one program per tile. `_combine` first takes every tile's factors from
+  a prefix max (max is exact, so a scan equals the loop), leaving only the fma chain in order.
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
@@ -202,10 +203,11 @@ def attention(
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)
         grid = (n_blk, kvh, triton.cdiv(tiles, tpp))
-        # fused: the last program of a (run, KV head) folds, no second launch; it pays where few
-        # chains fold (H200: B1 ctx16384 39.1 -> 31.0 us) and costs a little at B16 (ctx16384
-        # 220 -> 226 us). Explicit `combine` layouts are the separate fold's.
-        if fused if fused is not None else (combine is None and tq * kvh <= 16):
+        # fused: the last program of a (run, KV head) folds, no second launch: faster where the
+        # fold is short (H200 decode ctx1024, 8 tiles: B1 / B4 / B16 8 / 9 / 14 us against 9 / 10
+        # / 16 for the separate fold), slower from 32 tiles (B1 ctx4096 11 vs 9 us, ctx16384 30
+        # vs 19; docs/performance.md). Explicit `combine` layouts are the separate fold's.
+        if fused if fused is not None else (combine is None and tiles <= 8):
             cnt = arrival_counts(_CNT, dev, n_blk * kvh, 1 << 14)
         # tensor-memory loads of a few tiles per program need no prefetch buffer (H200: B4 ctx4096
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
@@ -252,27 +254,31 @@ def attention(
         **kw,
     )
     if split and cnt is None:
-        # long rows: a program per (token, head), 32 tiles' loads ahead of the fold; short rows: the
-        # G heads of a KV head in one program, 8 tiles (H200: B1 ctx16384 43 -> 40 us, B1 ctx1024 9.4
-        # vs 11.1 us); neither choice changes a bit
-        long = tiles >= 32 and tq * kvh < _sms(dev)
-        gh, dc, u = combine or ((1, dim, 32) if long else (group, dim, 8))
-        _combine[(tq, h // gh, dim // dc)](
+        # one warp per 32 channels of one head (H200 decode B1 ctx16384, 4-warp programs of 128
+        # channels: 37.9 -> 20.5 us), the fold's factors before its chain (`_combine`), 32 tiles'
+        # loads per step (20.2 us, 16: 21.1); no layout changes a bit
+        gh, dc, u = combine or (1, 32, 32)
+        nc = dim // dc
+        ab = torch.empty(2, tq * h * nc * tiles, device=dev, dtype=torch.float32)
+        _combine[(tq, h // gh, nc)](
             o,
             pos,
             wm,
             wl,
             wa,
+            ab,
             o.stride(0),
             o.stride(1),
             wm.stride(0),
             wm.stride(1),
+            ab.stride(0),
             GH=gh,
             BLOCK_N=tile,
             D=dim,
             DC=dc,
             U=u,
-            num_warps=4,
+            SB=128,
+            num_warps=min(4, max(1, gh * dc // 32)),
         )
     return o
 

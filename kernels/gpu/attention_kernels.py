@@ -277,30 +277,99 @@ def _fold_states(WM, WL, WA, base, d, n_tiles, D: tl.constexpr, U: tl.constexpr)
 
 
 @triton.jit
+def _max2(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _fold_factors(WM, AB, base, fbase, sab, n_tiles, SB: tl.constexpr):
+    """The factors `_fold` multiplies tile j's state by, for every tile at once: the running max
+    after tile j is a prefix max (max is exact, so a scan gives the bits of the in-order loop), and
+    from it a_j = exp2(m_{j-1} - m_j) and b_j = exp2(mt_j - m_j) with `_fold`'s own operations.
+    Stored at AB[fbase + j] (a) and AB[sab + fbase + j] (b) for `_fold_chain`: left to it, only the
+    fma chain itself is sequential. (H200 decode, same layout: within 2% of the plain loop, so the
+    fold waits on its loads, not its chain: docs/performance.md.)"""
+    carry = tl.full(base.shape, float("-inf"), tl.float32)
+    for j0 in range(0, n_tiles, SB):
+        jj = j0 + tl.arange(0, SB)
+        live = jj[None, :] < n_tiles
+        mt = tl.load(WM + base[:, None] + jj[None, :], mask=live, other=float("-inf"))
+        # the max before tile j: over tiles < j (tile j0 - 1 is in carry already)
+        prev = tl.load(
+            WM + base[:, None] + jj[None, :] - 1, mask=live & (jj[None, :] > 0), other=float("-inf")
+        )
+        m_new = tl.maximum(tl.associative_scan(mt, 1, _max2), carry[:, None])
+        m = tl.maximum(tl.associative_scan(prev, 1, _max2), carry[:, None])
+        top = tl.max(mt, 1)
+        # a select, not tl.maximum: Triton 3.6's thread-locality pass fails on a loop-carried
+        # maximum of a reduction with fewer than 4 warps (the same value either way)
+        carry = tl.where(top > carry, top, carry)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        idx = fbase[:, None] + jj[None, :]
+        tl.store(AB + idx, tl.exp2(m - m_safe), mask=live)
+        tl.store(AB + sab + idx, tl.exp2(mt - m_safe), mask=live)
+
+
+@triton.jit
+def _fold_chain(WL, WA, AB, base, fbase, sab, d, n_tiles, D: tl.constexpr, U: tl.constexpr):
+    """`_fold` of tile states 0 .. n_tiles - 1 in tile order with the factors of `_fold_factors`:
+    l = fma(l, a, lt * b), acc = fma(acc, a, acct * b), the same operations on the same values.
+    U tiles' loads per step issue ahead of the chain; a tile past the last loads as a = 1, b = 0,
+    lt = acct = 0, which leaves the state exact (as `_fold_states`'s padding does)."""
+    l = tl.zeros(base.shape, tl.float32)
+    acc = tl.zeros([base.shape[0], d.shape[0]], tl.float32)
+    for j0 in range(0, n_tiles, U):
+        for k in tl.static_range(U):
+            j = j0 + k
+            live = j < n_tiles
+            a = tl.load(AB + fbase + j, mask=live, other=1.0)
+            b = tl.load(AB + sab + fbase + j, mask=live, other=0.0)
+            lt = tl.load(WL + base + j, mask=live, other=0.0)
+            acct = tl.load(WA + (base + j)[:, None] * D + d[None, :], mask=live, other=0.0)
+            l = tl.fma(l, a, lt * b)
+            acc = tl.fma(
+                acc,
+                tl.broadcast_to(a[:, None], acc.shape),
+                acct * tl.broadcast_to(b[:, None], acc.shape),
+            )
+    return l, acc
+
+
+@triton.jit
 def _combine(
     O,
     QPOS,
     WM,
     WL,
     WA,
+    AB,
     sot,
     soh,
     swt,
     swh,
+    sab,
     GH: tl.constexpr,
     BLOCK_N: tl.constexpr,
     D: tl.constexpr,
     DC: tl.constexpr,
     U: tl.constexpr,
+    SB: tl.constexpr,
 ):
-    """Fold one query token's stored tile states (GH heads, DC of the D channels) in tile order
-    (`_fold_states`). Heads and channels are independent in the fold: splitting them over
-    programs changes no bits."""
+    """Fold one query token's stored tile states (GH heads, DC of the D channels) in tile order:
+    `_fold`'s arithmetic in two phases (`_fold_factors`, then `_fold_chain`), the same bits as the
+    loop. Heads and channels are independent in the fold: splitting them over programs changes no
+    bits. Each program keeps its factors in its own rows of AB (no program waits for another)."""
     tok = tl.program_id(0)
     h = tl.program_id(1) * GH + tl.arange(0, GH)
-    d = tl.program_id(2) * DC + tl.arange(0, DC)
+    c = tl.program_id(2)
+    d = c * DC + tl.arange(0, DC)
     n_tiles = tl.load(QPOS + tok) // BLOCK_N + 1
-    l, acc = _fold_states(WM, WL, WA, tok * swt + h * swh, d, n_tiles, D, U)
+    base = tok * swt + h * swh
+    # this program's factor rows: the state rows of its heads, one set per channel slice
+    fbase = (tok * tl.num_programs(1) * GH + h) * (swh * tl.num_programs(2)) + c * swh
+    _fold_factors(WM, AB, base, fbase, sab, n_tiles, SB)
+    tl.debug_barrier()  # the factors every thread stored, before any thread reads them
+    l, acc = _fold_chain(WL, WA, AB, base, fbase, sab, d, n_tiles, D, U)
     tl.store(
         O + tok * sot + h[:, None] * soh + d[None, :], (acc / l[:, None]).to(O.dtype.element_ty)
     )

@@ -86,7 +86,7 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                 )
     # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
     # program, with every layout of the in-order fold (heads, channels, tiles per load per program)
-    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8), (1, 16, 8), (1, 32, 32))
     for tma, tpp, fold in itertools.product((None, False, True), (None, 1, 3), folds):
         out = attention(
             q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,

@@ -1,8 +1,8 @@
 """The fused split-KV fold and the split-K matmul (issue 52): bits equal at every launch setting.
 
-tests/numerics/test_gpu.py's grid runs split-KV decode over 4,918 rows, where the default fold is the
-separate `_combine` launch (the fused fold is the default only at tq x KV heads <= 16), so these
-cases are not covered there. Same fixtures as tests/numerics/test_gpu.py (`_packed_and_paged`, LENS, sizes).
+tests/numerics/test_gpu.py's grid runs split-KV decode over 4,918 rows with the default fold, the
+separate `_combine` launch; the fused fold (the last program of a run folds, asked for with
+`fused=True`) is not covered there. Same fixtures as tests/numerics/test_gpu.py (`_packed_and_paged`, LENS, sizes).
 """
 
 import itertools
@@ -35,19 +35,23 @@ def test_fused_fold_gives_the_training_bits_at_every_launch_setting():
             assert not bad.any(), f"{path} {kw}: {int(bad.sum())} rows differ"
 
 
-def test_small_decode_batches_take_the_fused_fold_and_the_training_bits():
+def test_small_decode_batches_give_the_training_bits_folded_either_way():
+    """1-4 request decode batches, eager and graph-launched: the default split-KV (the separate
+    two-phase fold) and the fused fold, call after call, give the training kernel's rows."""
     from topl.kernels.gpu.attention import attention
 
     q, k, v, starts, *_, q_seq, q_pos = _packed_and_paged(LENS, seed=2)
     ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False)
     last = [int(starts[s]) + n - 1 for s, n in enumerate(LENS)]
-    for pick, graph in itertools.product(([6], [6, 5], [4, 5, 6, 3], [0, 6, 1, 5]), (False, True)):
+    picks = ([6], [6, 5], [4, 5, 6, 3], [0, 6, 1, 5])
+    for pick, graph, fused in itertools.product(picks, (False, True), (None, True)):
         idx = torch.tensor([last[i] for i in pick], device="cuda")
         for _ in range(3):  # the arrival counts are left at zero for the next call
             out = attention(
-                q[idx], k, v, list(range(len(pick))), q_pos[idx], kv_start=starts[pick], graph=graph
-            )
-            assert torch.equal(out, ref[idx]), (pick, graph)
+                q[idx], k, v, list(range(len(pick))), q_pos[idx], kv_start=starts[pick],
+                graph=graph, fused=fused,
+            )  # fmt: skip
+            assert torch.equal(out, ref[idx]), (pick, graph, fused)
 
 
 @pytest.mark.parametrize("k, n", [QKV, O_PROJ, GATE_UP])
