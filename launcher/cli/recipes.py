@@ -16,6 +16,7 @@ from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
 from topl.launcher.importer import recipe as script_import
 from topl.launcher.importer.exact import trip_text
+from topl.launcher.importer.groups import CLUSTER_KIND
 from topl.launcher.importer.read import read_script
 from topl.launcher.importer.report import recipe_text
 
@@ -108,17 +109,45 @@ def write_private(path, text: str, force: bool) -> None:
 def _verdict(out_path, args: list[str] = ()) -> tuple[bool, str, list]:
     """The contract's verdict on the recipe as written, with the command-line settings the report
     prints (what `topl check recipe=OUT ARGS` says)."""
+    return _checked(out_path, args)[:3]
 
+
+def _checked(out_path, args: list[str] = ()) -> tuple[bool, str, list, list]:
+    """`_verdict`, and the errors it is made of."""
     try:
         composed, unset = without_secrets(lambda: compose_job([f"recipe={out_path}", *args]))
-        vs = check(composed)
+        vs = errors(check(composed))
     except ToplError as e:
-        return False, f"not composable ({e.message})", []
-    ids = sorted({v.rule for v in errors(vs)})
+        return False, f"not composable ({e.message})", [], []
+    ids = sorted({v.rule for v in vs})
     verdict = "accepted" if not ids else "rejected (" + ", ".join(ids) + ")"
     if unset:  # the recipe reads them as ${oc.env:NAME}: checked without their values
         verdict += f"; export {', '.join(unset)} before `topl launch`"
-    return not ids, verdict, ids
+    return not ids, verdict, ids, vs
+
+
+# What the local backend refuses for a real model (contract/resources.py, contract/engines.py)
+LOCAL_ONLY = ("TOP-RES-009", "TOP-ENG-009")
+
+
+def _placed(imp, vs: list, script: str, out_path) -> None:
+    """The report's cluster row of a GPU script (importer/groups.py:cluster_choice) with the real
+    paths, and where it kept cluster=local, the contract's own refusals of that (rule, message)."""
+    import shlex
+
+    for r in imp.report:
+        if r["kind"] != CLUSTER_KIND:
+            continue
+        r["detail"] = (
+            r["detail"]
+            .replace("topl recipes import SCRIPT", f"topl recipes import {shlex.quote(script)}")
+            .replace("recipe=OUT", f"recipe={out_path}")
+        )
+        refused = [v for v in vs if v.rule in LOCAL_ONLY]
+        if r.get("cluster") == "local" and refused:
+            said = "; ".join(f"{v.rule}: {v.message}" for v in refused)
+            r["refused_by"] = [v.rule for v in refused]
+            r["detail"] += f". On cluster=local the contract refuses this recipe ({said})"
 
 
 def _short(v, width: int = 60) -> str:
@@ -205,9 +234,10 @@ def import_main(args: list[str]) -> int:
     imp = _import(rest[0], env, script_args, choices, launch)
     red = Redactor(sec.value for sec in imp.secrets.values())
     write_private(out_path, red.text(recipe_text(imp, rest[0])), force)
-    lines = [red.text(line) for line in _report_lines(imp)]
     args = imp.command_args()
-    ok, verdict, ids = _verdict(out_path, args)
+    ok, verdict, ids, vs = _checked(out_path, args)
+    _placed(imp, vs, rest[0], out_path)
+    lines = [red.text(line) for line in _report_lines(imp)]
     trip = trip_text(imp.round_trip, imp.dropped)
     # the script's program / trainer config are the user's to type (a recipe may not say them)
     run = " ".join(["topl launch", f"recipe={out_path}", *(shlex.quote(a) for a in args)])

@@ -3,7 +3,13 @@ model): they only seed topl's own fields (`script_import.build_recipe`)."""
 
 from __future__ import annotations
 
-from topl.launcher.importer.fit import MODEL_KEY, model_group
+from topl.launcher.importer.fit import (
+    MISSING,
+    MODEL_KEY,
+    model_group,
+    script_config,
+    verl_default,
+)
 from topl.launcher.importer.read import Script
 from topl.launcher.importer.version import stack_choice
 from topl.launcher.render import invocation as R
@@ -40,14 +46,13 @@ def guess_groups(s: Script) -> dict[str, str]:
         or any(".megatron." in k for k in v)
     )
     strict = s.env.get("VLLM_BATCH_INVARIANT") and s.env["VLLM_BATCH_INVARIANT"].text == "1"
-    gpus = v.get("trainer.n_gpus_per_node")
     groups = {
         "algorithm": algo,
         "train": "megatron" if megatron else "fsdp",
         "rollout": "vllm_ascend",
         "alignment": "strict" if strict else "off",
         "collective": "default",
-        "cluster": ({16: "atlas_a3"}.get(gpus, "atlas_a2") if on_npu_script(s) else "local"),
+        "cluster": cluster_choice(s)[0],
     }
     stack = stack_choice(s)  # the seed's patch module: its pinned stack (conf/stack/seed.yaml)
     if stack and (conf_dir() / "stack").is_dir():
@@ -57,3 +62,107 @@ def guess_groups(s: Script) -> dict[str, str]:
     if group:
         groups["model"] = group
     return groups
+
+
+GPUS, NODES = "trainer.n_gpus_per_node", "trainer.nnodes"
+CLUSTER_KIND = "cluster for a GPU script"  # the report row's kind (the CLI adds the verdict to it)
+
+
+def ascend_clusters() -> dict[str, tuple[int, str]]:
+    """conf/cluster/*.yaml with device npu: name -> (devices_per_node, backend), as each declares."""
+    import yaml
+
+    from topl.launcher.compose.sources import conf_dir  # lazy: OmegaConf only when this runs
+
+    out = {}
+    for f in sorted((conf_dir() / "cluster").glob("*.yaml")):
+        c = yaml.safe_load(f.read_text()) or {}
+        if c.get("device") == "npu" and isinstance(c.get("devices_per_node"), int):
+            out[f.stem] = (c["devices_per_node"], str(c.get("backend", "local")))
+    return out
+
+
+def _count(s: Script, key: str) -> tuple[object, str]:
+    """The script's value of `key` (verl's default where unset) and where it was read."""
+    st = s.overrides.get(key)
+    if st is None:
+        d = verl_default(key, script_config(s, False))
+        return (None, f"{key} not set (verl's default: unknown, verl not installed)") if (
+            d is MISSING
+        ) else (d, f"{key} not set (verl's default {d})")
+    src = f", its value from line {', '.join(map(str, st.deps))}" if st.deps else ""
+    return st.value, f"{key}={st.value} (line {st.line}{src})"
+
+
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _layout(world: int, clusters: dict[str, tuple[int, str]]) -> tuple[str, int, int] | None:
+    """(group, nodes, devices per node): the fewest whole nodes of one ray_job group holding
+    `world` devices, each node using the same count (verl places n_gpus_per_node on each)."""
+    sizes = sorted((d, n) for n, (d, b) in clusters.items() if b == "ray_job")
+    if not sizes:
+        return None
+    for nodes in range(-(-world // sizes[-1][0]), world + 1):
+        if world % nodes == 0:
+            per = world // nodes
+            fit = next((n for d, n in sizes if d >= per), None)
+            if fit:
+                return fit, nodes, per
+    return None
+
+
+def cluster_choice(s: Script) -> tuple[str, dict | None]:
+    """The cluster group for the script, and for a GPU script the report row saying why. An
+    Ascend script keeps the group its device count fits (else atlas_a2, as it always had); a GPU
+    script gets the smallest Ascend group (backend ray_job: a slurm group also needs a partition
+    and a time limit no script says) whose nodes hold trainer.n_gpus_per_node devices, or stays
+    `local` (the embedded engines) when none does, with the layout that would fit."""
+    clusters = ascend_clusters()
+    gpus, said_gpus = _count(s, GPUS)
+    nodes, said_nodes = _count(s, NODES)
+    fits = sorted(
+        (d, n) for n, (d, b) in clusters.items() if b == "ray_job" and _is_count(gpus) and gpus <= d
+    )
+    if on_npu_script(s):
+        return (fits[0][1] if fits else "atlas_a2"), None
+    dev = s.overrides.get("trainer.device")
+    why = (
+        f"trainer.device={dev.value} (line {dev.line})"
+        if dev is not None
+        else "no trainer.device=npu and no ASCEND_* / HCCL_* env"
+    )
+    read = f"a GPU script ({why}): {said_gpus}, {said_nodes}"
+    others = ", ".join(f"{n}: {d} per node" for n, (d, _b) in clusters.items())
+    st = s.overrides.get(GPUS)
+    row = {"line": st.line if st is not None else s.line, "kind": CLUSTER_KIND, "key": None}
+    if fits:
+        d, name = fits[0]
+        use = "" if gpus == d else f", the run uses {gpus} of them"
+        others = ", ".join(f"{n}: {c} per node" for n, (c, _b) in clusters.items() if n != name)
+        row["detail"] = (
+            f"cluster={name} chosen for {read}; conf/cluster/{name}.yaml: {d} NPUs per node{use}. "
+            f"To change it: `topl recipes import SCRIPT cluster=NAME` ({others}; local: the "
+            "embedded engines on this machine)"
+        )
+        return name, {**row, "cluster": name, "fix": None}
+    layout = _layout(gpus * nodes, clusters) if _is_count(gpus) and _is_count(nodes) else None
+    if layout:
+        g, n, per = layout
+        fix = (
+            f"`topl recipes import SCRIPT cluster={g}`, then run it as {n} node(s) x {per} "
+            f"(the script's {gpus * nodes} devices): "
+            f"`topl launch recipe=OUT cluster.nodes={n} cluster.devices_per_node={per}`"
+        )
+    else:
+        fix = (
+            f"`topl recipes import SCRIPT cluster=NAME`, then `topl launch recipe=OUT "
+            f"cluster.nodes=N cluster.devices_per_node=M` with M at most the group's ({others})"
+        )
+    has = f"has {gpus} devices per node" if _is_count(gpus) else "is chosen by a count not read"
+    row["detail"] = (
+        f"cluster=local kept for {read}; no Ascend cluster group {has} ({others}). "
+        f"To run it on Ascend: {fix}"
+    )
+    return "local", {**row, "cluster": "local", "fix": fix}

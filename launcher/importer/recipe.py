@@ -29,7 +29,7 @@ from topl.launcher.importer.fit import (
     script_config,
     verl_default,
 )
-from topl.launcher.importer.groups import guess_groups
+from topl.launcher.importer.groups import cluster_choice, guess_groups
 from topl.launcher.importer.read import Script
 from topl.launcher.importer.report import Imported, imported, kept, same, same_run
 from topl.launcher.importer.version import (
@@ -247,6 +247,8 @@ def build_recipe(s: Script, choices: dict[str, str] | None = None) -> Imported:
     imp.command_line = cmdline
     imp.report += command_line_rows(s, cmdline, base.cfg.algorithm.config_name or "ppo_trainer")
     imp.report += version_rows(s, groups, sch, base.cfg.cluster.versions.profile)
+    placed = cluster_choice(s)[1] if "cluster" not in (choices or {}) else None
+    imp.report += [placed] if placed else []  # a GPU script's cluster: why, and how to change it
     imp.report.sort(key=lambda r: (r["line"] is None, r["line"] or 0))
     return imp
 
