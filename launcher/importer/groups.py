@@ -65,7 +65,7 @@ def guess_groups(s: Script) -> dict[str, str]:
 
 
 GPUS, NODES = "trainer.n_gpus_per_node", "trainer.nnodes"
-CLUSTER_KIND = "cluster for a GPU script"  # the report row's kind (the CLI adds the verdict to it)
+CLUSTER_KIND = "cluster"  # the report row's kind (the CLI adds the verdict to it)
 
 
 def ascend_clusters() -> dict[str, tuple[int, str]]:
@@ -133,7 +133,7 @@ def cluster_choice(s: Script) -> tuple[str, dict | None]:
         if dev is not None
         else "no trainer.device=npu and no ASCEND_* / HCCL_* env"
     )
-    read = f"a GPU script ({why}): {said_gpus}, {said_nodes}"
+    read = f"a script not written for Ascend ({why}): {said_gpus}, {said_nodes}"
     others = ", ".join(f"{n}: {d} per node" for n, (d, _b) in clusters.items())
     st = s.overrides.get(GPUS)
     row = {"line": st.line if st is not None else s.line, "kind": CLUSTER_KIND, "key": None}
