@@ -3,10 +3,13 @@ may be a bash launch script, imported on the fly), `topl recipes import SCRIPT.s
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from omegaconf import OmegaConf
 
 from topl.launcher.base.errors import ToplError
-from topl.launcher.base.redact import Redactor
+from topl.launcher.base.redact import Redactor, secret_entry
 from topl.launcher.base.tree import flatten
 from topl.launcher.cli.argv import parse
 from topl.launcher.cli.output import print_json
@@ -130,19 +133,29 @@ def _checked(out_path, args: list[str] = ()) -> tuple[bool, str, list, list]:
 LOCAL_ONLY = ("TOP-RES-009", "TOP-ENG-009")
 
 
-def _placed(imp, vs: list, script: str, out_path) -> None:
-    """The report's cluster row of a GPU script (importer/groups.py:cluster_choice) with the real
-    paths, and where it kept cluster=local, the contract's own refusals of that (rule, message)."""
-    import shlex
+def _placed(imp, vs: list, script: str, out_path, env: dict, script_args: list, launch) -> None:
+    """The report's cluster row of a GPU script (importer/groups.py:cluster_choice) with the
+    commands as this import was typed (its --env, --launch and script arguments; a secret --env is
+    named, never written), and where it kept cluster=local, the contract's own refusals of that
+    (rule, message)."""
+    flags = [f"--env {k}={shlex.quote(v)}" for k, v in env.items() if not secret_entry(k, v)]
+    flags += [f"--launch {launch}"] if launch is not None else []
+    secret = [k for k, v in env.items() if secret_entry(k, v)]
+    tail = " -- " + " ".join(map(shlex.quote, script_args)) if script_args else ""
+    note = f" (with your --env {', '.join(secret)} again)" if secret else ""
+
+    # OUT: this recipe (replaced); ASCEND.yaml: a new one next to it (this one is kept)
+    out, ascend = shlex.quote(str(out_path)), shlex.quote(f"{out_path.with_suffix('')}_ascend.yaml")
+
+    def again(m) -> str:
+        rest = m[1].replace(" -o OUT", f" -o {out}").replace(" -o ASCEND.yaml", f" -o {ascend}")
+        return f"`topl recipes import {' '.join([shlex.quote(script), *flags])}{rest}{tail}`{note}"
 
     for r in imp.report:
         if r["kind"] != CLUSTER_KIND:
             continue
-        r["detail"] = (
-            r["detail"]
-            .replace("topl recipes import SCRIPT", f"topl recipes import {shlex.quote(script)}")
-            .replace("recipe=OUT", f"recipe={out_path}")
-        )
+        detail = re.sub(r"`topl recipes import SCRIPT([^`]*)`", again, r["detail"])
+        r["detail"] = detail.replace("recipe=ASCEND.yaml", f"recipe={ascend}")
         refused = [v for v in vs if v.rule in LOCAL_ONLY]
         if r.get("cluster") == "local" and refused:
             said = "; ".join(f"{v.rule}: {v.message}" for v in refused)
@@ -193,7 +206,6 @@ def _scrub(red, o):
 
 def import_main(args: list[str]) -> int:
     """Read SCRIPT.sh as data (never run), write the recipe and its report, print the report."""
-    import shlex
     from pathlib import Path
 
     script_args = args[args.index("--") + 1 :] if "--" in args else []
@@ -236,7 +248,7 @@ def import_main(args: list[str]) -> int:
     write_private(out_path, red.text(recipe_text(imp, rest[0])), force)
     args = imp.command_args()
     ok, verdict, ids, vs = _checked(out_path, args)
-    _placed(imp, vs, rest[0], out_path)
+    _placed(imp, vs, rest[0], out_path, env, script_args, launch)
     lines = [red.text(line) for line in _report_lines(imp)]
     trip = trip_text(imp.round_trip, imp.dropped)
     # the script's program / trainer config are the user's to type (a recipe may not say them)

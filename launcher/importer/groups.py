@@ -65,6 +65,7 @@ def guess_groups(s: Script) -> dict[str, str]:
 
 
 GPUS, NODES = "trainer.n_gpus_per_node", "trainer.nnodes"
+MAX_WORLD = 1 << 16  # devices in one job; a script's larger count is not searched for a layout
 CLUSTER_KIND = "cluster"  # the report row's kind (the CLI adds the verdict to it)
 
 
@@ -87,9 +88,11 @@ def _count(s: Script, key: str) -> tuple[object, str]:
     st = s.overrides.get(key)
     if st is None:
         d = verl_default(key, script_config(s, False))
-        return (None, f"{key} not set (verl's default: unknown, verl not installed)") if (
-            d is MISSING
-        ) else (d, f"{key} not set (verl's default {d})")
+        return (
+            (None, f"{key} not set (verl's default: unknown, verl not installed)")
+            if (d is MISSING)
+            else (d, f"{key} not set (verl's default {d})")
+        )
     src = f", its value from line {', '.join(map(str, st.deps))}" if st.deps else ""
     return st.value, f"{key}={st.value} (line {st.line}{src})"
 
@@ -102,7 +105,7 @@ def _layout(world: int, clusters: dict[str, tuple[int, str]]) -> tuple[str, int,
     """(group, nodes, devices per node): the fewest whole nodes of one ray_job group holding
     `world` devices, each node using the same count (verl places n_gpus_per_node on each)."""
     sizes = sorted((d, n) for n, (d, b) in clusters.items() if b == "ray_job")
-    if not sizes:
+    if not sizes or world > MAX_WORLD:
         return None
     for nodes in range(-(-world // sizes[-1][0]), world + 1):
         if world % nodes == 0:
@@ -143,24 +146,30 @@ def cluster_choice(s: Script) -> tuple[str, dict | None]:
         others = ", ".join(f"{n}: {c} per node" for n, (c, _b) in clusters.items() if n != name)
         row["detail"] = (
             f"cluster={name} chosen for {read}; conf/cluster/{name}.yaml: {d} NPUs per node{use}. "
-            f"To change it: `topl recipes import SCRIPT cluster=NAME` ({others}; local: the "
+            f"To change it: `topl recipes import SCRIPT cluster=NAME -o OUT --force` ({others}; "
+            "local: the "
             "embedded engines on this machine)"
         )
         return name, {**row, "cluster": name, "fix": None}
     layout = _layout(gpus * nodes, clusters) if _is_count(gpus) and _is_count(nodes) else None
-    if layout:
+    if not _is_count(gpus):
+        has = f"is chosen: {GPUS} is not a device count"
+        fix = "`topl recipes import SCRIPT cluster=NAME -o OUT --force`"
+    elif layout:
         g, n, per = layout
+        has = f"has {gpus} devices per node"
         fix = (
-            f"`topl recipes import SCRIPT cluster={g}`, then run it as {n} node(s) x {per} "
-            f"(the script's {gpus * nodes} devices): "
-            f"`topl launch recipe=OUT cluster.nodes={n} cluster.devices_per_node={per}`"
+            f"`topl recipes import SCRIPT cluster={g} -o ASCEND.yaml`, then run it as {n} "
+            f"node(s) x {per} (the script's {gpus * nodes} devices): `topl launch "
+            f"recipe=ASCEND.yaml cluster.nodes={n} cluster.devices_per_node={per}`"
         )
-    else:
+    else:  # trainer.nnodes is not a count (or the world is too large): the layout is the user's
+        has = f"has {gpus} devices per node"
         fix = (
-            f"`topl recipes import SCRIPT cluster=NAME`, then `topl launch recipe=OUT "
+            "`topl recipes import SCRIPT cluster=NAME -o ASCEND.yaml`, then `topl launch "
+            "recipe=ASCEND.yaml "
             f"cluster.nodes=N cluster.devices_per_node=M` with M at most the group's ({others})"
         )
-    has = f"has {gpus} devices per node" if _is_count(gpus) else "is chosen by a count not read"
     row["detail"] = (
         f"cluster=local kept for {read}; no Ascend cluster group {has} ({others}). "
         f"To run it on Ascend: {fix}"
