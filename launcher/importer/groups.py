@@ -1,5 +1,7 @@
 """The config groups an imported script points to (algorithm, engine, alignment, cluster, stack,
-model): they only seed topl's own fields (`script_import.build_recipe`)."""
+model): they only seed topl's own fields (`script_import.build_recipe`). A script not written
+for Ascend gets the Ascend cluster group whose nodes hold its devices per node, or keeps `local`
+with the layout that would fit, and a report row that says which and why (`cluster_choice`)."""
 
 from __future__ import annotations
 
