@@ -72,7 +72,7 @@ CLUSTER_KIND = "cluster"  # the report row's kind (the CLI adds the verdict to i
 
 
 def ascend_clusters() -> dict[str, tuple[int, str]]:
-    """conf/cluster/*.yaml with device npu: name -> (devices_per_node, backend), as each declares."""
+    """conf/cluster/*.yaml with device npu: name -> (devices_per_node, backend), as declared."""
     import yaml
 
     from topl.launcher.compose.sources import conf_dir  # lazy: OmegaConf only when this runs
@@ -136,9 +136,9 @@ def cluster_choice(s: Script) -> tuple[str, dict | None]:
     why = (
         f"trainer.device={dev.value} (line {dev.line})"
         if dev is not None
-        else "no trainer.device=npu and no ASCEND_* / HCCL_* env"
+        else "no trainer.device=npu, no ASCEND_* / HCCL_* env"
     )
-    read = f"a script not written for Ascend ({why}): {said_gpus}, {said_nodes}"
+    read = f"a script that does not say it runs on Ascend ({why}): {said_gpus}, {said_nodes}"
     others = ", ".join(f"{n}: {d} per node" for n, (d, _b) in clusters.items())
     st = s.overrides.get(GPUS)
     row = {"line": st.line if st is not None else s.line, "kind": CLUSTER_KIND, "key": None}

@@ -1,7 +1,8 @@
-"""A script not written for Ascend (no trainer.device=npu, no Ascend env: a GPU script) is placed
-on the Ascend cluster group whose nodes hold its trainer.n_gpus_per_node (conf/cluster/*.yaml,
-importer/groups.py:cluster_choice), or keeps cluster=local with the layout that would fit; the
-report says which, from which keys and lines, and how to change it; `topl check` agrees."""
+"""A script that does not say it runs on Ascend (a GPU script: no trainer.device=npu, no Ascend
+env) is placed on the Ascend cluster group whose nodes hold its trainer.n_gpus_per_node
+(conf/cluster/*.yaml, importer/groups.py:cluster_choice), or keeps cluster=local with the layout
+that would fit; the report says which, from which keys and lines, and how to change it; `topl
+check` agrees."""
 
 import json
 import re
@@ -58,7 +59,10 @@ def test_eight_gpus_per_node_land_on_atlas_a2_and_round_trip():
     row = _row(imp.report)
     assert row["line"] == 19 and row["cluster"] == "atlas_a2", row
     d = row["detail"]
-    assert d.startswith("cluster=atlas_a2 chosen for a script not written for Ascend"), d
+    assert d.startswith(
+        "cluster=atlas_a2 chosen for a script that does not say it runs on Ascend (no "
+        "trainer.device=npu, no ASCEND_* / HCCL_* env): "
+    ), d
     # the keys, values and lines read (the value's own line: the variable that holds it)
     assert "trainer.n_gpus_per_node=8 (line 19, its value from line 3)" in d, d
     assert "trainer.nnodes=1 (line 20, its value from line 4)" in d, d

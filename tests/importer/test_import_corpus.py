@@ -48,6 +48,25 @@ EXPECT = {
     "dapo__run_dapo_qwen2.5_7b_npu.sh": ("recipe.dapo.main_dapo", 61, None),
     "dapo__test_dapo_gptoss_20b_megatron.sh": ("verl.trainer.main_ppo", 236, None),
 }
+# the cluster group, and the line of the report's cluster row (None: the script says it runs on
+# Ascend, no row): a script that does not is placed by its trainer.n_gpus_per_node
+# (importer/groups.py:cluster_choice), the npu-named ones without an Ascend marker included
+CLUSTER = {
+    "grpo_trainer__run_gptoss_20b.sh": ("atlas_a2", 75),
+    "ppo_trainer__run_qwen1.5_moe_a2.7b-gsm8k_megatron.sh": ("atlas_a2", 68),
+    "grpo_trainer__run_qwen3-8b_npu.sh": ("atlas_a2", 47),
+    "grpo_trainer__run_qwen2_5_7b_grpo_npu.sh": ("atlas_a3", 37),
+    "gspo_trainer__run_qwen3_32b_gspo_npu.sh": ("atlas_a3", None),
+    "ppo_trainer__run_qwen3-8b_npu.sh": ("atlas_a2", 47),
+    "grpo_trainer__run_qwen3_4b_grpo_vllm_1k_npu.sh": ("atlas_a3", None),
+    "grpo_trainer__run_qwen3moe-30b_megatron_96gb.sh": ("atlas_a2", 188),
+    "ppo_trainer__run_deepseek7b_llm.sh": ("atlas_a2", 37),
+    "grpo_trainer__run_qwen3-32b_npu.sh": ("atlas_a2", 53),
+    "gspo_trainer__test_gspo_qwen30b_a3b_ep.sh": ("atlas_a2", 161),
+    "dapo__run_dapo_qwen2.5_32b.sh": ("atlas_a2", 124),
+    "dapo__run_dapo_qwen2.5_7b_npu.sh": ("atlas_a3", 129),
+    "dapo__test_dapo_gptoss_20b_megatron.sh": ("atlas_a2", 205),
+}
 # variables the caller's environment sets (given to bash and to the importer alike): the script
 # reads them under `set -u` (sp_size is used on line 66 before line 72 sets it: as published,
 # bash stops there)
@@ -119,7 +138,7 @@ def test_the_corpus_is_what_the_manifest_says():
     for name, commit, path, sha in MANIFEST:
         assert hashlib.sha256((CORPUS / name).read_bytes()).hexdigest() == sha, name
         assert len(commit) == 40 and path.endswith(name.split("__")[1])
-    assert set(EXPECT) == set(NAMES)
+    assert set(EXPECT) == set(NAMES) == set(CLUSTER)
 
 
 def bash_launches(script: Path, tmp: Path, given: dict) -> list[tuple[list[str], dict]]:
@@ -186,6 +205,11 @@ def test_corpus_import(name, tmp_path, monkeypatch):
     assert ran == []
     monkeypatch.undo()
     assert imp.round_trip == [], imp.round_trip
+    placed = [r["line"] for r in imp.report if r["kind"] == "cluster"]
+    assert (imp.defaults["cluster"], placed) == (
+        CLUSTER[name][0],
+        [CLUSTER[name][1]] if CLUSTER[name][1] else [],
+    )
 
     path = tmp_path / "imported.yaml"
     path.write_text(recipe_text(imp, name))
