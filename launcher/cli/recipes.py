@@ -253,6 +253,9 @@ def import_main(args: list[str]) -> int:
     trip = trip_text(imp.round_trip, imp.dropped)
     # the script's program / trainer config are the user's to type (a recipe may not say them)
     run = " ".join(["topl launch", f"recipe={out_path}", *(shlex.quote(a) for a in args)])
+    if vs:  # each refusal with its message (the fix and the keys: `topl check` on the command)
+        lines.append(f"the contract refuses it ({run.replace('topl launch', 'topl check')}):")
+        lines += [red.text(f"    -  {v.rule}: {v.message}") for v in vs]
     lines += [f"declared verl: {imp.verl}; run it as: {run}"]
     final = (
         f"wrote {out_path} ({len(imp.report)} report line(s) in {report_path}); "

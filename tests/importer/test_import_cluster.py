@@ -138,6 +138,9 @@ def test_the_report_and_check_agree(tmp_path):
     assert out["contract"]["rejected_by"] == ["TOP-ENG-009", "TOP-RES-009"] == row["refused_by"]
     assert "the contract refuses this recipe (TOP-ENG-009: cluster.backend=local" in row["detail"]
     assert "TOP-RES-009: qwen3_4b has 4.0B parameters" in row["detail"], row["detail"]
+    text = (tmp_path / "g32.import.txt").read_text()  # the report file: each refusal, by message
+    assert "the contract refuses it (topl check recipe=g32.yaml):\n    -  TOP-ENG-009: " in text
+    assert "\n    -  TOP-RES-009: qwen3_4b has 4.0B parameters; the local backend" in text, text
     c = run("check", f"recipe={tmp_path / 'g32.yaml'}", "--json")
     assert {v["rule"] for v in json.loads(c.stdout)["violations"] if v["severity"] == "error"} == {
         "TOP-ENG-009",
