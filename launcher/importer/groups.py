@@ -1,7 +1,8 @@
 """The config groups an imported script points to (algorithm, engine, alignment, cluster, stack,
-model): they only seed topl's own fields (`script_import.build_recipe`). A script not written
-for Ascend gets the Ascend cluster group whose nodes hold its devices per node, or keeps `local`
-with the layout that would fit, and a report row that says which and why (`cluster_choice`)."""
+model): they only seed topl's own fields (`script_import.build_recipe`). A script that does not
+say it runs on Ascend (a GPU script) gets the Ascend cluster group whose nodes hold its devices
+per node, or keeps `local` with the layout that would fit, and a report row saying which and why
+(`cluster_choice`)."""
 
 from __future__ import annotations
 
@@ -86,7 +87,9 @@ def ascend_clusters() -> dict[str, tuple[int, str]]:
 
 
 def _count(s: Script, key: str) -> tuple[object, str]:
-    """The script's value of `key` (verl's default where unset) and where it was read."""
+    """The script's value of `key` and where it was read; unset, verl's default (8 devices per
+    node, 1 node: verl@0.9.1:verl/trainer/config/ppo_trainer.yaml:trainer.n_gpus_per_node,
+    trainer.nnodes), read from the installed verl's config."""
     st = s.overrides.get(key)
     if st is None:
         d = verl_default(key, script_config(s, False))
@@ -119,11 +122,11 @@ def _layout(world: int, clusters: dict[str, tuple[int, str]]) -> tuple[str, int,
 
 
 def cluster_choice(s: Script) -> tuple[str, dict | None]:
-    """The cluster group for the script, and for a GPU script the report row saying why. An
-    Ascend script keeps the group its device count fits (else atlas_a2, as it always had); a GPU
-    script gets the smallest Ascend group (backend ray_job: a slurm group also needs a partition
-    and a time limit no script says) whose nodes hold trainer.n_gpus_per_node devices, or stays
-    `local` (the embedded engines) when none does, with the layout that would fit."""
+    """The cluster group for the script, and for a GPU script the report row saying why. Both get
+    the smallest Ascend group of backend ray_job (a slurm group also needs a partition and a time
+    limit no script says) whose nodes hold trainer.n_gpus_per_node devices; where none does, an
+    Ascend script gets atlas_a2 (as it always had) and a GPU script stays `local` (the embedded
+    engines), its row giving the layout of the same devices that would fit."""
     clusters = ascend_clusters()
     gpus, said_gpus = _count(s, GPUS)
     nodes, said_nodes = _count(s, NODES)
@@ -149,8 +152,7 @@ def cluster_choice(s: Script) -> tuple[str, dict | None]:
         row["detail"] = (
             f"cluster={name} chosen for {read}; conf/cluster/{name}.yaml: {d} NPUs per node{use}. "
             f"To change it: `topl recipes import SCRIPT cluster=NAME -o OUT --force` ({others}; "
-            "local: the "
-            "embedded engines on this machine)"
+            "local: the embedded engines on this machine)"
         )
         return name, {**row, "cluster": name, "fix": None}
     layout = _layout(gpus * nodes, clusters) if _is_count(gpus) and _is_count(nodes) else None
@@ -168,9 +170,9 @@ def cluster_choice(s: Script) -> tuple[str, dict | None]:
     else:  # trainer.nnodes is not a count (or the world is too large): the layout is the user's
         has = f"has {gpus} devices per node"
         fix = (
-            "`topl recipes import SCRIPT cluster=NAME -o ASCEND.yaml`, then `topl launch "
-            "recipe=ASCEND.yaml "
-            f"cluster.nodes=N cluster.devices_per_node=M` with M at most the group's ({others})"
+            "`topl recipes import SCRIPT cluster=NAME -o ASCEND.yaml`, then `topl launch recipe="
+            f"ASCEND.yaml cluster.nodes=N cluster.devices_per_node=M` with M at most the group's "
+            f"({others})"
         )
     row["detail"] = (
         f"cluster=local kept for {read}; no Ascend cluster group {has} ({others}). "
