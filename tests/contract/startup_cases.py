@@ -55,7 +55,6 @@ V1 = "trainer/ppo/v1/trainer_base.py"
 OFF = ["alignment=off"]  # strict mode refuses some of these keys itself (TOP-VERL-002)
 VPP = V + "actor.megatron.virtual_pipeline_model_parallel_size"
 RECOMP = "train.recompute_"
-PPO = ["algorithm.adv_estimator=gae", "algorithm.use_critic=true"]
 # megatron-core's checks (launcher/contract/dryrun/mcore.py cites each in megatron_core@0.16.0),
 # cited at verl's call that reaches them: mpu.initialize_model_parallel (parallel_state), the
 # TransformerConfig verl builds (Megatron-Bridge's provider on 0.9.1, mbridge's on 0.8.0), and
@@ -210,10 +209,6 @@ _SPEC = [
     ("vpp_without_pp", 21, "M", [VPP + "=2"], (VPP[1:],), MPU, MCORE_ENGINE, "rule"),
     ("ref_vpp_without_pp", 21, "M", KL + [V + "ref.megatron.virtual_pipeline_model_parallel_size=2"],
      (VO + "ref.megatron.virtual_pipeline_model_parallel_size",), MPU, MCORE_ENGINE, "rule"),
-    ("critic_vpp_without_pp", 21, "M",
-     PPO + ["+verl_overrides.critic.megatron.virtual_pipeline_model_parallel_size=2"],
-     ("verl_overrides.critic.megatron.virtual_pipeline_model_parallel_size",), MPU, MCORE_ENGINE,
-     "rule"),
     ("pp_via_overrides", 21, "M", OFF + [V + "actor.megatron.pipeline_model_parallel_size=5"],
      (VO + "actor.megatron.pipeline_model_parallel_size", *WORLD), MPU, MCORE_ENGINE, "rule"),
     ("etp_via_overrides", 21, "M", OFF + [V + "actor.megatron.expert_tensor_parallel_size=3"],
@@ -332,7 +327,6 @@ _NEAR = {
     # ref is built first: its sizes initialize parallel_state for both)
     "ref_vpp_without_pp": KL + ["train.pp=2", V + "ref.megatron.pipeline_model_parallel_size=2",
                                 VPP + "=2"],
-    "critic_vpp_without_pp": PPO + ["+verl_overrides.critic.megatron.virtual_pipeline_model_parallel_size=null"],
     "pp_via_overrides": OFF + [V + "actor.megatron.pipeline_model_parallel_size=2"],
     "etp_via_overrides": OFF + [V + "actor.megatron.expert_tensor_parallel_size=2"],
     "recompute_granularity_bad": [RECOMP + "granularity=selective", RECOMP + "num_layers=null"],

@@ -93,6 +93,9 @@ CHECKS = {
         "assert",
     ),
 }
+# What megatron-core checks in a TransformerConfig or while it builds the layers: the dry run calls
+# megatron-core for these where it imports (CPU is enough); the rest need a process group
+CONFIG_CHECKS = {k for k, c in CHECKS.items() if c.path in (TC, TB, "model_parallel_config.py")}
 # Checks that topl's own rules make over the train.* fields (TOP-RES-001/002/003, TOP-ENG-005/006):
 # TOP-INIT-020 reports them only where a recipe or override set a size verbatim.
 SPEC_CHECKED = {"mp_world", "expert_world", "heads_tp", "groups_tp", "ep_dense", "experts_ep"}
@@ -135,14 +138,39 @@ def layout(get: Get, m: Model, engines: tuple[str, ...]) -> list[Finding]:
     return out
 
 
-def _engine(get: Get, m: Model, role: str) -> list[Finding]:
+class Sizes(NamedTuple):
+    keys: dict[str, str]  # size name -> the engine's verl key
+    tp: int
+    pp: int
+    vpp: Any  # None, or what verl passes (an int)
+    cp: int
+    ep: int
+    etp: int
+    otc: str  # the engine's override_transformer_config prefix
+
+
+def sizes(get: Get, role: str) -> Sizes:
+    """One engine's sizes as verl passes them (expert_tensor_parallel_size null: tp's)."""
     p = "critic.megatron." if role == "critic" else f"{A}.{role}.megatron."
     k = {n: p + n for n in ("tensor", "pipeline", "virtual_pipeline", "context", "expert")}
     k = {n: f"{v}_model_parallel_size" for n, v in k.items()}
     k["context"], k["etp"] = p + "context_parallel_size", p + "expert_tensor_parallel_size"
-    tp, pp = _int(get(k["tensor"]), 1), _int(get(k["pipeline"]), 1)
-    cp, ep = _int(get(k["context"]), 1), _int(get(k["expert"]), 1)
-    etp, vpp = _int(get(k["etp"]), tp), get(k["virtual_pipeline"])
+    tp = _int(get(k["tensor"]), 1)
+    return Sizes(
+        k,
+        tp,
+        _int(get(k["pipeline"]), 1),
+        get(k["virtual_pipeline"]),
+        _int(get(k["context"]), 1),
+        _int(get(k["expert"]), 1),
+        _int(get(k["etp"]), tp),
+        p + "override_transformer_config.",
+    )
+
+
+def _engine(get: Get, m: Model, role: str) -> list[Finding]:
+    z = sizes(get, role)
+    k, tp, pp, vpp, cp, ep, etp = z.keys, z.tp, z.pp, z.vpp, z.cp, z.ep, z.etp
     w, wk = world(get), ("trainer.nnodes", "trainer.n_gpus_per_node")
     out: list[Finding] = []
 
@@ -176,7 +204,7 @@ def _engine(get: Get, m: Model, role: str) -> list[Finding]:
             k["pipeline"],
             *wk,
         )
-    otc = p + "override_transformer_config."
+    otc = z.otc
     sp = get(otc + "sequence_parallel")
     if sp is True and tp <= 1:  # verl turns its own sequence_parallel off at tp=1; this is after
         add(
