@@ -193,10 +193,18 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _megatron(get: mirror.Get, model: dict[str, int], engines: tuple[str, ...], fail: Any) -> list:
-    """megatron-core's own checks of each engine's layout: the config checks called where
-    megatron-core imports, mirrored otherwise; what needs a process group mirrored (mcore.py)."""
+    """megatron-core's own checks of each engine's layout: what needs a process group mirrored
+    (mcore.py); the config checks called where megatron-core imports and the mirror refuses the
+    layout (megatron-core's own message) or cannot judge it (an uneven pipeline split), else
+    mirrored. Importing megatron-core costs ~3 s of CPU: a layout the mirror passes, which
+    tests/contract/test_mcore_layout.py holds to megatron-core's own config, does not pay it."""
     m = mcore.Model(*(model[f] for f in mcore.Model._fields))
     mirrored = mcore.layout(get, m, engines)
+    uneven = any(
+        get(mcore.sizes(get, r).otc + u) not in (None, False) for r in engines for u in mcore.UNEVEN
+    )
+    if not uneven and not any(f.check in mcore.CONFIG_CHECKS for f in mirrored):
+        return mirrored
     try:
         import torch  # lazy: in the child, next to verl
         from megatron.core.package_info import __version__ as mc_version
