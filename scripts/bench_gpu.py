@@ -144,9 +144,10 @@ def decode(batches, ctxs):
     print(
         "GPU time of one call replayed in a CUDA graph (`triton.testing.do_bench_cudagraph`, as decode "
         "engines run it), every column. *split-KV*: tile states in parallel programs + the in-order "
-        "fold in a second launch (`_combine`: the fold's factors by a prefix max, then its fma "
-        "chain; one warp per 32 channels of a head); *fused*: the last program of each run folds "
-        "(`fused=True`, the default at B <= 4 before); *one pass*: one program per "
+        "fold in a second launch (`fused=False`; `_combine`: the fold's factors by a prefix max, "
+        "then its fma chain; one warp per 32 channels of a head); *fused*: the last program of each "
+        "run folds (`fused=True`); `attention()` takes the fused fold up to 8 tiles (ctx <= 1024) "
+        "and the second launch above; *one pass*: one program per "
         "(sequence, KV head) walks every tile; *bits*: split-KV and fused output equal to one pass. "
         "SDPA default: `F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`, q [B, H, 1, D]; "
         "flash: the flash backend forced.\n"
@@ -185,10 +186,10 @@ def decode(batches, ctxs):
                     **kw,
                 )
 
-            ts, t1 = graph_bench(ours(True)), graph_bench(ours(False))
+            ts, t1 = graph_bench(ours(True, fused=False)), graph_bench(ours(False))
             tfu = graph_bench(ours(True, fused=True))
             one = ours(False)()
-            same = torch.equal(ours(True)(), one) and torch.equal(ours(True, fused=True)(), one)
+            same = all(torch.equal(ours(True, fused=f)(), one) for f in (False, True))
             kc = cache_k.view(b, c, KVH, D).transpose(1, 2).contiguous()
             vc = cache_v.view(b, c, KVH, D).transpose(1, 2).contiguous()
             qd = q[:, :, None, :]

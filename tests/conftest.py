@@ -41,6 +41,8 @@ SLOW_MODULES = {
     # the dry run: one child per declared verl that imports it (~3-5 s of CPU each), over every
     # shipped recipe, the negative classes and a bounded hypothesis property (issue 46)
     "test_dryrun_verl.py",
+    # the GPU kernels compiled for sm_90 on the CPU (~30 s cold; Triton's cache makes reruns fast)
+    "test_gpu_compile.py",
 }
 SLOW_TESTS = {
     # a 16-request probe engine run (~20 s); the four one-request matrix points stay fast

@@ -247,7 +247,9 @@ def attention(
         TMA=tma,
         WHOLE=whole,
         FUSED=cnt is not None,
-        FOLD_U=combine[2] if combine else (32 if tpp and tiles >= 32 else 8),
+        # the fused fold's unroll (a constant of the kernel: one value where no fold runs in it,
+        # so the JIT compiles no copies that differ only there)
+        FOLD_U=(combine[2] if combine else (32 if tiles >= 32 else 8)) if cnt is not None else 8,
         num_warps=nw,
         num_stages=ns,
         enable_fp_fusion=False,  # the masked and whole-tile paths must round alike (_full_tile)

@@ -1,0 +1,174 @@
+"""The GPU kernels compile for Hopper on a machine without a GPU.
+
+Triton compiles ahead of time for a named target: its passes and the ptxas its wheel carries run on
+the CPU. Each test drives the real host code (`attention()`, `bi_matmul()`, the norms) on CPU tensors,
+told it runs on an H200 (compute capability 9.0, 132 SMs), with every kernel launch recorded instead
+of run, and compiles each launch it asked for, for sm_90: a kernel Triton rejects, or one asking for
+more shared memory than a Hopper SM gives one program, fails here rather than on a lent GPU. (Issue
+52: Triton 3.6 rejected the one-warp fold only when compiled, which cost a device call.) What this
+cannot see: the bits and the speed (tests/numerics/test_gpu.py and scripts/bench_gpu.py, on a GPU).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402 (after the skip)
+from triton.compiler import ASTSource  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from topl.kernels.model import QWEN3_30B_A3B as Q  # noqa: E402
+
+H, KVH, D = Q["num_heads"], Q["num_kv_heads"], Q["head_dim"]
+SM90_SHARED = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
+TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.float16: "fp16"}
+OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
+
+
+class Recorder:
+    """Stands in for a @triton.jit kernel: `kernel[grid](*args, **kw)` records the launch."""
+
+    def __init__(self, fn: Any, launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]):
+        self.fn, self.launches = fn, launches
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kw: self.launches.append((self.fn, args, kw))
+
+
+def _type(a: Any) -> str:
+    if isinstance(a, torch.Tensor):
+        return "*" + TYPES[a.dtype]
+    if isinstance(a, TensorDescriptor):
+        return f"tensordesc<{TYPES[a.base.dtype]}[{','.join(map(str, a.block_shape))}]>"
+    if isinstance(a, bool):
+        return "i1"
+    if isinstance(a, int):
+        return "i32" if -(2**31) <= a < 2**31 else "i64"
+    assert isinstance(a, float), type(a)
+    return "fp32"
+
+
+def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
+    """Compile each distinct launch for sm_90; returns what was compiled: (kernel, constants)."""
+    seen: set[tuple[Any, ...]] = set()
+    for fn, args, kw in launches:
+        opts = {k: kw[k] for k in OPTIONS if k in kw}
+        const = {k: v for k, v in kw.items() if k not in OPTIONS}
+        sig = {n: _type(a) for n, a in zip(fn.arg_names, args)}
+        sig.update({n: "constexpr" for n in const})
+        key = (fn.__name__, tuple(sig.items()), tuple(const.items()), tuple(opts.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        src = ASTSource(fn=fn, signature=sig, constexprs=const)
+        try:
+            k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+        except Exception as e:  # Triton's pass or ptxas error: say which launch
+            raise AssertionError(f"{fn.__name__} {const} {opts} does not compile: {e}") from e
+        assert k.metadata.shared <= SM90_SHARED, (fn.__name__, const, opts, k.metadata.shared)
+    return [(name, dict(const)) for name, _, const, _ in seen]
+
+
+@pytest.fixture
+def on_h200(monkeypatch):
+    """The host code's questions to CUDA answered as an H200 would; launches recorded."""
+    props = types.SimpleNamespace(multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    from topl.kernels.gpu import attention, ops
+
+    launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+    for mod in (attention, ops):
+        for name in dir(mod):
+            obj = getattr(mod, name)
+            if isinstance(obj, triton.runtime.jit.JITFunction):
+                monkeypatch.setattr(mod, name, Recorder(obj, launches))
+    # the per-device caches (SM count, dummies, arrival counts) start empty and are restored after:
+    # nothing made here for "cuda:0" on the CPU outlives the test
+    for mod, name in (
+        (attention, "_SMS"),
+        (attention, "_DUMMY"),
+        (attention, "_CNT"),
+        (ops, "_SMS"),
+        (ops, "_CNT"),
+    ):
+        monkeypatch.setattr(mod, name, {})
+    return launches
+
+
+def _bf16(*shape: int) -> torch.Tensor:
+    return torch.zeros(*shape, dtype=torch.bfloat16)
+
+
+def test_attention_launches_compile_for_hopper(on_h200):
+    """Training (packed) at every launch setting of CONFIGS and at its default (tensor-memory
+    loads), prefill (paged); decode split-KV with the separate fold at its default and at every fold
+    layout the parity test runs, the fused fold (its default, short contexts), eager and
+    graph-launched, and one pass."""
+    from topl.kernels.gpu.attention import CONFIGS, attention
+
+    n = 4096
+    q, k, v = _bf16(n, H, D), _bf16(n, KVH, D), _bf16(n, KVH, D)
+    seq, pos = [0] * n, list(range(n))
+    start = torch.zeros(1, dtype=torch.int32)
+    pages = _bf16(n // 128, 128, KVH, D)
+    table = torch.arange(n // 128, dtype=torch.int32)[None]
+    for (rows, warps, stages), tma in ((c, False) for c in CONFIGS):
+        kw = {"q_tokens": rows // 8, "warps": warps, "stages": stages, "tma": tma, "split": False}
+        attention(q, k, v, seq, pos, kv_start=start, **kw)
+    attention(q, k, v, seq, pos, kv_start=start)  # the default: tensor-memory loads at this size
+    attention(q, pages, pages, seq, pos, block_table=table)
+    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8), (1, 16, 8), (1, 32, 32))
+    for b, ctx in ((1, 16384), (4, 900), (16, 4096), (64, 4096), (40, 1024)):
+        dq = _bf16(b, H, D)
+        dpages = _bf16(b * ctx // 128 + b, 128, KVH, D)
+        dtable = torch.arange(dpages.shape[0], dtype=torch.int32).view(b, -1)
+        for graph, fold in ((False, None), (True, None), *((True, f) for f in folds[1:])):
+            attention(
+                dq, dpages, dpages, list(range(b)), [ctx - 1] * b, block_table=dtable,
+                q_tokens=64 // (H // KVH), max_pos=ctx - 1, graph=graph, combine=fold,
+            )  # fmt: skip
+    done = _compile_all(on_h200)
+    paths = {(c["PAGED"], c["SPLIT"], c["TMA"], c["FUSED"]) for f, c in done if f == "_attn"}
+    assert paths == {  # (paged, split-KV, tensor-memory loads, fused fold): the host reached each
+        (False, False, False, False),  # training, pointer loads (every CONFIGS entry)
+        (False, False, True, False),  # training at 4096 tokens (the default)
+        (True, False, True, False),  # paged prefill; one-pass decode under graph (B64)
+        (True, False, False, False),  # one-pass decode, eager, few tiles (B40 ctx1024)
+        (True, True, False, False),  # split-KV decode, eager, the separate fold
+        (True, True, True, False),  # split-KV decode under graph
+        (True, True, False, True),  # the fused fold (ctx <= 1024), eager
+        (True, True, True, True),  # the fused fold under graph
+    }
+    folds_done = {(c["GH"], c["DC"], c["U"]) for f, c in done if f == "_combine"}
+    assert folds_done == {(1, 32, 32), *folds[1:]}
+
+
+def test_matmul_and_norm_launches_compile_for_hopper(on_h200):
+    """bi_matmul's plan at every M band (transposed small-M tiles, split-K, pointer and TMA tiles,
+    eager and graph-launched) at the projections' shapes, and the two row kernels."""
+    from topl.kernels.gpu.ops import bi_matmul, log_softmax, rms_norm
+
+    for kdim, ndim in ((Q["hidden_size"], (H + 2 * KVH) * D), (H * D, Q["hidden_size"])):
+        w = _bf16(ndim, kdim)
+        for m in (1, 16, 65, 128, 256, 1000, 4096):
+            for graph in (False, True):
+                bi_matmul(_bf16(m, kdim), w, graph=graph)
+    rms_norm(_bf16(16, Q["hidden_size"]), _bf16(Q["hidden_size"]), 1e-6)
+    log_softmax(_bf16(4, 151936))
+    done = {(f, c.get("SWAP"), c.get("SPLIT"), c.get("TMA")) for f, c in _compile_all(on_h200)}
+    assert done >= {
+        ("_bi_matmul", True, False, False),  # transposed tile, M <= 16 (qkv_proj)
+        ("_bi_matmul", True, True, False),  # transposed tile split over K chunks (o_proj)
+        ("_bi_matmul", True, False, True),  # transposed tile, TMA-fed (M <= 256, graph)
+        ("_bi_matmul", False, False, False),  # pointer tiles (eager, M <= 2048)
+        ("_bi_matmul_tma", None, None, None),  # persistent TMA kernel
+        ("_rms_norm", None, None, None),
+        ("_log_softmax", None, None, None),
+    }
