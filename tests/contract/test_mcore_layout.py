@@ -125,7 +125,7 @@ def _mirror_refuses(model: mcore.Model, lay: dict) -> bool:
 @pytest.mark.xdist_group("test_align.py")
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_mirror_refuses_what_megatron_cores_config_refuses(name):
-    """Over 270 layouts per model, the re-derived config checks agree with megatron-core's own
+    """Over 210 layouts per model, the re-derived config checks agree with megatron-core's own
     (pp > 1 only, where the virtual pipeline is a config matter: at pp=1 parallel_state refuses
     it first, before any config is built)."""
     model, hidden = MODELS[name]
