@@ -284,6 +284,7 @@ def megatron_layout(s: JobSpec) -> Outcome:
         if f.check not in mcore.SPEC_CHECKED
         or any((e := cmd.entry(k)) is not None and e.user for k in f.keys)
     ]
+    # an unset train.* field decides too (recompute_method=null): read, the violation lists it
     for k in {k for f in found for k in f.keys if cmd.entry(k) is None and k in FIELD_OF}:
-        getattr(s.train, FIELD_OF[k].split(".", 1)[1])  # an unset field decides too: read, it is listed
+        getattr(s.train, FIELD_OF[k].split(".", 1)[1])
     return _report(s, cmd, found)
