@@ -18,7 +18,7 @@ from topl.launcher.compose.hydra import compose_job
 from topl.launcher.contract import check, errors
 from topl.launcher.contract.dryrun import mcore
 
-# megatron-core's source, found without importing it (its import costs ~3 s: only the parity
+# megatron-core's source, found without importing it (its import costs 0.5-3 s: only the parity
 # test pays it)
 SPEC = importlib.util.find_spec("megatron.core") if importlib.util.find_spec("megatron") else None
 ROOT = Path(SPEC.origin).parent if SPEC and SPEC.origin else None
@@ -121,7 +121,7 @@ def _mirror_refuses(model: mcore.Model, lay: dict) -> bool:
 
 
 @needs_mcore
-# on the worker that imports megatron-core for tests/align (~3 s of CPU once, not twice)
+# on the worker that imports megatron-core for tests/align (its import once, not twice)
 @pytest.mark.xdist_group("test_align.py")
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_mirror_refuses_what_megatron_cores_config_refuses(name):

@@ -196,7 +196,7 @@ def _megatron(get: mirror.Get, model: dict[str, int], engines: tuple[str, ...], 
     """megatron-core's own checks of each engine's layout: what needs a process group mirrored
     (mcore.py); the config checks called where megatron-core imports and the mirror refuses the
     layout (megatron-core's own message) or cannot judge it (an uneven pipeline split), else
-    mirrored. Importing megatron-core costs ~3 s of CPU: a layout the mirror passes, which
+    mirrored. Importing megatron-core costs CPU (0.5-3 s by load): a layout the mirror passes, which
     tests/contract/test_mcore_layout.py holds to megatron-core's own config, does not pay it."""
     m = mcore.Model(*(model[f] for f in mcore.Model._fields))
     mirrored = mcore.layout(get, m, engines)
