@@ -20,7 +20,14 @@ SHELLS = ("bash", "zsh")
 FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")  # in a usage line
 LISTED = re.compile(r"\s+(--?[a-zA-Z][\w-]*)(?:, (--?[a-zA-Z][\w-]*))?")  # a flag list's line
 
+# Written for bash and for zsh's bashcompinit, which runs `_topl` under `emulate sh` (arrays from
+# 0, words split): so no `read -a` (zsh's is `read -A`), no `${!name}`, and `${v:0:$n}` (zsh takes
+# `${v:0:n}` as a modifier). zsh@5.9:Completion/bashcompinit:compgen
 BASH = r"""
+_topl_split() {  # the array named $1 <- the words of $2, split at $IFS (no globbing)
+    if [[ -n ${ZSH_VERSION:-} ]]; then read -rA "$1" <<< "$2"; else read -ra "$1" <<< "$2"; fi
+}
+
 _topl_names() {  # the .yaml file names (no suffix) in the folders given
     local d f
     for d in "$@"; do
@@ -35,7 +42,7 @@ _topl_names() {  # the .yaml file names (no suffix) in the folders given
 _topl_options() {  # a config group's options; recipe: the recipe names
     if [[ $1 == recipe ]]; then
         local IFS=: dirs
-        read -ra dirs <<< "${TOPL_RECIPE_PATH:-}"
+        _topl_split dirs "${TOPL_RECIPE_PATH:-}"
         _topl_names "$_topl_recipes" "${dirs[@]/#\~/$HOME}"
     else
         _topl_names "$_topl_conf/$1"
@@ -43,17 +50,17 @@ _topl_options() {  # a config group's options; recipe: the recipe names
 }
 
 _topl() {
-    local line=${COMP_LINE:0:COMP_POINT} cur words cmd flags replies=()
+    local line=${COMP_LINE:0:$COMP_POINT} cur words cmd flags replies=()
     cur=${line##*[[:space:]]}
-    read -ra words <<< "$line"
+    _topl_split words "$line"
     [[ $line == *[[:space:]] ]] && words+=("")
     if (( ${#words[@]} <= 2 )); then
         replies=($(compgen -W "$_topl_commands --help --version --completion" -- "$cur"))
     else
         cmd=${words[1]//-/_}
         if [[ $cur == -* && $cmd =~ ^[a-z_]+$ ]]; then
-            flags="_topl_flags_$cmd"
-            replies=($(compgen -W "${!flags} --help" -- "$cur"))
+            eval "flags=\${_topl_flags_$cmd:-}"  # $cmd is [a-z_]+: a variable's name
+            replies=($(compgen -W "$flags --help" -- "$cur"))
         elif [[ ${words[1]} == --completion ]]; then
             replies=($(compgen -W "bash zsh" -- "$cur"))
         elif [[ ${words[1]} == recipes && (${words[2]} == show || ${words[2]} == diff) && ${#words[@]} -ge 4 ]]; then
@@ -73,10 +80,19 @@ _topl() {
     if [[ ${COMP_WORDBREAKS:-} == *=* && $cur == *=* ]]; then
         replies=("${replies[@]#*=}")
     fi
+    if [[ -n ${ZSH_VERSION:-} ]]; then  # registered -o nospace: a reply's own space ends it
+        local r spaced=()
+        for r in "${replies[@]}"; do
+            if [[ $r == *= ]]; then spaced+=("$r"); else spaced+=("$r "); fi
+        done
+        replies=("${spaced[@]}")
+    fi
     COMPREPLY=("${replies[@]}")
 }
-complete -F _topl topl
 """
+# zsh has no `compopt`: registered -o nospace, a match ending in a space gets that space as its
+# suffix (zsh@5.9:Completion/bashcompinit:_bash_complete), so `model=` alone is left open
+REGISTER = {"bash": "complete -F _topl topl", "zsh": "complete -o nospace -F _topl topl"}
 
 
 def flags_of(cmd: str) -> list[str]:
@@ -107,4 +123,4 @@ def script(shell: str, commands: tuple[str, ...]) -> str:
     ]
     if shell == "zsh":
         head.insert(1, "autoload -U +X bashcompinit && bashcompinit")
-    return "\n".join(head) + "\n" + BASH.lstrip("\n")
+    return "\n".join(head) + "\n" + BASH.lstrip("\n") + REGISTER[shell] + "\n"

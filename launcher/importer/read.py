@@ -17,7 +17,8 @@ from topl.launcher.base.redact import secret_entry
 from topl.launcher.compose.meaning import env_reason
 from topl.launcher.facts.verl_tables import CODE_KEYS
 from topl.launcher.importer.expand import Item
-from topl.launcher.importer.resolve import Launch, Resolved, resolve
+from topl.launcher.importer.launch import Launch
+from topl.launcher.importer.resolve import Resolved, resolve
 
 
 @dataclass

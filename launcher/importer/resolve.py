@@ -1,6 +1,7 @@
 """Read a bash launch script as data: resolve its variables, arrays, exports and conditionals and
-return the python launch it would make, each argument and env var with its line. Nothing runs:
-command substitutions (`$(...)`) stay literal and are reported, unknown commands are skipped.
+return the python launches it would make (which command is one: launch.py), each argument and env
+var with its line. Nothing runs: command substitutions (`$(...)`) stay literal and are reported,
+unknown commands are skipped.
 
 Covers bash as verl launch scripts are written: `NAME=value`, `export`, `NAME=(...)` / `+=(...)`,
 `"${A[@]}"`, `${V:-default}` / `${V:=d}` / `${V:+alt}`, `$((arithmetic))`, `if` / `elif` / `else`
@@ -11,31 +12,17 @@ from __future__ import annotations
 
 import operator
 import os
-import re
 from dataclasses import dataclass, field
 
 from topl.launcher.base.errors import ToplError
 from topl.launcher.importer.expand import MAX_ITEMS, MAX_VALUE_CHARS, Expander, Item, TooLarge
+from topl.launcher.importer.launch import Launch, python_launch
 from topl.launcher.importer.lex import ASSIGN, BashError, glob_match, tokens
 
-_PYTHON = re.compile(r"python[0-9.]*")
-_TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path"}
 # commands that do not change what is launched: skipped without a note
 _QUIET = frozenset(
     "set echo printf mkdir cat cd tee shift wait sleep ulimit trap pwd ls rm cp date".split()
 )
-
-
-@dataclass
-class Launch:
-    """The python command the script runs."""
-
-    entrypoint: str  # `-m` module, or the script file
-    args: list[Item]  # every argument after the module, resolved
-    env: dict[str, Item]  # exported variables plus the command's `NAME=value` prefix
-    line: int
-    runner: str = "python"  # python | torchrun | ray job submit
-    runner_args: list[Item] = field(default_factory=list)  # the runner's own options
 
 
 @dataclass
@@ -220,44 +207,19 @@ class _Shell(Expander):
         if name in ("source", "."):
             self.notes.append((line, f"`{name} {rest[0].text if rest else ''}` not followed"))
             return 0
-        runner, runner_args, py = "python", [], None
-        base = [os.path.basename(it.text) for it in argv]
-        if base[:3] == ["ray", "job", "submit"] and any(it.text == "--" for it in argv):
-            k = next(k for k, it in enumerate(argv) if it.text == "--")
-            runner, runner_args, argv, base = (
-                "ray job submit",
-                argv[3:k],
-                argv[k + 1 :],
-                base[k + 1 :],
-            )
-            line = argv[0].line if argv else line  # the launch is where its python is written
-        if base[:1] == ["torchrun"]:  # torchrun [options] -m module args | torchrun file args
-            k = 1
-            while k < len(argv) and argv[k].text.startswith("-") and argv[k].text != "-m":
-                t = argv[k].text
-                k += 1 if "=" in t or t in _TORCHRUN_FLAGS else 2
-            runner, runner_args, py = "torchrun", argv[1:k], 0
-            argv = [argv[0], *argv[k:]]
-        else:
-            py = next((k for k, b in enumerate(base) if _PYTHON.fullmatch(b)), None)
-        if py is None:
+        found = python_launch(argv, line)
+        if found is None:
             if name not in _QUIET:
                 self.notes.append((line, f"command `{name}` skipped"))
             return 0
-        flags = argv[py + 1 :]
-        while flags and flags[0].text.startswith("-") and flags[0].text not in ("-m", "-c"):
-            flags = flags[1:]  # interpreter options (-u, -X ...)
-        if flags and flags[0].text == "-c":  # inline code: not a launch of a program
-            self.notes.append((line, "`python -c ...` skipped (inline code, not a launch)"))
+        if isinstance(found, tuple):  # a python command that launches no program
+            self.notes.append(found)
             return 0
-        if flags and flags[0].text == "-m" and len(flags) > 1:
-            entry, args = flags[1].text, flags[2:]
-        else:
-            entry, args = (flags[0].text, flags[1:]) if flags else ("", [])
         env = {k: self.scalar(k) for k in sorted(self.exported) if self.scalar(k) is not None}
         for n, _op, v, ln in assigns:
             env[n] = Item("".join(it.text for it in self.expand(v, ln, split=False)), ln)
-        self.launches.append(Launch(entry, args, env, line, runner, runner_args))
+        found.env = env
+        self.launches.append(found)
         return 0
 
     def _test(self, a: list[str], line: int) -> int:

@@ -206,3 +206,58 @@ def test_a_fix_text_names_the_value_that_clears_its_rule():
     assert "rollout.block_size=128" in attn.fix
     alone = find_fix(["recipe=qwen3_4b_grpo_a3_strict", "rollout.block_size=8"], budget=300)
     assert alone.found and [c.override for c in alone.changes] == ["rollout.block_size=128"]
+
+
+# the default local cluster: an 8B model is past what the local backend holds (TOP-RES-009 reads
+# the model and the backend, which a fix never changes), and rollout.tp=3 breaks four more rules
+NO_FIX = ["model=qwen3_8b", "rollout.tp=3"]
+
+
+def test_when_no_fix_is_found_what_blocks_lists_no_rule_a_candidate_clears():
+    """The search stops at the closest set it reached (here after 100 sets); of the rules left
+    there, one that one more candidate clears on its own (rollout.tp=1 for TOP-RES-004,
+    train.param_offload=true for TOP-MEM-001) is not what blocks (review #11)."""
+    search = Search(NO_FIX, budget=100)
+    calls: list[tuple] = []  # ("candidates", rules, moves) and ("judge", changes, errors), in order
+    candidates, judge = search.candidates, search.judge
+
+    def recording_candidates(spec, bad, taken, allow_user):
+        moves = candidates(spec, bad, taken, allow_user)
+        calls.append(("candidates", bad, moves))
+        return moves
+
+    def recording_judge(changes):
+        got = judge(changes)
+        calls.append(("judge", changes, got[0]))
+        return got
+
+    search.candidates = recording_candidates  # type: ignore[method-assign]
+    search.judge = recording_judge  # type: ignore[method-assign]
+    fix = search.run()
+    assert not fix.found and fix.changes == [], fix.to_dict()
+    # what blocks is judged at the closest set: the search's last candidates, each tried there
+    last = max(i for i, c in enumerate(calls) if c[0] == "candidates")
+    _, rules, moves = calls[last]
+    tried = [errs for kind, _, errs in calls[last + 1 :] if kind == "judge"]
+    assert len(tried) == len(moves) > 0
+    cleared = set().union(*(rules - errs for errs in tried))
+    assert cleared, rules  # rules a candidate clears were left there: the case is not trivial
+    assert set(fix.blocking) == rules - cleared == {"TOP-RES-009"}
+    assert "takes at most 50M" in fix.blocking["TOP-RES-009"]  # the rule's own message
+
+
+def test_cli_says_no_fix_and_names_only_what_blocks(capsys, monkeypatch):
+    from topl.launcher.cli import main
+    from topl.launcher.plan import fix
+
+    real = fix.find_fix
+    monkeypatch.setattr(fix, "find_fix", lambda ovs, warnings: real(ovs, warnings, budget=100))
+    assert main(["check", *NO_FIX, "--fix"]) == 2
+    out = capsys.readouterr().out
+    tail = out[out.index("\nno fix (") :].splitlines()
+    assert tail[1].endswith("candidate sets judged); what blocks it:"), out
+    assert [t.split(":")[0] for t in tail[2:]] == ["  TOP-RES-009"], out
+    assert main(["check", *NO_FIX, "--fix", "--json"]) == 2
+    got = json.loads(capsys.readouterr().out)["fix"]
+    assert (got["found"], got["overrides"], got["command"], got["after"]) == (False, [], None, None)
+    assert list(got["blocking"]) == ["TOP-RES-009"]
