@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
-from topl.launcher.contract.dryrun import mirror
+from topl.launcher.contract.dryrun import mcore, mirror
 from topl.launcher.contract.verl_firststep import legacy_trainer
 from topl.launcher.facts.verl_schema import schema_for
-from topl.launcher.facts.verl_tables import ARR
+from topl.launcher.facts.verl_tables import ARR, MEGATRON_KEYS
 from topl.launcher.render.command import command, note
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ USER = (
     "cluster.versions.verl_patches",
 )
 WORLD = ("cluster.nodes", "cluster.devices_per_node")
+FIELD_OF = {verl: field for field, verl in MEGATRON_KEYS.items()}  # verl key -> train.* field
 
 
 def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
@@ -50,6 +51,8 @@ def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
         got = get(m.group(1), depth + 1)
         if got is None and m.group(2) is not None:
             d = m.group(2)  # an ASCII default is a number (str.isdigit also takes "²")
+            if d == "null":  # OmegaConf's grammar reads it as None
+                return None
             return int(d) if d.isascii() and d.isdigit() else d
         return got
 
@@ -60,9 +63,9 @@ def _report(s: JobSpec, cmd: Command, found: list[mirror.Finding]) -> Outcome:
     if not found:
         return None
     note(s, *(cmd.entry(k) for f in found for k in f.keys))
+    cites = {**mirror.CHECKS, **mcore.CHECKS}
     said = {  # actor and ref often fail alike (the ref's sizes default to the actor's)
-        f"{f.message} [{mirror.CHECKS[f.check].path}]" if f.check in mirror.CHECKS else f.message: 0
-        for f in found
+        f"{f.message} [{cites[f.check].path}]" if f.check in cites else f.message: 0 for f in found
     }
     return "; ".join(said)
 
@@ -231,3 +234,57 @@ def v1_trainer(s: JobSpec) -> Outcome:
     if legacy_trainer(s, cmd) is not False:
         return None
     return _report(s, cmd, mirror.v1_trainer(lookup(s, cmd)))
+
+
+@rule(
+    "TOP-INIT-020",
+    ERROR,
+    "megatron-core accepts each Megatron engine's layout (virtual pipeline, recompute, the sizes a "
+    "recipe sets verbatim)",
+    (
+        "train.engine",
+        "train.tp",
+        "train.pp",
+        "train.cp",
+        "train.ep",
+        "train.etp",
+        "train.recompute_granularity",
+        "train.recompute_method",
+        "train.recompute_num_layers",
+        "model.num_layers",
+        "model.num_heads",
+        "model.num_kv_heads",
+        "model.num_experts",
+        "algorithm.use_kl_loss",
+        "algorithm.use_critic",
+        *WORLD,
+        *USER,
+    ),
+    "give virtual_pipeline_model_parallel_size only with pipeline_model_parallel_size > 1 and "
+    "dividing num_layers / pp; set train.recompute_granularity=full with recompute_method "
+    "block|uniform and recompute_num_layers, or selective with recompute_num_layers=null; set "
+    "Megatron sizes through train.tp/pp/cp/ep/etp (checked) rather than verl_overrides",
+)
+def megatron_layout(s: JobSpec) -> Outcome:
+    """megatron-core's own start-up checks on what verl passes it for the reference, the actor and
+    the critic (contract/dryrun/mcore.py cites each: megatron_core@0.16.0:megatron/core/
+    parallel_state.py:initialize_model_parallel, transformer/transformer_config.py:
+    TransformerConfig.__post_init__, transformer/transformer_block.py:get_num_layers_to_build,
+    transformer/moe/moe_layer.py:BaseMoELayer.__init__), over the command and the model's sizes.
+    Those TOP-RES-001/002/003 and TOP-ENG-005/006 check on train.* are reported here only where a
+    recipe or override set a size verbatim."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    m = s.model
+    model = mcore.Model(m.num_layers, m.num_heads, m.num_kv_heads, m.num_experts)
+    found = mcore.layout(get, model, mcore.roles(get, uses_ref(get), s.algorithm.use_critic))
+    found = [
+        f
+        for f in found
+        if f.check not in mcore.SPEC_CHECKED
+        or any((e := cmd.entry(k)) is not None and e.user for k in f.keys)
+    ]
+    # an unset train.* field decides too (recompute_method=null): read, the violation lists it
+    for k in {k for f in found for k in f.keys if cmd.entry(k) is None and k in FIELD_OF}:
+        getattr(s.train, FIELD_OF[k].split(".", 1)[1])
+    return _report(s, cmd, found)

@@ -52,6 +52,16 @@ MCORE_ENGINE = "workers/engine/megatron/transformer_impl.py"
 VLLM_SERVER = "workers/rollout/vllm_rollout/vllm_async_server.py"
 ALGOS, CORR = "trainer/ppo/core_algos.py", "trainer/ppo/rollout_corr_helper.py"
 V1 = "trainer/ppo/v1/trainer_base.py"
+OFF = ["alignment=off"]  # strict mode refuses some of these keys itself (TOP-VERL-002)
+VPP = V + "actor.megatron.virtual_pipeline_model_parallel_size"
+RECOMP = "train.recompute_"
+# megatron-core's checks (launcher/contract/dryrun/mcore.py cites each in megatron_core@0.16.0),
+# cited at verl's call that reaches them: mpu.initialize_model_parallel (parallel_state), the
+# TransformerConfig verl builds (Megatron-Bridge's provider on 0.9.1, mbridge's on 0.8.0), and
+# make_megatron_module, which builds the layers (get_num_layers_to_build)
+MPU = {"0.9.1": 271, "0.8.0": 154}
+TFC = {"0.9.1": 400, "0.8.0": 192}
+BUILD = {"0.9.1": 485, "0.8.0": 279}
 
 # (id, row, engine base, overrides, keys, {release: line}, path below verl/, by)
 # fmt: off
@@ -195,6 +205,34 @@ _SPEC = [
     ("filter_groups_no_metric", 34, "M",
      ["algorithm.filter_groups=true", "algorithm.filter_groups_metric=''"],
      ("algorithm.filter_groups_metric",), {"0.9.1": 195}, V1, "rule"),
+    # 21: parallel_state.initialize_model_parallel on each engine's sizes (TOP-INIT-020)
+    ("vpp_without_pp", 21, "M", [VPP + "=2"], (VPP[1:],), MPU, MCORE_ENGINE, "rule"),
+    ("ref_vpp_without_pp", 21, "M", KL + [V + "ref.megatron.virtual_pipeline_model_parallel_size=2"],
+     (VO + "ref.megatron.virtual_pipeline_model_parallel_size",), MPU, MCORE_ENGINE, "rule"),
+    ("pp_via_overrides", 21, "M", OFF + [V + "actor.megatron.pipeline_model_parallel_size=5"],
+     (VO + "actor.megatron.pipeline_model_parallel_size", *WORLD), MPU, MCORE_ENGINE, "rule"),
+    ("etp_via_overrides", 21, "M", OFF + [V + "actor.megatron.expert_tensor_parallel_size=3"],
+     (VO + "actor.megatron.expert_tensor_parallel_size", *WORLD), MPU, MCORE_ENGINE, "rule"),
+    # 38: TransformerConfig.__post_init__ (activation recompute, sequence parallel, EP)
+    ("recompute_granularity_bad", 38, "M", [RECOMP + "granularity=partial"],
+     (RECOMP + "granularity",), TFC, MCORE_ENGINE, "rule"),
+    ("recompute_method_bad", 38, "M", [RECOMP + "method=zigzag"], (RECOMP + "method",), TFC,
+     MCORE_ENGINE, "rule"),
+    ("recompute_full_no_method", 38, "M", [RECOMP + "method=null"],
+     (RECOMP + "granularity", RECOMP + "method"), TFC, MCORE_ENGINE, "rule"),
+    ("recompute_full_no_layers", 38, "M", [RECOMP + "num_layers=null"],
+     (RECOMP + "granularity", RECOMP + "num_layers"), TFC, MCORE_ENGINE, "rule"),
+    ("recompute_selective_with_layers", 38, "M", [RECOMP + "granularity=selective"],
+     (RECOMP + "granularity", RECOMP + "num_layers"), TFC, MCORE_ENGINE, "rule"),
+    ("sequence_parallel_tp_1", 38, "M",
+     OFF + [V + "actor.megatron.override_transformer_config.sequence_parallel=true"],
+     (VO + "actor.megatron.override_transformer_config.sequence_parallel",), TFC, MCORE_ENGINE,
+     "rule"),
+    ("ep_on_dense", 38, "M", OFF + [V + "actor.megatron.expert_model_parallel_size=2"],
+     (VO + "actor.megatron.expert_model_parallel_size",), TFC, MCORE_ENGINE, "rule"),
+    # 39: get_num_layers_to_build: layers per stage split over the virtual stages
+    ("vpp_splits_stage", 39, "M", ["train.pp=2", VPP + "=4"],
+     (VPP[1:], "train.pp", "model.num_layers"), BUILD, MCORE_ENGINE, "rule"),
 ]
 # fmt: on
 # verl 0.8.0 only: what 0.9 added, or what 0.8.0's RayPPOTrainer does not do
@@ -284,6 +322,22 @@ _NEAR = {
     "router_replay_r2_bypass": [V + "actor.megatron.router_replay.mode=R2"],
     "gen_batch_3": ["algorithm.gen_batch_size=4"],
     "filter_groups_no_metric": ["algorithm.filter_groups=true", "algorithm.filter_groups_metric=acc"],
+    "vpp_without_pp": ["train.pp=2", VPP + "=2"],
+    # the ref takes the actor's virtual pipeline, with the pipeline the recipe pins for it (the
+    # ref is built first: its sizes initialize parallel_state for both)
+    "ref_vpp_without_pp": KL + ["train.pp=2", V + "ref.megatron.pipeline_model_parallel_size=2",
+                                VPP + "=2"],
+    "pp_via_overrides": OFF + [V + "actor.megatron.pipeline_model_parallel_size=2"],
+    "etp_via_overrides": OFF + [V + "actor.megatron.expert_tensor_parallel_size=2"],
+    "recompute_granularity_bad": [RECOMP + "granularity=selective", RECOMP + "num_layers=null"],
+    "recompute_method_bad": [RECOMP + "method=block"],
+    "recompute_full_no_method": [RECOMP + "method=block"],
+    "recompute_full_no_layers": [RECOMP + "num_layers=2"],
+    "recompute_selective_with_layers": [RECOMP + "granularity=selective", RECOMP + "num_layers=null"],
+    "sequence_parallel_tp_1": OFF + ["train.tp=2",
+                                     V + "actor.megatron.override_transformer_config.sequence_parallel=true"],
+    "ep_on_dense": OFF + [V + "actor.megatron.expert_model_parallel_size=1"],
+    "vpp_splits_stage": ["train.pp=2", VPP + "=3"],
 }
 # fmt: on
 
@@ -319,6 +373,13 @@ def _build() -> tuple[list[Case], list[Neighbour]]:
             32,
             "0.8.0",
             M80 + [RS + "=token_k1", RS + "_threshold='2.0_0.5'"],
+        ),
+        # verl turns its own sequence_parallel off at tp=1 (McoreEngineConfig.__post_init__)
+        Neighbour(
+            "sequence_parallel_tp_1_by_train@0.9.1",
+            38,
+            "0.9.1",
+            M91 + ["train.sequence_parallel=true"],
         ),
         Neighbour(
             "tokens_below_seqs_unchunked@0.9.1",

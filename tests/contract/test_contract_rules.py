@@ -256,6 +256,18 @@ CASES = {
         [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size=4"],
         [*REL, f"+verl_overrides.{ARR}.actor.ppo_micro_batch_size_per_gpu=4"],
     ),
+    "TOP-INIT-020": (
+        [
+            *REL,
+            "train.pp=2",
+            f"+verl_overrides.{ARR}.actor.megatron.virtual_pipeline_model_parallel_size=4",
+        ],
+        [
+            *REL,
+            "train.pp=2",
+            f"+verl_overrides.{ARR}.actor.megatron.virtual_pipeline_model_parallel_size=3",
+        ],
+    ),
 }
 
 

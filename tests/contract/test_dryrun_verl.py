@@ -89,6 +89,7 @@ DRY_ID = {
     "TOP-INIT-014": "TOP-DRY-006",
     "TOP-INIT-015": "TOP-DRY-004",
     "TOP-INIT-016": "TOP-DRY-008",
+    "TOP-INIT-020": "TOP-DRY-010",
 }
 OTHERS = [  # (case, overrides, the rule that refuses it today, dry id, keys)
     (

@@ -81,6 +81,26 @@ NEGATIVE = [
         "TOP-INIT-016",
         ["algorithm.gen_batch_size", "train.train_batch_size"],
     ),
+    (  # megatron-core's get_num_layers_to_build: 18 layers a stage over 4 virtual stages
+        "vpp_4_of_18",
+        MCORE + ["train.pp=2", V + "actor.megatron.virtual_pipeline_model_parallel_size=4"],
+        "TOP-INIT-020",
+        ["verl_overrides.actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"],
+    ),
+    (  # megatron-core's TransformerConfig: selective recompute takes no layer count
+        "selective_with_layers",
+        MCORE + ["train.recompute_granularity=selective"],
+        "TOP-INIT-020",
+        ["train.recompute_granularity", "train.recompute_num_layers"],
+    ),
+    (  # parallel_state (the reference initializes it): a virtual pipeline needs pp > 1
+        "ref_vpp_pp_1",
+        MCORE
+        + ["algorithm.use_kl_loss=true", V + "ref.log_prob_use_dynamic_bsz=false"]
+        + [V + "ref.megatron.virtual_pipeline_model_parallel_size=2"],
+        "TOP-INIT-020",
+        ["verl_overrides.actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size"],
+    ),
 ]
 # verl 0.9's V1 trainer pads the batch to whole mini batches and filters groups itself: both were
 # refused before (TOP-RES-005, TOP-ALG-001); the dry run accepts them (test_dryrun_verl.py)
@@ -164,7 +184,7 @@ def test_the_dry_run_ids_are_in_the_catalog():
     from topl.launcher.cli.rules import catalog
 
     ids = {r.id for r, _ in catalog()}
-    assert {f"TOP-DRY-00{i}" for i in range(10)} <= ids
+    assert {f"TOP-DRY-{i:03}" for i in range(11)} <= ids
 
 
 KL_REF = MCORE + ["algorithm.use_kl_loss=true", V + "ref.log_prob_use_dynamic_bsz=false"]

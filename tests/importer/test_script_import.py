@@ -173,8 +173,8 @@ def test_keys_the_declared_verl_lacks_are_named():
     assert not [r for r in seed.report if r["kind"] == "unknown to verl"]
     release = build_recipe(s, {"stack": "release"})
     unknown = {(r["line"], r["key"]): r for r in release.report if r["kind"] == "unknown to verl"}
-    assert set(unknown) == {(46, "actor_rollout_ref.rollout.per_request_seed")}
-    why = unknown[46, "actor_rollout_ref.rollout.per_request_seed"]["detail"]
+    assert set(unknown) == {(48, "actor_rollout_ref.rollout.per_request_seed")}
+    why = unknown[48, "actor_rollout_ref.rollout.per_request_seed"]["detail"]
     assert why.startswith("verl 0.9.1 (ppo_trainer) has no") and "stack=seed" in why
 
 

@@ -90,6 +90,12 @@ STAGES = {
         "the trainer's own start-up checks pass",
         "make train_batch_size a multiple of gen_batch_size; set filter_groups.metric",
     ),
+    "megatron": Stage(
+        "TOP-DRY-010",
+        "megatron-core accepts each Megatron engine's layout",
+        "make the Megatron sizes megatron-core's message names divide what it says (layers per "
+        "stage, the device count), and the recompute settings one it takes",
+    ),
     "internal": Stage(
         "TOP-DRY-009",
         "the dry run itself ran",
@@ -133,6 +139,7 @@ QUOTED = re.compile(
 )
 DOTTED = re.compile(r"\b[a-z_]\w*(?:\.[a-z_]\w*)+")
 TIMEOUT = 300.0
+MODEL = ("num_layers", "num_heads", "num_kv_heads", "num_experts", "hidden_size")
 
 
 def where(spec: JobSpec, fetch: bool) -> tuple[os.PathLike[str] | str | None, str]:
@@ -165,6 +172,8 @@ def request(spec: JobSpec, root: os.PathLike[str] | str) -> dict[str, Any]:
         "patch_keys": sorted(sch.cites),
         # verl 0.9.1 raises an unchunked token budget to max_model_len itself (TOP-ENG-008's fact)
         "raises_budget": sch.version not in ("0.8.0", "0.9.0"),
+        # the sizes megatron-core's checks read (verl reads them from the model's config.json)
+        "model": {k: getattr(spec.model, k) for k in MODEL},
     }
 
 

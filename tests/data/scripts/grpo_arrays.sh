@@ -39,6 +39,8 @@ ACTOR=(
     actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=${ACTOR_PP:-2}
     +actor_rollout_ref.actor.megatron.override_transformer_config.use_fused_rmsnorm=True
     actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full
+    actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method=uniform
+    actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers=1
 )
 ROLLOUT=(
     actor_rollout_ref.rollout.name=vllm
