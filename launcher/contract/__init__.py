@@ -38,12 +38,28 @@ if TYPE_CHECKING:
     from topl.launcher.spec.job import JobSpec
 
 
+# TOP-VERL-004: a verl_overrides / extra_overrides value of a type the declared verl does not take
+TYPES_RULE = next(r for r in RULES if r.id == "TOP-VERL-004")
+
+
+def _run(r: Rule, spec: JobSpec, plain: JobSpec) -> tuple[str, str] | None:
+    """`r.run(spec)`; a rule that cannot compute with a value of the wrong type (a string where
+    verl holds an int) waits for that value's fix: TYPES_RULE names it. Elsewhere an error stays
+    an error (a bug, not bad input)."""
+    try:
+        return r.run(spec)
+    except (TypeError, ValueError, ArithmeticError):
+        if r is TYPES_RULE or not TYPES_RULE.run(plain):
+            raise
+        return None
+
+
 def evaluate(spec: JobSpec) -> list[tuple[Rule, str, str]]:
     """(rule, severity, message) for every rule the spec breaks; fast (no provenance), for sweeps."""
     probs = field_problems(spec)
     if probs:
         return [(FIELD_RULE, ERROR, p.message) for p in probs]
-    return [(r, *got) for r in RULES if r is not FIELD_RULE and (got := r.run(spec))]
+    return [(r, *got) for r in RULES if r is not FIELD_RULE and (got := _run(r, spec, spec))]
 
 
 def check(composed: Composed) -> list[Violation]:
@@ -66,7 +82,7 @@ def check(composed: Composed) -> list[Violation]:
         if r is FIELD_RULE:
             continue
         reads = Reads()
-        got = r.run(cast("JobSpec", View(spec, reads)))  # the view reads as the spec does
+        got = _run(r, cast("JobSpec", View(spec, reads)), spec)  # the view reads as the spec
         if got:
             keys = {
                 k: {"value": v, "source": composed.source(k)}

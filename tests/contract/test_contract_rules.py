@@ -356,3 +356,30 @@ def test_verl_override_values_are_typed_and_max_model_len_bounded(compose, value
     v = vs["TOP-VERL-004"]
     assert f"max_model_len={value} (set by {key})" in v.message and problem in v.message
     assert v.keys[key]["source"].startswith("command line")
+
+
+@pytest.mark.parametrize("key", ["trainer.n_gpus_per_node", "trainer.nnodes"])
+def test_a_value_rules_compute_with_given_as_a_string_is_one_type_error(compose, key):
+    """Rules that compute with a verl value (the actor's data-parallel size from the GPU count)
+    wait for a string where verl holds an int: TOP-VERL-004 names it, no traceback; check and the
+    sweep's evaluate alike."""
+    from topl.launcher.contract import evaluate
+
+    c = compose(["recipe=qwen3_4b_grpo_a2_release_strict", f"+verl_overrides.{key}=abc"])
+    vs = {v.rule: v for v in check(c)}
+    assert f"{key.split('.')[-1]}=abc" in vs["TOP-VERL-004"].message
+    assert "TOP-VERL-004" in {r.id for r, *_ in evaluate(c.to_object())}
+
+
+def test_a_rule_that_raises_on_well_typed_values_is_not_hidden(compose, monkeypatch):
+    """The wait above is for bad input only: with every value of verl's type, a rule's error is
+    a bug and surfaces."""
+    from topl.launcher.contract.core import Rule
+
+    def broken(s):
+        raise TypeError("a bug")
+
+    broken_rule = Rule("TOP-TEST-001", "error", "t", (), "f", broken)
+    monkeypatch.setattr("topl.launcher.contract.RULES", [*RULES, broken_rule])
+    with pytest.raises(TypeError, match="a bug"):
+        check(compose(["recipe=qwen3_4b_grpo_a2_release_strict"]))
