@@ -139,6 +139,21 @@ def test_the_former_false_rejections_pass_the_dry_run():
     assert dry_runs([compose_job(ov) for ov in ACCEPTED.values()]) == [[], []]
 
 
+def test_a_critic_whose_model_files_are_not_here_is_no_error():
+    """PPO's critic: verl's validate_config loads critic.model's files (HFModelConfig); on a
+    machine that has neither them nor the hub (a cluster path, offline: CI sets HF_HUB_OFFLINE)
+    that is a warning naming the path, not a refusal of the command (launch dry-runs before it
+    submits). It was TOP-DRY-002, an error, for every PPO job."""
+    ppo = ["recipe=qwen3_4b_grpo_a2_release_strict", "algorithm=ppo", "algorithm.adv_estimator=gae"]
+    job = compose_job(ppo)
+    assert not errors(check(job))
+    (vs,) = dry_runs([job])
+    assert vs is not None and not [v for v in vs if v.severity == "error"], vs
+    model = [v for v in vs if v.rule == "TOP-DRY-011"]
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        assert model and "critic.model.path" in model[0].keys, vs
+
+
 def test_startup_set_dry_cases_refused_and_neighbours_pass():
     """tests/contract/startup_cases.py on verl 0.9.1: the cases verl's own code refuses in the
     dry run are refused there naming their keys; a sample of valid neighbours (every third one, and

@@ -96,6 +96,12 @@ STAGES = {
         "make the Megatron sizes megatron-core's message names divide what it says (layers per "
         "stage, the device count), and the recompute settings one it takes",
     ),
+    "model": Stage(
+        "TOP-DRY-011",
+        "the model files verl reads while it validates are at hand for the dry run",
+        "dry-run where the model path resolves (the cluster's head, or with the hub reachable); "
+        "verl reads them on the cluster either way, and the other start-up checks ran",
+    ),
     "internal": Stage(
         "TOP-DRY-009",
         "the dry run itself ran",
@@ -228,7 +234,7 @@ def unavailable(spec: JobSpec, why: str) -> Violation:
 def violation(f: dict[str, Any], composed: Composed, spec: JobSpec) -> Violation:
     """One verl failure as a violation: the topl keys behind each verl key it involves."""
     st = STAGES.get(f["stage"], STAGES["internal"])
-    sev = WARNING if f["stage"] in ("import", "internal") else ERROR
+    sev = WARNING if f["stage"] in ("import", "internal", "model") else ERROR
     cmd = command(spec)
     keys: dict[str, dict[str, Any]] = {}
     for k in involved(f, cmd):

@@ -26,6 +26,7 @@ import gc
 import io
 import json
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -65,6 +66,29 @@ REF_RENAMES = {
 
 def _text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".strip()
+
+
+_UNCHECKED = (
+    " (the model's files are not at hand here: verl's checks after loading them did not run)"
+)
+
+
+def _model_files(e: BaseException | None) -> bool:
+    """verl reads a model's files while it validates (the critic's HFModelConfig loads its config
+    and tokenizer: verl@0.9.1:verl/workers/config/model.py:HFModelConfig.__post_init__): where they
+    are on neither this machine nor a reachable hub (a cluster path, offline) that raises OSError
+    inside Hydra's InstantiationException, which says nothing of the command."""
+    while e is not None:
+        if isinstance(e, OSError):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _model_path(e: BaseException) -> tuple[str, ...]:
+    """The path key of the model node Hydra names (`full_key: critic.model`)."""
+    m = re.search(r"full_key: ([\w.]+)", str(e))
+    return (f"{m.group(1)}.path",) if m else ()
 
 
 @contextlib.contextmanager
@@ -129,11 +153,12 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
                 config=copy.deepcopy(cfg), use_reference_policy=use_ref, use_critic=use_critic
             )
     except Exception as e:
+        model = _model_files(e)
         fail(
+            "model" if model else "validate_config",
             "validate_config",
-            "validate_config",
-            _text(e),
-            (),
+            _text(e) + (_UNCHECKED if model else ""),
+            _model_path(e) if model else (),
             f"{V}utils/config.py:validate_config",
         )
     try:
@@ -152,11 +177,12 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
             with _quiet():
                 omega_conf_to_dataclass(node)
         except Exception as e:
+            model = _model_files(e)
             fail(
-                "dataclass",
+                "model" if model else "dataclass",
                 f"dataclass_{name}",
-                _text(e),
-                (prefix,),
+                _text(e) + (_UNCHECKED if model else ""),
+                _model_path(e) if model else (prefix,),
                 f"{V}utils/config.py:omega_conf_to_dataclass ({name})",
             )
 
