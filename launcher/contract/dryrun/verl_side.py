@@ -20,20 +20,19 @@ accelerator, model weights or the network.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import gc
-import io
 import json
 import os
 import re
 import sys
-import warnings
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
 
 from topl.launcher.contract.dryrun import mcore, mirror
+from topl.launcher.contract.dryrun.calls import quiet, text
+from topl.launcher.contract.dryrun.mcore_side import megatron
 
 A = "actor_rollout_ref"
 STAGE = {  # mirror check -> stage
@@ -50,10 +49,6 @@ STAGE = {  # mirror check -> stage
     "filter_groups_metric": "trainer",
     **{check: "megatron" for check in mcore.CHECKS},
 }
-# override_transformer_config keys TransformerConfig's layout checks read (verl passes the whole
-# dict on; the rest are kernel switches, some of them MindSpeed's own fields)
-TC_KEYS = ("sequence_parallel", "recompute_granularity", "recompute_method", "recompute_num_layers")
-TC_KEYS += ("recompute_modules", *mcore.UNEVEN)
 # the init_model renames of the ref's keys before its ActorConfig is built
 # (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0 the same)
 REF_RENAMES = {
@@ -62,10 +57,6 @@ REF_RENAMES = {
     "log_prob_use_dynamic_bsz": "use_dynamic_bsz",
     "log_prob_max_token_len_per_gpu": "ppo_max_token_len_per_gpu",
 }
-
-
-def _text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}".strip()
 
 
 _UNCHECKED = (
@@ -89,14 +80,6 @@ def _model_path(e: BaseException) -> tuple[str, ...]:
     """The path key of the model node Hydra names (`full_key: critic.model`)."""
     m = re.search(r"full_key: ([\w.]+)", str(e))
     return (f"{m.group(1)}.path",) if m else ()
-
-
-@contextlib.contextmanager
-def _quiet():
-    """verl prints progress and warns (deprecations): the answers stay alone on stdout."""
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def compose(conf: str, config_name: str, overrides: list[str]) -> Any:
@@ -128,43 +111,43 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
 
+    def raised(stage: str, check: str, e: BaseException, keys: tuple[str, ...], cite: str) -> None:
+        """`fail` with verl's exception; one reading a model's files that are not here: "model"."""
+        if _model_files(e):
+            fail("model", check, text(e) + _UNCHECKED, _model_path(e), cite)
+        else:
+            fail(stage, check, text(e), keys, cite)
+
     try:
         import verl  # lazy: the declared verl, first on this child's sys.path
         from verl.utils.config import omega_conf_to_dataclass, validate_config
     except Exception as e:  # ImportError, or a verl whose import breaks on this host
-        fail("import", "import", f"verl cannot be imported here: {_text(e)}")
+        fail("import", "import", f"verl cannot be imported here: {text(e)}")
         return out
     V = f"verl@{getattr(verl, '__version__', '?')}:verl/"
     try:
-        with _quiet():
+        with quiet():
             cfg = compose(req["conf"], req["config_name"], req["overrides"])
     except Exception as e:
-        fail("compose", "compose", _text(e), (), f"{V}trainer/main_ppo.py:main (Hydra compose)")
+        fail("compose", "compose", text(e), (), f"{V}trainer/main_ppo.py:main (Hydra compose)")
         return out
     if req["entrypoint"] == "recipe.dapo.main_dapo":  # verl-recipe dapo/main_dapo.py:main does so
         from verl.experimental.reward_loop import migrate_legacy_reward_impl  # lazy: verl
 
-        with _quiet():
+        with quiet():
             cfg = migrate_legacy_reward_impl(cfg)
     use_ref, use_critic = _need_ref_critic(cfg)
     try:
-        with _quiet():
+        with quiet():
             validate_config(
                 config=copy.deepcopy(cfg), use_reference_policy=use_ref, use_critic=use_critic
             )
     except Exception as e:
-        model = _model_files(e)
-        fail(
-            "model" if model else "validate_config",
-            "validate_config",
-            _text(e) + (_UNCHECKED if model else ""),
-            _model_path(e) if model else (),
-            f"{V}utils/config.py:validate_config",
-        )
+        raised("validate_config", "validate_config", e, (), f"{V}utils/config.py:validate_config")
     try:
         OmegaConf.resolve(cfg)  # TaskRunner.run resolves before it builds the workers
     except Exception as e:
-        fail("compose", "resolve", _text(e), (), f"{V}trainer/main_ppo.py:TaskRunner.run")
+        fail("compose", "resolve", text(e), (), f"{V}trainer/main_ppo.py:TaskRunner.run")
         return out
     patched = set(req.get("patch_keys", ()))  # keys a declared patch adds to the dataclass too
 
@@ -174,17 +157,11 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
             for k in [k for k in patched if k.startswith(prefix + ".")]:
                 node.pop(k[len(prefix) + 1 :], None)
         try:
-            with _quiet():
+            with quiet():
                 omega_conf_to_dataclass(node)
         except Exception as e:
-            model = _model_files(e)
-            fail(
-                "model" if model else "dataclass",
-                f"dataclass_{name}",
-                _text(e) + (_UNCHECKED if model else ""),
-                _model_path(e) if model else (prefix,),
-                f"{V}utils/config.py:omega_conf_to_dataclass ({name})",
-            )
+            cite = f"{V}utils/config.py:omega_conf_to_dataclass ({name})"
+            raised("dataclass", f"dataclass_{name}", e, (prefix,), cite)
 
     a = cfg[A]
     if use_ref:
@@ -210,77 +187,12 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
     found += mirror.vllm_scheduler(get, raises_budget=bool(req.get("raises_budget")))
     found += mirror.v1_trainer(get) if v1 else []
     if req.get("model") and mirror.megatron(get):
-        found += _megatron(get, req["model"], mcore.roles(get, use_ref, use_critic), fail)
+        found += megatron(get, req["model"], mcore.roles(get, use_ref, use_critic), fail)
     cites = {**mirror.CHECKS, **mcore.CHECKS}
     for f in found:
         cite = str(cites[f.check]) if f.check in cites else mirror.VLLM_SCHEDULER
         fail(STAGE[f.check], f.check, f.message, f.keys, cite)
     return out
-
-
-def _megatron(get: mirror.Get, model: dict[str, int], engines: tuple[str, ...], fail: Any) -> list:
-    """megatron-core's own checks of each engine's layout: what needs a process group mirrored
-    (mcore.py); the config checks called where megatron-core imports and the mirror refuses the
-    layout (megatron-core's own message) or cannot judge it (an uneven pipeline split), else
-    mirrored. Importing megatron-core costs CPU (0.5-3 s by load): a layout the mirror passes, which
-    tests/contract/test_mcore_layout.py holds to megatron-core's own config, does not pay it."""
-    m = mcore.Model(*(model[f] for f in mcore.Model._fields))
-    mirrored = mcore.layout(get, m, engines)
-    uneven = any(
-        get(mcore.sizes(get, r).otc + u) not in (None, False) for r in engines for u in mcore.UNEVEN
-    )
-    if not uneven and not any(f.check in mcore.CONFIG_CHECKS for f in mirrored):
-        return mirrored
-    try:
-        import torch  # lazy: in the child, next to verl
-        from megatron.core.package_info import __version__ as mc_version
-        from megatron.core.transformer.transformer_block import get_num_layers_to_build
-        from megatron.core.transformer.transformer_config import TransformerConfig
-    except Exception:  # not installed (it is no verl dependency), or broken here
-        return mirrored
-    for role in engines:
-        z = mcore.sizes(get, role)
-        otc = {k: v for k in TC_KEYS if (v := get(z.otc + k)) is not None}
-        kw = dict(
-            num_layers=m.num_layers,
-            hidden_size=model["hidden_size"],
-            num_attention_heads=m.num_heads,
-            num_query_groups=m.num_kv_heads,
-            num_moe_experts=m.num_experts or None,
-            add_bias_linear=False,  # Qwen3's and DeepSeek's (MoE bias needs etp 1)
-            tensor_model_parallel_size=z.tp,
-            pipeline_model_parallel_size=z.pp,
-            virtual_pipeline_model_parallel_size=z.vpp,
-            context_parallel_size=z.cp,
-            expert_model_parallel_size=z.ep,
-            expert_tensor_parallel_size=z.etp,
-            # McoreEngineConfig turns it off at tp=1 (verl@0.9.1:verl/workers/config/engine.py)
-            sequence_parallel=bool(get(z.keys["tensor"].rsplit(".", 1)[0] + ".sequence_parallel"))
-            and z.tp > 1,
-            params_dtype=torch.bfloat16,
-            pipeline_dtype=torch.bfloat16,  # the bridge sets it from the engine's dtype
-            bf16=True,
-        )
-        kw.update(otc)  # verl applies override_transformer_config over its own keys
-        keys = tuple(z.keys.values()) + tuple(z.otc + k for k in otc)
-        try:
-            with _quiet():
-                cfg = TransformerConfig(**kw)
-                for rank in range(z.pp):  # each stage builds its layers (vp stage 0 of each)
-                    get_num_layers_to_build(cfg, vp_stage=0, pp_rank=rank)
-        except Exception as e:
-            said = [
-                f for f in mirrored if f.check in mcore.CONFIG_CHECKS and f"({role})" in f.message
-            ]
-            fail(
-                "megatron",
-                "megatron_core",
-                f"{_text(e)} ({role})",
-                said[0].keys if said else keys,
-                f"megatron_core@{mc_version}:megatron/core/transformer/transformer_config.py:"
-                "TransformerConfig.__post_init__, transformer_block.py:get_num_layers_to_build",
-            )
-    return [f for f in mirrored if f.check not in mcore.CONFIG_CHECKS]
 
 
 def _getter(cfg: Any) -> mirror.Get:
@@ -327,9 +239,7 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
         try:
             fn(value)
         except Exception as e:
-            fail(
-                "algorithm", check, _text(e), (key,), f"{V}trainer/ppo/core_algos.py:{fn.__name__}"
-            )
+            fail("algorithm", check, text(e), (key,), f"{V}trainer/ppo/core_algos.py:{fn.__name__}")
     # verl reads reward.reward_manager as a DictConfig and looks its name up
     # (trainer/ppo/reward.py); RewardManagerConfig is never built whole (its __post_init__ calls a
     # super().__post_init__ that BaseConfig lacks in 0.9.1)
@@ -345,7 +255,7 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
             fail(
                 "algorithm",
                 "reward_manager",
-                _text(e),
+                text(e),
                 ("reward.reward_manager.name",),
                 f"{V}experimental/reward_loop/reward_manager/registry.py:get_reward_manager_cls",
             )
@@ -362,7 +272,7 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
             fail(
                 "algorithm",
                 "rollout_is_threshold",
-                _text(e),
+                text(e),
                 (f"{k}.rollout_is_threshold",),
                 f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_is_threshold",
             )
@@ -374,7 +284,7 @@ def _algorithm(cfg: Any, fail: Any, V: str) -> None:
             fail(
                 "algorithm",
                 "rollout_rs_threshold",
-                _text(e),
+                text(e),
                 (f"{k}.rollout_rs", f"{k}.rollout_rs_threshold"),
                 f"{V}trainer/ppo/rollout_corr_helper.py:_parse_rollout_rs_thresholds",
             )
@@ -395,7 +305,7 @@ def main() -> None:
                 {
                     "stage": "internal",
                     "check": "internal",
-                    "message": _text(e),
+                    "message": text(e),
                     "keys": [],
                     "cite": "",
                 }
