@@ -280,6 +280,10 @@ def ray_head():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # the head's folder, not the checkout: a Ray job's driver starts where the head did (no
+        # working_dir: ray@2.60.0:python/ray/dashboard/modules/job/job_supervisor.py:
+        # JobSupervisor._exec_entrypoint passes no cwd), and verl's relative paths land there
+        cwd=tmp,
         # a token in ~/.ray/auth_token turns token auth on when RAY_AUTH_MODE is unset
         # (ray@2.60.0:python/ray/_private/authentication/authentication_token_setup.py), and the
         # loopback test clients carry none: the head then never answers them

@@ -66,6 +66,7 @@ def entry(run: Path, root: Path) -> dict[str, Any]:
         "logdiff_max": row.logdiff_max,
         "started": row.started,
         "backend": row.backend,
+        "attempt": row.attempt,
     }
 
 
@@ -79,6 +80,7 @@ def listing(root: Path) -> list[dict[str, Any]]:
 
 def state_text(row: dict[str, Any]) -> str:
     state = row["state"] or "no status"
+    state += f" (attempt {row['attempt']})" if row["attempt"] > 1 else ""  # resumed: attempts/
     return f"{state} (topl gone; `topl watch` records its end)" if row["topl_gone"] else state
 
 

@@ -180,6 +180,7 @@ def _describe(st: dict) -> str:
     state = None if state is None else str(state)  # a status.json edited by hand: any JSON
     if state in (None, "running", "submitted"):
         return f"not ended yet ({state or 'no status.json yet'})"
-    extra = [f"{k} {st[k]}" for k in ("exit_code", "signal", "ray_status") if st.get(k) is not None]
+    keys = ("attempt", "exit_code", "signal", "ray_status")  # attempt: a resumed run's
+    extra = [f"{k} {st[k]}" for k in keys if st.get(k) is not None]
     why = st.get("reason") or st.get("error") or st.get("ray_message")
     return state + (f": {', '.join(extra)}" if extra else "") + (f" ({why})" if why else "")

@@ -65,6 +65,7 @@ class Row:
     topl_version: str | None = None
     started: str | None = None  # topl.json's `created`
     backend: str | None = None  # status.json's `backend`
+    attempt: int = 1  # status.json's `attempt`: 2 and on for a run `topl launch --resume` resumed
     topl_gone: bool = False  # status.json says running, its topl no longer exists (never rewritten)
     notes: list[str] = field(default_factory=list)  # what is missing or unreadable, and why
     history: list[tuple[int, dict[str, Any]]] = field(default_factory=list, repr=False)
@@ -205,6 +206,7 @@ def read_run(run: Path, point: int | None = None, overrides: list[str] | None = 
     row.signal = _str(st.get("signal"))
     row.error = _str(st.get("reason") or st.get("error"))
     row.backend = _str(st.get("backend"))
+    row.attempt = st["attempt"] if isinstance(st.get("attempt"), int) else 1
     row.history, row.metrics_source = read_steps(run, final=watch_status.ended(st))
     if len(row.history) >= MAX_STEPS:
         row.notes.append(f"read the first {MAX_STEPS} steps of {row.metrics_source}")

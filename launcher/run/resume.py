@@ -10,14 +10,17 @@ trainer loads the latest `global_step_N` under trainer.default_local_dir
 the V1 trainer: verl/trainer/ppo/v1/trainer_base.py:_load_checkpoint; verl@0.8.0:
 verl/trainer/ppo/ray_trainer.py:RayPPOTrainer._load_checkpoint), "Training from scratch" when
 there is none. topl renders neither key: the resumed command sets resume_mode=auto explicitly (a
-recipe's `disable` would start over) and, for the subprocess backend, default_local_dir to where
-the first attempt saved them (checkpoint_dir: the same experiment name under the directory topl
-was launched in, so a resume from another directory finds them). The local embedded backend
-writes no checkpoints: refused.
+recipe's `disable` would start over) and, where the driver started in the directory topl was
+launched in (subprocess: topl's child; slurm: sbatch's working directory), default_local_dir to
+where the first attempt saved them (checkpoint_dir), so a resume from another directory finds
+them. A Ray job's driver starts in its head's directory, the same for every job of that head:
+verl's relative default stays. Where no verl runs (the local backend, a Slurm allocation running
+the reference engines) there are no checkpoints: refused.
 
 The files of the attempt before (verl.log, metrics.jsonl, which verl's file logger truncates, the
-command, the guard's and the doctor's records, a job id) move to RUN_DIR/attempts/N/ first: nothing
-is overwritten, and `topl watch` / `topl compare` read the new attempt."""
+command, the guard's and the doctor's records, a job id, Slurm's log) move to RUN_DIR/attempts/N/
+first, with a copy of its status.json: nothing is overwritten, and `topl watch` / `topl compare`
+read the new attempt; status.json records `attempt`."""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from topl.launcher.render.invocation import render
 from topl.launcher.run import backends, identity, lifecycle, rundir, watch, watch_io, watch_status
 from topl.launcher.run.backends import ray_job, slurm_client, slurm_script
 from topl.launcher.run.launch import LaunchContext, start
+from topl.launcher.spec import backend_traits
 from topl.launcher.spec.job import JobSpec, is_strict
 
 RESUMABLE = ("failed", "interrupted")
@@ -48,7 +52,7 @@ CKPT_KEY = "trainer.default_local_dir"  # where verl saves and finds them (check
 ATTEMPT_FILES = (
     *("verl.log", "metrics.jsonl", "command.sh", "invocation.json", "env.json", "doctor.json"),
     *("guard", "watch.png", ray_job.JOB_ID_FILE, slurm_client.JOB_ID_FILE, slurm_client.EXIT_FILE),
-    slurm_script.SCRIPT,
+    *(slurm_script.SCRIPT, "doctor"),  # doctor/NODE.json: each node's report in an allocation
 )
 
 
@@ -137,11 +141,14 @@ def resumed_spec(composed: Composed, run_dir: Path) -> JobSpec:
     """The spec verl gets: the run's identity as at launch (the spec hash of its spec.yaml), and
     verl's resume_mode=auto."""
     spec = composed.to_object()
-    if backends.of(spec).traits.name == "local":
+    if not backend_traits.of(spec).remote:
+        where = f"cluster.backend={spec.cluster.backend}"
+        if backend_traits.traits(spec.cluster.backend).allocates:
+            where += f", cluster.slurm.run={spec.cluster.slurm.run}"
         raise ToplError(
-            f"{run_dir} ran on the local embedded backend, which writes no checkpoints: there is "
-            "nothing to resume from",
-            where="cluster.backend=local",
+            f"{run_dir} ran topl's reference engines (no verl), which write no checkpoints: "
+            "there is nothing to resume from",
+            where=where,
             fix="launch it again (topl launch with the same overrides); it starts from step 1",
         )
     text = watch_io.read_text(run_dir / "spec.yaml", 64 << 20) or ""
@@ -159,18 +166,17 @@ def checkpoint_dir(spec: JobSpec, run_dir: Path) -> str | None:
     """Where the first attempt's verl saved its checkpoints, absolute: verl's default
     `checkpoints/${trainer.project_name}/${trainer.experiment_name}` (verl@0.9.1:verl/trainer/
     config/ppo_trainer.yaml:trainer.default_local_dir; verl@0.8.0 the same), joined to the
-    driver's working directory (RayPPOTrainer._load_checkpoint: os.getcwd()); the subprocess
-    backend's driver ran where topl was launched (topl.json's cwd). None where topl cannot know
-    it: another backend (the driver's directory is the cluster's), a run written before topl
-    recorded cwd, or these keys set in verl_overrides."""
+    driver's working directory (RayPPOTrainer._load_checkpoint: os.getcwd()), which the backend
+    derives from where topl was launched (topl.json's cwd; Backend.driver_dir). None where topl
+    cannot know it: the driver's directory is the cluster's, a run written before topl recorded
+    cwd, or these keys set in verl_overrides."""
     topl = _yaml(run_dir / "topl.json")
     cwd = topl.get("cwd") if isinstance(topl, dict) else None
     names = ("trainer.project_name", "trainer.experiment_name", CKPT_KEY)
-    if backends.of(spec).traits.name != "subprocess" or not isinstance(cwd, str):
+    driver = backends.of(spec).driver_dir(spec, cwd) if isinstance(cwd, str) else None
+    if driver is None or any(k.lstrip("+") in names for k in flatten(spec.verl_overrides)):
         return None
-    if any(k.lstrip("+") in names for k in flatten(spec.verl_overrides)):
-        return None
-    return str(Path(cwd) / "checkpoints" / spec.project / spec.experiment)
+    return str(Path(driver) / "checkpoints" / spec.project / spec.experiment)
 
 
 def set_aside(run_dir: Path) -> Path:
@@ -191,6 +197,8 @@ def set_aside(run_dir: Path) -> Path:
     for name in names:
         if (run_dir / name).exists():
             shutil.move(str(run_dir / name), str(dest / name))
+    if (run_dir / "status.json").is_file():  # how it ended; the new attempt rewrites the original
+        shutil.copyfile(run_dir / "status.json", dest / "status.json")
     return dest
 
 

@@ -67,7 +67,7 @@ def test_resume_keeps_the_identity_and_resumes_verl(written, capsys, tmp_path, m
 def test_resume_refuses_what_it_cannot_resume(written, capsys):
     local = written(state="interrupted")  # the embedded default: no checkpoints
     assert main(["launch", "--resume", str(local)]) == 2
-    assert "writes no checkpoints" in capsys.readouterr().err
+    assert "write no checkpoints" in capsys.readouterr().err
     assert json.loads((local / "status.json").read_text())["state"] == "interrupted"
 
     done = written("cluster.backend=subprocess", "collective=hccl_strict", state="succeeded")

@@ -41,6 +41,11 @@ class Backend(Protocol):
         """The job's id where it runs, written by `start` into the run directory; None when
         the job is this process's child or the loop itself."""
 
+    def driver_dir(self, spec: JobSpec, launched_in: str) -> str | None:
+        """The directory verl's driver starts in (its relative paths, the checkpoints among
+        them, are under it) for a job topl started from `launched_in`; None where topl cannot
+        know it (a cluster's) or no verl runs."""
+
 
 def get(name: str) -> Backend:
     """The backend `name` (one of NAMES; the spec's constraint refuses any other first)."""

@@ -109,6 +109,9 @@ class LocalBackend:
     def handle(self, run_dir: Path) -> str | None:
         return None
 
+    def driver_dir(self, spec: JobSpec, launched_in: str) -> str | None:
+        return None  # no verl: the reference engines write no checkpoints
+
 
 BACKEND = LocalBackend()
 

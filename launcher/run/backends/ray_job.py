@@ -214,5 +214,12 @@ class RayJobBackend:
         text = watch_io.read_text(run_dir / JOB_ID_FILE, 4096)  # small, regular, or none
         return None if text is None else text.strip()
 
+    def driver_dir(self, spec: JobSpec, launched_in: str) -> str | None:
+        """The head's: the entrypoint starts in the job supervisor's directory (no cwd given,
+        ray@2.60.0:python/ray/dashboard/modules/job/job_supervisor.py:JobSupervisor.
+        _exec_entrypoint; no working_dir in the job's runtime_env), where that head's `ray start`
+        ran: the same for every job of one head, unknown here."""
+        return None
+
 
 BACKEND = RayJobBackend()

@@ -117,5 +117,14 @@ class SlurmBackend:
     def handle(self, run_dir: Path) -> str | None:
         return slurm_client.job_id_of(run_dir)
 
+    def driver_dir(self, spec: JobSpec, launched_in: str) -> str | None:
+        """sbatch's working directory, where the script (and verl's command on the first node)
+        runs: the directory sbatch was called in, or a --chdir directive's, relative to it
+        (slurm-wlm@22.05.8:doc/man/man1/sbatch.1: DESCRIPTION, "-D, --chdir")."""
+        if spec.cluster.slurm.run == "embedded":
+            return None  # the reference engines write no checkpoints
+        chdir = [d.split("=", 1)[1] for d in spec.cluster.slurm.sbatch if d.startswith("--chdir=")]
+        return str(Path(launched_in) / chdir[-1]) if chdir else launched_in
+
 
 BACKEND = SlurmBackend()

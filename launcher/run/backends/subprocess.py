@@ -178,5 +178,8 @@ class SubprocessBackend:
     def handle(self, run_dir: Path) -> str | None:
         return None
 
+    def driver_dir(self, spec: JobSpec, launched_in: str) -> str | None:
+        return launched_in  # topl's child, started without a cwd of its own
+
 
 BACKEND = SubprocessBackend()
