@@ -31,7 +31,8 @@ HELP = {
   --resume RUN_DIR an interrupted or failed run again, in its own directory, from its own config
                    (.hydra/config.yaml, checked again): same experiment name and tracker tags, verl
                    told trainer.resume_mode=auto (its latest checkpoint); the attempt before moves
-                   to RUN_DIR/attempts/N/. Not the local backend (it writes no checkpoints)
+                   to RUN_DIR/attempts/N/. Not the reference engines (local, or slurm.run=embedded:
+                   no checkpoints)
   -m, --multirun   sweep: every point validated by topl's sweeper, invalid ones dropped;
                    one line per point, then a table numbered as the run directories
   --cfg job        print the composed config (Hydra); --info, --hydra-help: Hydra's own

@@ -60,6 +60,7 @@ def test_resume_keeps_the_identity_and_resumes_verl(written, capsys, tmp_path, m
     assert (st["state"], st["attempt"]) == ("succeeded", 2)
     assert (run / "attempts" / "1" / "verl.log").read_text() == "the attempt before\n"
     assert (run / "attempts" / "1" / "command.sh").read_text() == before
+    assert json.loads((run / "attempts" / "1" / "status.json").read_text())["exit_code"] == 130
     assert main(["launch", "--resume", str(run)]) == 2  # succeeded now: not resumed again
     assert "it succeeded: there is nothing to resume" in capsys.readouterr().err
 
@@ -69,6 +70,11 @@ def test_resume_refuses_what_it_cannot_resume(written, capsys):
     assert main(["launch", "--resume", str(local)]) == 2
     assert "write no checkpoints" in capsys.readouterr().err
     assert json.loads((local / "status.json").read_text())["state"] == "interrupted"
+    slurm = ["cluster.backend=slurm", "cluster.slurm.partition=p", "cluster.slurm.time_min=5"]
+    embedded = written(*slurm, "cluster.slurm.run=embedded")  # the same engines in an allocation
+    assert main(["launch", "--resume", str(embedded)]) == 2
+    err = capsys.readouterr().err
+    assert "write no checkpoints" in err and "cluster.slurm.run=embedded" in err
 
     done = written("cluster.backend=subprocess", "collective=hccl_strict", state="succeeded")
     assert main(["launch", "--resume", str(done)]) == 2

@@ -27,7 +27,7 @@ def test_each_backend_is_one_module_with_the_interface(name):
     assert b.traits.name == name and (LAUNCHER / "run" / "backends" / f"{name}.py").is_file()
     for attr in ("remote", "here", "nodes", "addressed", "allocates"):
         assert isinstance(getattr(b.traits, attr), bool), attr
-    for method in ("preflight", "doctor", "start", "detached", "handle"):
+    for method in ("preflight", "doctor", "start", "detached", "handle", "driver_dir"):
         assert callable(getattr(b, method)), method
 
 
@@ -53,6 +53,25 @@ def test_no_module_branches_on_the_backend_name():
                 ):
                     hits.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not hits, hits
+
+
+def test_verls_driver_starts_where_each_backend_says(compose):
+    """Where verl's relative checkpoint dir is (`topl launch --resume` pins it there): topl's own
+    directory for its child and for sbatch (or the script's --chdir), unknown on a Ray head, none
+    where no verl runs."""
+    slurm = ["cluster.backend=slurm", "cluster.slurm.partition=debug", "cluster.slurm.time_min=5"]
+    cases = {
+        ("cluster.backend=subprocess",): "/w",
+        (*slurm,): "/w",
+        (*slurm, "cluster.slurm.sbatch=['--chdir=sub']"): "/w/sub",
+        (*slurm, "cluster.slurm.sbatch=['--chdir=/scratch']"): "/scratch",
+        (*slurm, "cluster.slurm.run=embedded"): None,
+        ("cluster.backend=ray_job", "cluster.ray_address=http://h:8265"): None,
+        ("cluster.backend=local",): None,
+    }
+    for overrides, where in cases.items():
+        spec = compose(list(overrides)).to_object()
+        assert backends.of(spec).driver_dir(spec, "/w") == where, overrides
 
 
 def test_what_each_backend_says_about_itself():

@@ -17,6 +17,7 @@ import time
 import pytest
 import slurm_cluster
 from helpers import run_topl, run_topl_inproc
+from test_resume_remote import fake_verl, reported, watched
 
 pytestmark = pytest.mark.slow
 
@@ -191,3 +192,44 @@ def test_contract_refuses_an_impossible_allocation_before_the_queue(cluster, tmp
         r = run_topl_inproc("launch", *bad, f"run_root={tmp_path}", env=cluster.env)
         assert r.returncode == 2 and rule in r.stderr and not any(tmp_path.iterdir())
     assert _jobs(cluster) == before
+
+
+def test_an_interrupted_verl_job_resumes_from_another_directory_and_finds_its_checkpoints(
+    cluster, tmp_path
+):
+    """`topl launch --resume` on Slurm (tests/run/test_resume_remote.py's stand-in trainer; the
+    Ray test there has a first attempt save and crash): a job stopped by `topl watch --stop`
+    (scancel) is submitted again from its run dir, and runs where sbatch is called now, so
+    verl's relative checkpoint dir is pinned to where the first attempt ran; watch follows the
+    new job, the attempt before is kept whole."""
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir(), second_dir.mkdir()
+    args = [*BASE, "cluster.device=cpu", "train.steps=1", f"cluster.python={sys.executable}"]
+    args += ["cluster.slurm.doctor=false", "--skip-doctor", *fake_verl(tmp_path)]
+    r = run_topl_inproc("launch", *args, cwd=first_dir, env=cluster.env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    (run,) = (first_dir / "runs").iterdir()
+    job = (run / "slurm_job_id").read_text().strip()
+    _wait_running(cluster, job)
+    s = run_topl_inproc("watch", str(run), "--stop", "--json", env=cluster.env)
+    assert json.loads(s.stdout)["state"] == "interrupted", s.stdout + s.stderr
+    # what the first attempt's verl saved, in its driver's directory (sbatch's: first_dir)
+    argv = dict(a.split("=", 1) for a in (run / "command.sh").read_text().split() if "=" in a)
+    name = (argv["trainer.project_name"], argv["trainer.experiment_name"])
+    (first_dir / "checkpoints" / name[0] / name[1] / "global_step_2").mkdir(parents=True)
+
+    resume = ("launch", "--resume", str(run), "--skip-doctor")
+    r = run_topl_inproc(*resume, cwd=second_dir, env=cluster.env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert json.loads((run / "status.json").read_text())["attempt"] == 2
+    rc, out = watched(run, cluster.env)
+    assert (rc, out["state"], out["status"]["slurm_state"]) == (0, "succeeded", "COMPLETED"), out
+    assert (out["steps"], out["last"]["critic/rewards/mean"]) == (2, 0.4)  # steps 3 and 4
+    assert out["status"]["attempt"] == 2
+    now = reported((run / "verl.log").read_text())
+    assert now == {"cwd": str(second_dir), "resume": True, "found": ["global_step_2"]}
+    before = run / "attempts" / "1"
+    assert (before / "slurm_job_id").read_text().strip() == job
+    assert (before / f"slurm-{job}.out").is_file() and (before / "slurm.sbatch").is_file()
+    assert json.loads((before / "status.json").read_text())["slurm_state"] == "CANCELLED"
+    assert (run / "slurm_job_id").read_text().strip() != job
