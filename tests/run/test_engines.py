@@ -84,6 +84,9 @@ def test_the_loop_uses_each_micro_batch_for_its_pass(compose, monkeypatch):
             super().__init__(model, side, micro_batch)
 
     monkeypatch.setattr(rl_loop, "TrainingEngine", Recording)
-    cfg = loop_config(compose([*MICRO, "train.steps=1", "algorithm.use_kl_loss=true"]).to_object())
+    # one step of 2 prompts x 2 samples (not 8 x 8): each pass still builds its engine, a quarter
+    # of the default step's compute
+    small = ["train.steps=1", "train.train_batch_size=2", "rollout.n=2"]
+    cfg = loop_config(compose([*MICRO, *small, "algorithm.use_kl_loss=true"]).to_object())
     next(rl_loop.run(cfg))
     assert seen == [3, 5, 7]  # recompute, update, reference
