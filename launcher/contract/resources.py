@@ -9,7 +9,7 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_firststep import legacy_trainer
 from topl.launcher.render.command import command
 from topl.launcher.spec import backend_traits
-from topl.launcher.spec.job import is_moe, world_size
+from topl.launcher.spec.job import is_moe, whole_nodes, world_size
 from topl.launcher.spec.memory import param_counts
 
 if TYPE_CHECKING:
@@ -224,3 +224,33 @@ def local_model_size(s: JobSpec) -> Outcome:
             return (
                 f"cluster {s.cluster.name} is an NPU cluster but backend=local runs on this machine"
             )
+
+
+@rule(
+    "TOP-RES-010",
+    ERROR,
+    "a node runs no more devices than the cluster group's node hardware holds",
+    ("cluster.devices_per_node", "cluster.max_devices_per_node", "cluster.nodes", "cluster.name"),
+    "spread the same devices over more nodes, at most cluster.max_devices_per_node on each (the "
+    "message gives the cluster.nodes and cluster.devices_per_node to set); fewer devices per node "
+    "than the node holds are fine",
+)
+def node_holds(s: JobSpec) -> Outcome:
+    """verl places each node's share as one Ray placement group of trainer.n_gpus_per_node
+    one-device bundles, STRICT_PACK (all on one node), and waits for it to be ready (verl@0.9.1:
+    verl/single_controller/ray/base.py:RayResourcePool.get_placement_groups, the pool
+    [n_gpus_per_node] * nnodes: verl/trainer/ppo/v1/trainer_base.py; 0.8.0 the same). Its
+    check before (ResourcePoolManager._check_resource_available) adds devices over all nodes:
+    1 x 32 on two nodes of 16 passes it, then waits for a node that never appears. What a node
+    holds is the group's hardware: cluster.max_devices_per_node, from the vendor documents
+    conf/cluster/*.yaml names; a group that does not state it is not checked."""
+    c = s.cluster
+    most = c.max_devices_per_node
+    if most is None or c.devices_per_node <= most:
+        return None
+    nodes, per = whole_nodes(world_size(s), most)
+    return (
+        f"cluster.devices_per_node={c.devices_per_node} but a node of cluster {c.name} holds "
+        f"{most} devices (cluster.max_devices_per_node); the same {world_size(s)} devices fit "
+        f"cluster.nodes={nodes} cluster.devices_per_node={per}"
+    )
