@@ -230,10 +230,10 @@ def local_model_size(s: JobSpec) -> Outcome:
     "TOP-RES-010",
     ERROR,
     "a node runs no more devices than the cluster group's node hardware holds",
-    ("cluster.devices_per_node", "cluster.max_devices_per_node", "cluster.nodes", "cluster.name"),
-    "spread the same devices over more nodes, at most cluster.max_devices_per_node on each (the "
-    "message gives the cluster.nodes and cluster.devices_per_node to set); fewer devices per node "
-    "than the node holds are fine",
+    ("cluster.devices_per_node", "cluster.max_devices_per_node"),
+    "run the same devices on more nodes, at most cluster.max_devices_per_node on each (the "
+    "message gives cluster.nodes and cluster.devices_per_node); fewer devices per node than the "
+    "node holds are fine",
 )
 def node_holds(s: JobSpec) -> Outcome:
     """verl places each node's share as one Ray placement group of trainer.n_gpus_per_node
@@ -243,14 +243,15 @@ def node_holds(s: JobSpec) -> Outcome:
     check before (ResourcePoolManager._check_resource_available) adds devices over all nodes:
     1 x 32 on two nodes of 16 passes it, then waits for a node that never appears. What a node
     holds is the group's hardware: cluster.max_devices_per_node, from the vendor documents
-    conf/cluster/*.yaml names; a group that does not state it is not checked."""
-    c = s.cluster
-    most = c.max_devices_per_node
-    if most is None or c.devices_per_node <= most:
+    conf/cluster/*.yaml names; a group that does not state it is not checked. The rule reads
+    nothing else (the layout it names is per node), so `check --fix`, which never changes the
+    hardware, sees at once that only you can clear it."""
+    per, most = s.cluster.devices_per_node, s.cluster.max_devices_per_node
+    if most is None or per <= most:
         return None
-    nodes, per = whole_nodes(world_size(s), most)
+    k, fits = whole_nodes(per, most)
     return (
-        f"cluster.devices_per_node={c.devices_per_node} but a node of cluster {c.name} holds "
-        f"{most} devices (cluster.max_devices_per_node); the same {world_size(s)} devices fit "
-        f"cluster.nodes={nodes} cluster.devices_per_node={per}"
+        f"cluster.devices_per_node={per}, but a node of this group holds {most} devices "
+        f"(cluster.max_devices_per_node): run the same devices on {k} times as many nodes of "
+        f"{fits} each (from 1 node: cluster.nodes={k} cluster.devices_per_node={fits})"
     )
