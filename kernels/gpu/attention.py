@@ -39,13 +39,13 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
     # written against Triton 3.6's (the version measured; Gluon is experimental and changes)
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 6):
         raise ImportError(f"Gluon kernels need Triton >= 3.6, not {triton.__version__}")
-    from topl.kernels.gpu.decode_states import _decode_states, _fold_states, gluon_desc
+    from topl.kernels.gpu.decode_states import _decode_states, _fold_states
 
     # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
     # step) in Triton (`_combine`)
     FOLD: tuple[int, ...] = (32, 8)
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
-    _decode_states = _fold_states = gluon_desc = None  # type: ignore[assignment]
+    _decode_states = _fold_states = None
     FOLD = (1, 32, 32)
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
@@ -106,6 +106,17 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
+
+
+def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
+    """`_kv_desc` for `_decode_states`: the block in the shared layout the warpgroup MMA reads
+    (128-byte swizzle, `_attn`'s)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [tile, x.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), block, layout)
 
 
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
@@ -237,7 +248,7 @@ def attention(
     # the Gluon kernel is `_attn`'s split path at 64 rows x 4 warps on bf16 (its MMA layout)
     gluon = gluon and split and tma and paged and cnt is None and whole
     if gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16:
-        kd, vd = (gluon_desc(x, tile) for x in (kf, vf))
+        kd, vd = (_gluon_desc(x, tile) for x in (kf, vf))
         _decode_states[grid](
             q,
             kf,

@@ -238,15 +238,3 @@ def _fold_states(
         gl.thread_barrier()  # every thread's reads of this chunk before the next copy lands
     out, _ = gl.broadcast(l, acc)
     gl.store(O + tok * sot + h * soh + d, (acc / out).to(O.dtype.element_ty))
-
-
-def gluon_desc(x, tile: int):  # a Gluon TensorDescriptor
-    """A [rows, KVH * D] view of the paged K or V cache, read a [tile, D] block at a time, in the
-    shared layout the warpgroup MMA reads (128-byte swizzle: `_attn`'s)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    flat = x.view(x.shape[0], -1)
-    block = [tile, x.shape[-1]]
-    return TensorDescriptor.from_tensor(
-        flat, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
-    )
