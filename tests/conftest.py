@@ -10,6 +10,14 @@ import time
 
 import pytest
 
+# One torch (OpenMP) thread per test process unless OMP_NUM_THREADS says otherwise; torch reads it
+# when it starts, children inherit it, and the local backend's default thread count reads it
+# (launcher/run/backends/local.py:threads_for). The reference engines' tiny models gain nothing
+# from more threads, and with two xdist workers on CI's two cores each worker's OpenMP threads
+# spin at their barriers while the other worker computes: a 16-request probe took 17.7 s next to a
+# second one, 1.1 s with one thread each. Tests about thread counts set theirs (local.threads).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # setuptools before anything imports pip in a worker (launcher/facts/sources.py reads pip's
 # default index): pip's import turns setuptools' distutils shim off, and a setuptools imported
 # after it (torch.utils.cpp_extension, from megatron-core in tests/align) then fails its own
