@@ -61,6 +61,12 @@ def test_resume_keeps_the_identity_and_resumes_verl(written, capsys, tmp_path, m
     assert (run / "attempts" / "1" / "verl.log").read_text() == "the attempt before\n"
     assert (run / "attempts" / "1" / "command.sh").read_text() == before
     assert json.loads((run / "attempts" / "1" / "status.json").read_text())["exit_code"] == 130
+    capsys.readouterr()
+    assert main(["watch", str(run), "--once"]) == 0  # watch and runs show the attempt
+    assert "run succeeded: attempt 2, exit_code 0" in capsys.readouterr().out
+    assert main(["runs", str(tmp_path / "runs"), "--json"]) == 0
+    row = next(r for r in json.loads(capsys.readouterr().out)["runs"] if r["run_dir"] == str(run))
+    assert (row["state"], row["attempt"]) == ("succeeded", 2)
     assert main(["launch", "--resume", str(run)]) == 2  # succeeded now: not resumed again
     assert "it succeeded: there is nothing to resume" in capsys.readouterr().err
 
