@@ -20,7 +20,9 @@ the reference engines) there are no checkpoints: refused.
 The files of the attempt before (verl.log, metrics.jsonl, which verl's file logger truncates, the
 command, the guard's and the doctor's records, a job id, Slurm's log) move to RUN_DIR/attempts/N/
 first, with a copy of its status.json: nothing is overwritten, and `topl watch` / `topl compare`
-read the new attempt; status.json records `attempt`."""
+read the new attempt; status.json records `attempt`. A job handed to Ray or Slurm that nobody
+watched is asked how it ended first (settle): a crashed detached job is resumed without a
+`topl watch` before, and one still running is refused."""
 
 from __future__ import annotations
 
@@ -39,7 +41,17 @@ from topl.launcher.base.tree import flatten
 from topl.launcher.compose.composed import Composed
 from topl.launcher.contract import check, errors
 from topl.launcher.render.invocation import render
-from topl.launcher.run import backends, identity, lifecycle, rundir, watch, watch_io, watch_status
+from topl.launcher.run import (
+    backends,
+    identity,
+    lifecycle,
+    rundir,
+    watch,
+    watch_io,
+    watch_ray,
+    watch_slurm,
+    watch_status,
+)
 from topl.launcher.run.backends import ray_job, slurm_client, slurm_script
 from topl.launcher.run.launch import LaunchContext, start
 from topl.launcher.spec import backend_traits
@@ -56,8 +68,30 @@ ATTEMPT_FILES = (
 )
 
 
+def settle(run_dir: Path) -> str | None:
+    """A job handed to Ray or Slurm (`submitted`, or its topl gone) whose end nobody recorded
+    (no `topl watch` ran): its state asked now and its end recorded, as `topl watch` does; a
+    detached job that crashed is what is most often resumed. The job's state as shown while it
+    still runs, else None."""
+    if watch_io.read_status(run_dir).get("state") not in ("submitted", "running"):
+        return None
+    ray, slurm = watch_ray.ray_job(run_dir), watch_slurm.slurm_job(run_dir)
+    if ray is None and slurm is None:
+        return None
+    w = watch.Watcher(run_dir, False, ray=ray, slurm=slurm)
+    return None if w.ended() else w.job_state
+
+
 def refuse_state(run_dir: Path) -> None:
-    """Only a run that ended without succeeding (or whose topl is gone) is resumed."""
+    """Only a run that ended without succeeding (or whose topl is gone, its job with it) is
+    resumed."""
+    running = settle(run_dir)
+    if running is not None:  # a second job would write the same checkpoints
+        raise ToplError(
+            f"{run_dir} is not resumed: its job is still running ({running})",
+            where=f"--resume {run_dir}",
+            fix=f"stop it first (topl watch {run_dir} --stop), then --resume",
+        )
     st = watch_io.read_status(run_dir)
     state = st.get("state")
     if state in RESUMABLE or (state == "running" and watch_status.topl_gone(st)):

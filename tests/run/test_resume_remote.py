@@ -11,8 +11,11 @@ directory, else trains from scratch)."""
 
 import json
 import sys
+import time
 
+import pytest
 from helpers import run_topl_inproc
+from test_watch import FakeJobs, fake_ray  # noqa: F401  -- the fake head's fixture
 
 # The stand-in trainer: the first attempt logs steps 1-2, saves global_step_2 and crashes; an
 # attempt told resume_mode=auto that finds it logs steps 3-4 and succeeds. It reports what it saw.
@@ -62,8 +65,12 @@ def test_a_crashed_ray_job_resumes_in_its_run_dir_and_watch_follows_the_new_atte
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (tmp_path / "runs").iterdir()
     first = (run / "ray_job_id").read_text().strip()
-    rc, out = watched(run)  # nobody follows the job: watch records its end from Ray
-    assert (rc, out["state"], out["status"]["ray_status"]) == (1, "failed", "FAILED"), out
+    client = JobSubmissionClient(ray_head)
+    deadline = time.monotonic() + 120
+    while not client.get_job_status(first).is_terminal():  # nobody watches it: it ends unseen
+        assert time.monotonic() < deadline, "the first job never ended"
+        time.sleep(0.3)
+    assert json.loads((run / "status.json").read_text())["state"] == "submitted"
     command = (run / "command.sh").read_text()
 
     r = run_topl_inproc("launch", "--resume", str(run), "--skip-doctor", cwd=tmp_path)
@@ -75,13 +82,14 @@ def test_a_crashed_ray_job_resumes_in_its_run_dir_and_watch_follows_the_new_atte
     before = run / "attempts" / "1"  # the attempt before, whole
     assert (before / "ray_job_id").read_text().strip() == first
     assert (before / "command.sh").read_text() == command
-    assert json.loads((before / "status.json").read_text())["ray_status"] == "FAILED"
+    # --resume asked Ray how the first job ended and recorded it, as `topl watch` would have
+    was = json.loads((before / "status.json").read_text())
+    assert (was["state"], was["ray_status"], was["exit_code"]) == ("failed", "FAILED", 1)
 
     rc, out = watched(run)
     assert (rc, out["state"], out["status"]["attempt"]) == (0, "succeeded", 2), out
     # the new job's steps, from its checkpoint on (step 3, 4), read from Ray
     assert (out["steps"], out["last"]["critic/rewards/mean"]) == (2, 0.4)
-    client = JobSubmissionClient(ray_head)
     assert "trainer.resume_mode=auto" in client.get_job_info(second).entrypoint
     was, now = reported(client.get_job_logs(first)), reported(client.get_job_logs(second))
     # verl's relative checkpoint dir is the driver's: every job of one head starts in the same
@@ -89,3 +97,32 @@ def test_a_crashed_ray_job_resumes_in_its_run_dir_and_watch_follows_the_new_atte
     assert now == {"cwd": was["cwd"], "resume": True, "found": ["global_step_2"]}
     runs = json.loads(run_topl_inproc("runs", str(tmp_path / "runs"), "--json").stdout)
     assert [(x["state"], x["attempt"]) for x in runs["runs"]] == [("succeeded", 2)]
+
+
+@pytest.mark.usefixtures("fake_ray")
+def test_a_submitted_job_is_asked_how_it_ended_before_it_is_resumed(tmp_path, monkeypatch):
+    """On the fake head (tests/run/test_watch.py:FakeJobs, the Job API's signatures): a job
+    handed to Ray that nobody watched is asked for its state when --resume comes; still running,
+    refused (a second job would write the same checkpoints); ended, its end is recorded in the
+    attempt kept and the run resumed."""
+    run = tmp_path / "run"
+    args = ["cluster.backend=ray_job", "cluster.ray_address=http://head.invalid:8265"]
+    r = run_topl_inproc("launch", *args, "alignment=off", "--skip-doctor", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr
+    r = run_topl_inproc("launch", "--resume", str(run), "--skip-doctor")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "its job is still running (ray job raysubmit_fake1: RUNNING)" in r.stderr
+    assert not (run / "attempts").exists() and "resume_mode" not in (run / "command.sh").read_text()
+    for key, value in (("CHUNKS", []), ("END", "FAILED"), ("EXIT", 1)):  # the job has crashed
+        monkeypatch.setattr(FakeJobs, key, value)
+    r = run_topl_inproc("launch", "--resume", str(run), "--skip-doctor")
+    assert r.returncode == 0, r.stderr
+    was = json.loads((run / "attempts" / "1" / "status.json").read_text())
+    assert (was["state"], was["ray_status"], was["recorded_by"]) == (
+        "failed",
+        "FAILED",
+        "topl watch",
+    )
+    st = json.loads((run / "status.json").read_text())
+    assert (st["state"], st["attempt"]) == ("submitted", 2)
+    assert "trainer.resume_mode=auto" in (run / "command.sh").read_text()
