@@ -43,7 +43,7 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
 
     # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
     # step) in Triton (`_combine`)
-    FOLD: tuple[int, ...] = (32, 8)
+    FOLD: tuple[int, ...] = (128, 8)
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
     _decode_states = _fold_states = None
     FOLD = (1, 32, 32)
@@ -237,7 +237,9 @@ def attention(
         # fold is short (H200 decode ctx1024, 8 tiles: B1 / B4 / B16 8 / 9 / 14 us against 9 / 10
         # / 16 for the separate fold), slower from 32 tiles (B1 ctx4096 11 vs 9 us, ctx16384 30
         # vs 19; docs/performance.md). Explicit `combine` layouts are the separate fold's.
-        if fused if fused is not None else (combine is None and tiles <= 8):
+        # Gluon's fold in a second launch is as fast or faster (H200 B1 / B4 ctx1024: 7.6 / 8.2 us
+        # against 8.3 / 8.9 fused; B16: 15.6 vs 14.7): by default the fused fold only without it
+        if fused if fused is not None else (combine is None and tiles <= 8 and len(FOLD) == 3):
             cnt = arrival_counts(_CNT, dev, n_blk * kvh, 1 << 14)
         # tensor-memory loads of a few tiles per program need no prefetch buffer (H200: B4 ctx4096
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
