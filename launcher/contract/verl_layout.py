@@ -288,3 +288,35 @@ def megatron_layout(s: JobSpec) -> Outcome:
     for k in {k for f in found for k in f.keys if cmd.entry(k) is None and k in FIELD_OF}:
         getattr(s.train, FIELD_OF[k].split(".", 1)[1])
     return _report(s, cmd, found)
+
+
+@rule(
+    "TOP-INIT-021",
+    ERROR,
+    "the Megatron engines of one worker (critic, reference, actor) have the same parallel sizes",
+    (
+        "train.engine",
+        "train.tp",
+        "train.pp",
+        "train.cp",
+        "train.ep",
+        "train.etp",
+        "algorithm.use_kl_loss",
+        "algorithm.use_critic",
+        *USER,
+    ),
+    "drop the reference's / critic's Megatron sizes from verl_overrides (the reference's default "
+    "to the actor's, topl renders the critic's from train.*), or give every engine the same "
+    "tensor/pipeline/virtual_pipeline/context/expert/expert_tensor sizes",
+)
+def shared_groups(s: JobSpec) -> Outcome:
+    """verl builds every engine of a job in one worker process and initializes megatron-core's
+    parallel groups once, with the first engine's sizes (the critic's, else the reference's);
+    the later ones skip initialize_model_parallel (verl@0.9.1:verl/workers/engine/megatron/
+    transformer_impl.py:MegatronEngine._init_device_mesh: `if mpu.is_initialized(): return`,
+    0.8.0 and 0.9.0 the same) and run in those groups without an error (contract/dryrun/mcore.py:
+    shared_groups). Strict mode refuses a reference of other sizes already (TOP-VERL-002)."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    engines = mcore.roles(get, uses_ref(get), s.algorithm.use_critic)
+    return _report(s, cmd, mcore.shared_groups(get, engines))

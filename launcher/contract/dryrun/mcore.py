@@ -123,9 +123,50 @@ def _int(v: Any, default: int) -> int:
 
 
 def roles(get: Get, use_ref: bool, use_critic: bool) -> tuple[str, ...]:
-    """The Megatron engines verl builds, in its order: the reference first (its sizes initialize
-    parallel_state in the shared worker: ActorRolloutRefWorker.init_model), the actor, the critic."""
-    return (("ref",) if use_ref else ()) + ("actor",) + (("critic",) if use_critic else ())
+    """The Megatron engines verl builds in one worker process, in its order: the critic's
+    TrainingWorker builds its engine when the colocated worker is constructed (every role is in
+    "global_pool": verl@0.9.1:verl/single_controller/ray/base.py:create_colocated_worker_cls,
+    verl/workers/engine_workers.py:TrainingWorker.__init__), then ActorRolloutRefWorker.init_model
+    builds the reference, then the actor (0.8.0 and 0.9.0 the same)."""
+    return (("critic",) if use_critic else ()) + (("ref",) if use_ref else ()) + ("actor",)
+
+
+GROUPS = ("tensor", "pipeline", "virtual_pipeline", "context", "expert", "etp")
+
+
+def shared_groups(get: Get, engines: tuple[str, ...]) -> list[Finding]:
+    """verl initializes megatron-core's parallel_state once per worker process: the first Megatron
+    engine built (engines[0], see roles) calls initialize_model_parallel with its sizes, every later
+    one finds it initialized and returns (mirror.CHECKS["shared_groups"]). A later engine whose
+    sizes differ runs in the first one's groups, without an error: on 0.8.0 (mbridge) its model is
+    built with those groups' sizes (mbridge@0.15.1:mbridge/core/llm_bridge.py:LLMBridge.
+    _build_base_config reads parallel_state), on 0.9.x Megatron-Bridge's provider takes its own
+    sizes over groups of other sizes."""
+    if not megatron(get) or len(engines) < 2:
+        return []
+    first = sizes(get, engines[0])
+    want = (first.tp, first.pp, first.vpp, first.cp, first.ep, first.etp)
+    out = []
+    for role in engines[1:]:
+        z = sizes(get, role)
+        diff = [
+            (n, a, b)
+            for n, a, b in zip(GROUPS, want, (z.tp, z.pp, z.vpp, z.cp, z.ep, z.etp))
+            if a != b
+        ]
+        if not diff:
+            continue
+        said = ", ".join(f"{z.keys[n]}={b}, the {engines[0]}'s {a}" for n, a, b in diff)
+        out.append(
+            Finding(
+                "shared_groups",
+                f"the {engines[0]} engine, built first, initializes megatron-core's parallel "
+                f"groups for the whole worker and the {role} engine runs in them: {said} "
+                f"(not raised: the {role} silently takes the {engines[0]}'s layout) ({role})",
+                tuple(z.keys[n] for n, _, _ in diff) + tuple(first.keys[n] for n, _, _ in diff),
+            )
+        )
+    return out
 
 
 def layout(get: Get, m: Model, engines: tuple[str, ...]) -> list[Finding]:
