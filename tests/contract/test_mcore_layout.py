@@ -148,3 +148,22 @@ def test_the_critic_engine_is_checked_too():
     hit = [v for v in vs if v.rule == "TOP-INIT-020"]
     assert hit and key in hit[0].keys and "(critic)" in hit[0].message
     assert not [v for v in errors(check(compose_job(ppo))) if v.rule == "TOP-INIT-020"]
+
+
+def test_every_megatron_engine_of_the_worker_has_the_first_ones_layout():
+    """verl initializes megatron-core's parallel groups once per worker, with the first engine's
+    sizes (the critic's, built with the worker; else the reference's); the others run in them
+    (TOP-INIT-021). topl renders the critic the actor's sizes, so PPO with pp=2 is accepted; a
+    size set for one engine alone is refused, naming both keys."""
+    ppo = ["recipe=qwen3_4b_grpo_a2_off", "stack=release", "algorithm.adv_estimator=gae"]
+    ppo += ["algorithm.use_critic=true", "train.pp=2", "+verl_overrides.actor_rollout_ref"]
+    ppo[-1] += ".ref.megatron.pipeline_model_parallel_size=2"  # the recipe pins the ref's to 1
+    assert "TOP-INIT-021" not in {v.rule for v in errors(check(compose_job(ppo)))}
+    key = "verl_overrides.critic.megatron.tensor_model_parallel_size"
+    vs = errors(check(compose_job(ppo + [f"+{key}=2"])))
+    hit = [v for v in vs if v.rule == "TOP-INIT-021"]
+    assert hit and key in hit[0].keys and "train.tp" in hit[0].keys, vs
+    assert "critic engine, built first" in hit[0].message and "(actor)" in hit[0].message
+    kl = [*ppo[:2], "algorithm.use_kl_loss=true", "train.pp=2"]  # the recipe's ref pp=1
+    hit = [v for v in errors(check(compose_job(kl))) if v.rule == "TOP-INIT-021"]
+    assert hit and "ref engine, built first" in hit[0].message
