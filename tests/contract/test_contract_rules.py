@@ -268,6 +268,11 @@ CASES = {
             f"+verl_overrides.{ARR}.actor.megatron.virtual_pipeline_model_parallel_size=3",
         ],
     ),
+    "TOP-INIT-021": (  # the critic's groups serve the actor: its sizes differ
+        [*REL, "algorithm.adv_estimator=gae", "algorithm.use_critic=true", "train.pp=2"]
+        + ["+verl_overrides.critic.megatron.pipeline_model_parallel_size=1"],
+        [*REL, "algorithm.adv_estimator=gae", "algorithm.use_critic=true", "train.pp=2"],
+    ),
 }
 
 
