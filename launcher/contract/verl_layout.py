@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import Version
+
+from topl.launcher import facts
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
 from topl.launcher.contract.dryrun import mcore, mirror
@@ -320,3 +323,32 @@ def shared_groups(s: JobSpec) -> Outcome:
     get = lookup(s, cmd)
     engines = mcore.roles(get, uses_ref(get), s.algorithm.use_critic)
     return _report(s, cmd, mcore.shared_groups(get, engines))
+
+
+@rule(
+    "TOP-INIT-022",
+    ERROR,
+    "verl's dynamic context parallel runs only on a megatron-core that has it (none released)",
+    (
+        "train.engine",
+        "algorithm.use_kl_loss",
+        "algorithm.use_critic",
+        "cluster.versions.mindspeed",
+        *USER,
+    ),
+    "drop megatron.dynamic_context_parallel from verl_overrides and use static context parallel "
+    "(train.cp)",
+)
+def dynamic_context_parallel(s: JobSpec) -> Outcome:
+    """MegatronEngine._init_device_mesh needs megatron-core's dynamic-CP scheduler and an
+    initialize_model_parallel taking dynamic_context_parallel (verl@0.9.1:verl/workers/engine/
+    megatron/transformer_impl.py:MegatronEngine._init_device_mesh; 0.8.0 and 0.9.0 too), which
+    megatron-core 0.16.0 / 0.16.1 lack (contract/dryrun/mcore.py:NO_DYNAMIC_CP); every stack runs
+    MindSpeed core_r0.16.0 on that line. A later MindSpeed line is not judged (not read here)."""
+    ms = facts.version("mindspeed", s.cluster.versions.mindspeed)
+    if ms is None or ms >= Version("0.17"):
+        return None
+    cmd = command(s)
+    get = lookup(s, cmd)
+    engines = mcore.roles(get, uses_ref(get), s.algorithm.use_critic)
+    return _report(s, cmd, mcore.dynamic_cp(get, engines))

@@ -348,3 +348,35 @@ def _recompute(get: Get, otc: str, role: str) -> list[Finding]:
             n,
         )
     return out
+
+
+# megatron-core releases read for what verl's dynamic context parallel needs (NVIDIA/Megatron-LM
+# #5154): 0.16.0 and 0.16.1, the newest on PyPI, have neither
+# megatron/core/datasets/data_schedule.py:DefaultDynamicCPScheduler nor a dynamic_context_parallel
+# parameter of parallel_state.initialize_model_parallel (tests/contract/test_mcore_layout.py reads
+# the installed one); MindSpeed core_r0.16.0 runs on that line
+NO_DYNAMIC_CP = "0.16.0, 0.16.1"
+
+
+def dynamic_cp(get: Get, engines: tuple[str, ...]) -> list[Finding]:
+    """An engine with megatron.dynamic_context_parallel: verl 0.9.x raises when it imports the
+    scheduler (verl@0.9.1:verl/utils/dynamic_cp_scheduler.py:get_megatron_dynamic_cp_scheduler_cls,
+    from MegatronEngine._init_device_mesh), 0.8.0 asserts the parameter (mirror.CHECKS
+    ["dynamic_cp"]), on a megatron-core without it (NO_DYNAMIC_CP)."""
+    if not megatron(get):
+        return []
+    out = []
+    for role in engines:
+        key = sizes(get, role).keys["tensor"].rsplit(".", 1)[0] + ".dynamic_context_parallel"
+        if get(key) is True:
+            out.append(
+                Finding(
+                    "dynamic_cp",
+                    "RuntimeError: Dynamic CP requires a Megatron-Core build containing "
+                    "NVIDIA/Megatron-LM#5154 (verl 0.9; 0.8.0: AssertionError: "
+                    "dynamic_context_parallel is not supported in your megatron version): "
+                    f"megatron-core {NO_DYNAMIC_CP} have no dynamic context parallel ({role})",
+                    (key,),
+                )
+            )
+    return out
