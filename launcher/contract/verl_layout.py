@@ -36,6 +36,7 @@ USER = (
 )
 WORLD = ("cluster.nodes", "cluster.devices_per_node")
 FIELD_OF = {verl: field for field, verl in MEGATRON_KEYS.items()}  # verl key -> train.* field
+SIZES = ("train.engine", "train.tp", "train.pp", "train.cp", "train.ep", "train.etp")
 
 
 def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
@@ -245,12 +246,7 @@ def v1_trainer(s: JobSpec) -> Outcome:
     "megatron-core accepts each Megatron engine's layout (virtual pipeline, recompute, the sizes a "
     "recipe sets verbatim)",
     (
-        "train.engine",
-        "train.tp",
-        "train.pp",
-        "train.cp",
-        "train.ep",
-        "train.etp",
+        *SIZES,
         "train.recompute_granularity",
         "train.recompute_method",
         "train.recompute_num_layers",
@@ -297,17 +293,7 @@ def megatron_layout(s: JobSpec) -> Outcome:
     "TOP-INIT-021",
     ERROR,
     "the Megatron engines of one worker (critic, reference, actor) have the same parallel sizes",
-    (
-        "train.engine",
-        "train.tp",
-        "train.pp",
-        "train.cp",
-        "train.ep",
-        "train.etp",
-        "algorithm.use_kl_loss",
-        "algorithm.use_critic",
-        *USER,
-    ),
+    (*SIZES, "algorithm.use_kl_loss", "algorithm.use_critic", *USER),
     "drop the reference's / critic's Megatron sizes from verl_overrides (the reference's default "
     "to the actor's, topl renders the critic's from train.*), or give every engine the same "
     "tensor/pipeline/virtual_pipeline/context/expert/expert_tensor sizes",
