@@ -144,8 +144,9 @@ def decode(batches, ctxs):
     print(
         "GPU time of one call replayed in a CUDA graph (`triton.testing.do_bench_cudagraph`, as decode "
         "engines run it), every column. *split-KV*: tile states in parallel programs + the in-order "
-        "fold in a second launch (`fused=False`; `_combine`: the fold's factors by a prefix max, "
-        "then its fma chain; one warp per 32 channels of a head); *fused*: the last program of each "
+        "fold in a second launch (`fused=False`; Gluon's `_decode_states` and `_fold_states`: K and "
+        "V on one barrier; the fold's factors by a prefix max, its tile states copied to shared "
+        "memory, then its fma chain; one warp per 32 channels of a head); *fused*: the last program of each "
         "run folds (`fused=True`); `attention()` takes the fused fold up to 8 tiles (ctx <= 1024) "
         "and the second launch above; *one pass*: one program per "
         "(sequence, KV head) walks every tile; *bits*: split-KV and fused output equal to one pass. "

@@ -11,10 +11,13 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   in tile order 0, 1, 2, ... by `_fold`: the reference plan of kernels/attention.py (per-range
   partials merged in order). So the split points are fixed by the context length (one per tile).
 - training and prefill fold in registers while walking the tiles; split-KV decode computes tile
-  states in parallel programs, stores them in fp32 (exact) and `_combine` (or, in short contexts,
-  the last program of each run to finish) folds them in the same order with `_fold`'s arithmetic:
-  the same bits, with up to one program per tile. `_combine` first takes every tile's factors from
-  a prefix max (max is exact, so a scan equals the loop), leaving only the fma chain in order.
+  states in parallel programs, stores them in fp32 (exact) and a second launch (or, in short
+  contexts, the last program of each run to finish) folds them in the same order with `_fold`'s
+  arithmetic: the same bits, with up to one program per tile. The fold first takes every tile's
+  factors from a prefix max (max is exact, so a scan equals the loop), leaving only the fma chain
+  in order. Where Triton has Gluon (its explicit-layout language), split-KV decode runs the Gluon
+  kernels of decode_states.py: the same arithmetic on the same layouts, with K and V in flight
+  together and the fold's tile states in shared memory.
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
@@ -31,6 +34,19 @@ import triton
 
 from topl.kernels.gpu.attention_kernels import _attn, _combine
 from topl.kernels.gpu.ops import arrival_counts
+
+try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (decode_states.py),
+    # written against Triton 3.6's (the version measured; Gluon is experimental and changes)
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 6):
+        raise ImportError(f"Gluon kernels need Triton >= 3.6, not {triton.__version__}")
+    from topl.kernels.gpu.decode_states import _decode_states, _fold_states
+
+    # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
+    # step) in Triton (`_combine`)
+    FOLD: tuple[int, ...] = (32, 8)
+except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
+    _decode_states = _fold_states = None
+    FOLD = (1, 32, 32)
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
@@ -92,6 +108,17 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
     return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
 
 
+def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
+    """`_kv_desc` for `_decode_states`: the block in the shared layout the warpgroup MMA reads
+    (128-byte swizzle, `_attn`'s)."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [tile, x.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), block, layout)
+
+
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
 
 
@@ -134,9 +161,10 @@ def attention(
     check: bool = True,
     tma: bool | None = None,
     whole: bool = True,
-    combine: tuple[int, int, int] | None = None,
+    combine: tuple[int, ...] | None = None,
     graph: bool = False,
     fused: bool | None = None,
+    gluon: bool | None = None,
 ) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
@@ -145,11 +173,13 @@ def attention(
     split: None picks split-KV when few programs would walk the tiles (small decode batches); the
     result has the same bits either way, and so do `tma` (None: on Hopper, K/V tiles seen whole by
     every row load through the tensor-memory engine in big calls and in calls captured into a CUDA
-    graph, `graph=True`) and `whole` (False: every tile takes the
-    masked path, the kernel before whole tiles were split off), `fused` (split-KV: the last program
-    of a run folds its tile states, instead of a second launch) and `tiles_per_prog` / `stages` /
-    `combine`. `check=False` allows launch settings outside CONFIGS (to show that they change the
-    bits)."""
+    graph, `graph=True`), `whole` (False: every tile takes the masked path, the kernel before
+    whole tiles were split off), `fused` (split-KV: the last program of a run folds its tile
+    states, instead of a second launch), `combine` (the separate fold: (channels, tiles per step)
+    runs Gluon's `_fold_states`, (heads, channels, tiles per load step) Triton's `_combine`),
+    `gluon` (split-KV tile states through the tensor-memory engine in Gluon's `_decode_states`;
+    None: where Gluon is available) and `tiles_per_prog` / `stages`. `check=False` allows launch
+    settings outside CONFIGS (to show that they change the bits)."""
     tq, h, dim = q.shape
     kvh = k.shape[-2]
     group = h // kvh
@@ -213,53 +243,108 @@ def attention(
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
         # loads keep 2 (3 overflow shared memory)
         ns = min(stages, 2) if stages else (2 if not tma or (cnt is not None and tpp >= 8) else 1)
-    kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
-    _attn[grid](
-        q,
-        kf,
-        vf,
-        kd,
-        vd,
-        o,
-        pos,
-        bseq,
-        bq0,
-        bnq,
-        as_t(k0),
-        as_t(bt),
-        wm,
-        wl,
-        wa,
-        cnt if cnt is not None else o,
-        q.stride(0),
-        q.stride(1),
-        kf.stride(0),
-        kf.stride(1),
-        o.stride(0),
-        o.stride(1),
-        bt.stride(0),
-        wm.stride(0),
-        wm.stride(1),
-        scale,
-        tpp,
-        PAGED=paged,
-        SPLIT=split,
-        TMA=tma,
-        WHOLE=whole,
-        FUSED=cnt is not None,
-        # the fused fold's unroll (a constant of the kernel: one value where no fold runs in it,
-        # so the JIT compiles no copies that differ only there)
-        FOLD_U=(combine[2] if combine else (32 if tiles >= 32 else 8)) if cnt is not None else 8,
-        num_warps=nw,
-        num_stages=ns,
-        enable_fp_fusion=False,  # the masked and whole-tile paths must round alike (_full_tile)
-        **kw,
-    )
-    if split and cnt is None:
+    if gluon is None:
+        gluon = _decode_states is not None
+    # the Gluon kernel is `_attn`'s split path at 64 rows x 4 warps on bf16 (its MMA layout)
+    gluon = gluon and split and tma and paged and cnt is None and whole
+    if gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16:
+        kd, vd = (_gluon_desc(x, tile) for x in (kf, vf))
+        _decode_states[grid](
+            q,
+            kf,
+            vf,
+            kd,
+            vd,
+            pos,
+            bseq,
+            bq0,
+            bnq,
+            as_t(bt),
+            wm,
+            wl,
+            wa,
+            q.stride(0),
+            q.stride(1),
+            kf.stride(0),
+            kf.stride(1),
+            bt.stride(0),
+            wm.stride(0),
+            wm.stride(1),
+            scale,
+            tpp,
+            num_warps=4,
+            enable_fp_fusion=False,
+            **kw,
+        )
+    else:
+        kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
+        _attn[grid](
+            q,
+            kf,
+            vf,
+            kd,
+            vd,
+            o,
+            pos,
+            bseq,
+            bq0,
+            bnq,
+            as_t(k0),
+            as_t(bt),
+            wm,
+            wl,
+            wa,
+            cnt if cnt is not None else o,
+            q.stride(0),
+            q.stride(1),
+            kf.stride(0),
+            kf.stride(1),
+            o.stride(0),
+            o.stride(1),
+            bt.stride(0),
+            wm.stride(0),
+            wm.stride(1),
+            scale,
+            tpp,
+            PAGED=paged,
+            SPLIT=split,
+            TMA=tma,
+            WHOLE=whole,
+            FUSED=cnt is not None,
+            # the fused fold's unroll (a constant of the kernel: one value where no fold runs in it,
+            # so the JIT compiles no copies that differ only there)
+            FOLD_U=(combine[-1] if combine else (32 if tiles >= 32 else 8))
+            if cnt is not None
+            else 8,
+            num_warps=nw,
+            num_stages=ns,
+            enable_fp_fusion=False,  # the masked and whole-tile paths must round alike (_full_tile)
+            **kw,
+        )
+    if split and cnt is None and len(fold := combine or FOLD) == 2:
+        dc, u = fold  # Gluon's fold: DC channels of one head per program (one warp per 32)
+        _fold_states[(tq, h, dim // dc)](
+            o,
+            pos,
+            wm,
+            wl,
+            wa,
+            o.stride(0),
+            o.stride(1),
+            wm.stride(0),
+            wm.stride(1),
+            BLOCK_N=tile,
+            D=dim,
+            DC=dc,
+            CH=128,
+            U=u,
+            num_warps=dc // 32,
+        )
+    elif split and cnt is None:
         # one warp per 32 channels of one head (H200 decode B1 ctx16384, 4-warp programs of 128
         # channels: 37.9 -> 20.5 us), the fold's factors before its chain (`_combine`), 32 tiles'
         # loads per step (20.2 us, 16: 21.1); no layout changes a bit
-        gh, dc, u = combine or (1, 32, 32)
+        gh, dc, u = fold
         nc = dim // dc
         ab = torch.empty(2, tq * h * nc * tiles, device=dev, dtype=torch.float32)
         _combine[(tq, h // gh, nc)](

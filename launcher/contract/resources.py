@@ -9,7 +9,7 @@ from topl.launcher.contract.core import rule
 from topl.launcher.contract.verl_firststep import legacy_trainer
 from topl.launcher.render.command import command
 from topl.launcher.spec import backend_traits
-from topl.launcher.spec.job import is_moe, world_size
+from topl.launcher.spec.job import is_moe, whole_nodes, world_size
 from topl.launcher.spec.memory import param_counts
 
 if TYPE_CHECKING:
@@ -224,3 +224,34 @@ def local_model_size(s: JobSpec) -> Outcome:
             return (
                 f"cluster {s.cluster.name} is an NPU cluster but backend=local runs on this machine"
             )
+
+
+@rule(
+    "TOP-RES-010",
+    ERROR,
+    "a node runs no more devices than the cluster group's node hardware holds",
+    ("cluster.devices_per_node", "cluster.max_devices_per_node"),
+    "run the same devices on more nodes, at most cluster.max_devices_per_node on each (the "
+    "message gives cluster.nodes and cluster.devices_per_node); fewer devices per node than the "
+    "node holds are fine",
+)
+def node_holds(s: JobSpec) -> Outcome:
+    """verl places each node's share as one Ray placement group of trainer.n_gpus_per_node
+    one-device bundles, STRICT_PACK (all on one node), and waits for it to be ready (verl@0.9.1:
+    verl/single_controller/ray/base.py:RayResourcePool.get_placement_groups, the pool
+    [n_gpus_per_node] * nnodes: verl/trainer/ppo/v1/trainer_base.py; 0.8.0 the same). Its
+    check before (ResourcePoolManager._check_resource_available) adds devices over all nodes:
+    1 x 32 on two nodes of 16 passes it, then waits for a node that never appears. What a node
+    holds is the group's hardware: cluster.max_devices_per_node, from the vendor documents
+    conf/cluster/*.yaml names; a group that does not state it is not checked. The rule reads
+    nothing else (the layout it names is per node), so `check --fix`, which never changes the
+    hardware, sees at once that only you can clear it."""
+    per, most = s.cluster.devices_per_node, s.cluster.max_devices_per_node
+    if most is None or per <= most:
+        return None
+    k, fits = whole_nodes(per, most)
+    return (
+        f"cluster.devices_per_node={per}, but a node of this group holds {most} devices "
+        f"(cluster.max_devices_per_node): run the same devices on {k} times as many nodes of "
+        f"{fits} each (from 1 node: cluster.nodes={k} cluster.devices_per_node={fits})"
+    )

@@ -16,6 +16,7 @@ from topl.launcher.importer.fit import (
 from topl.launcher.importer.read import Script
 from topl.launcher.importer.version import stack_choice
 from topl.launcher.render import invocation as R
+from topl.launcher.spec.job import whole_nodes
 
 
 def on_npu_script(s: Script) -> bool:
@@ -73,7 +74,9 @@ CLUSTER_KIND = "cluster"  # the report row's kind (the CLI adds the verdict to i
 
 
 def ascend_clusters() -> dict[str, tuple[int, str]]:
-    """conf/cluster/*.yaml with device npu: name -> (devices_per_node, backend), as declared."""
+    """conf/cluster/*.yaml with device npu: name -> (devices one node holds, backend), as declared:
+    max_devices_per_node (the hardware, which TOP-RES-010 holds devices_per_node to), else the
+    group's devices_per_node."""
     import yaml
 
     from topl.launcher.compose.sources import conf_dir  # lazy: OmegaConf only when this runs
@@ -81,8 +84,9 @@ def ascend_clusters() -> dict[str, tuple[int, str]]:
     out = {}
     for f in sorted((conf_dir() / "cluster").glob("*.yaml")):
         c = yaml.safe_load(f.read_text()) or {}
-        if c.get("device") == "npu" and isinstance(c.get("devices_per_node"), int):
-            out[f.stem] = (c["devices_per_node"], str(c.get("backend", "local")))
+        holds = c.get("max_devices_per_node", c.get("devices_per_node"))
+        if c.get("device") == "npu" and _is_count(holds):
+            out[f.stem] = (holds, str(c.get("backend", "local")))
     return out
 
 
@@ -108,17 +112,13 @@ def _is_count(v: object) -> bool:
 
 def _layout(world: int, clusters: dict[str, tuple[int, str]]) -> tuple[str, int, int] | None:
     """(group, nodes, devices per node): the fewest whole nodes of one ray_job group holding
-    `world` devices, each node using the same count (verl places n_gpus_per_node on each)."""
+    `world` devices, each node using the same count (the layout TOP-RES-010 names), on the
+    smallest group whose nodes hold that count."""
     sizes = sorted((d, n) for n, (d, b) in clusters.items() if b == "ray_job")
     if not sizes or world > MAX_WORLD:
         return None
-    for nodes in range(-(-world // sizes[-1][0]), world + 1):
-        if world % nodes == 0:
-            per = world // nodes
-            fit = next((n for d, n in sizes if d >= per), None)
-            if fit:
-                return fit, nodes, per
-    return None
+    nodes, per = whole_nodes(world, sizes[-1][0])
+    return next(n for d, n in sizes if d >= per), nodes, per
 
 
 def cluster_choice(s: Script) -> tuple[str, dict | None]:

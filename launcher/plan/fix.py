@@ -45,7 +45,8 @@ PROTECTED = (
     "model.",
     "alignment.",
     "cluster.versions.",
-    "cluster.device",
+    "cluster.device",  # also cluster.devices_per_node, device_memory_gb: prefixes
+    "cluster.max_devices_per_node",
     "cluster.external_modules",
     "cluster.python",
     "cluster.env",

@@ -292,6 +292,10 @@ class ClusterSpec:
     soc: Optional[str] = c(None, one_of=(None, "A2", "A3"))  # A2 | A3 | None
     nodes: int = c(1, ge=1)  # nodes in the job
     devices_per_node: int = c(1, ge=1)  # accelerators per node
+    # What the node hardware holds, cited in conf/cluster/*.yaml; None for local (the machine
+    # decides) and for a cluster file of your own that does not state it: then nothing is checked.
+    # devices one node of the group holds; devices_per_node may not exceed it (TOP-RES-010)
+    max_devices_per_node: Optional[int] = c(None, ge=1)
     device_memory_gb: float = c(24.0, gt=0)  # memory of one device (GB)
     ray_address: Optional[str] = None  # Ray dashboard address for ray_job (http://host:8265)
     # longest wait for one answer from the Ray head (connect, submit, status)
@@ -357,6 +361,13 @@ def register_configs() -> None:
 def world_size(s: JobSpec) -> int:
     """Devices the job uses."""
     return s.cluster.nodes * s.cluster.devices_per_node
+
+
+def whole_nodes(world: int, most: int) -> tuple[int, int]:
+    """(nodes, devices per node): the fewest nodes of at most `most` devices that hold `world`
+    devices, each node using the same count (verl places n_gpus_per_node on every node)."""
+    per = next(p for p in range(min(most, world), 0, -1) if world % p == 0)
+    return world // per, per
 
 
 def is_strict(s: JobSpec) -> bool:

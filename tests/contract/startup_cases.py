@@ -233,13 +233,13 @@ _SPEC = [
     # 39: get_num_layers_to_build: layers per stage split over the virtual stages
     ("vpp_splits_stage", 39, "M", ["train.pp=2", VPP + "=4"],
      (VPP[1:], "train.pp", "model.num_layers"), BUILD, MCORE_ENGINE, "rule"),
-    # 40: _init_device_mesh returns where parallel_state is initialized: the actor runs in the
+    # 41: _init_device_mesh returns where parallel_state is initialized: the actor runs in the
     # ref's groups (no error: the line is where verl skips its own sizes)
-    ("ref_layout_differs", 40, "M", OFF + KL + [V + "ref.megatron.pipeline_model_parallel_size=2"],
+    ("ref_layout_differs", 41, "M", OFF + KL + [V + "ref.megatron.pipeline_model_parallel_size=2"],
      (VO + "ref.megatron.pipeline_model_parallel_size", "train.pp"), {"0.9.1": 244, "0.8.0": 139},
      MCORE_ENGINE, "rule"),
-    # 41: dynamic context parallel on megatron-core 0.16 (0.9.1: the scheduler import; 0.8.0: assert)
-    ("dynamic_cp", 41, "M", OFF + ["train.cp=2", V + "actor.megatron.dynamic_context_parallel=true"],
+    # 42: dynamic context parallel on megatron-core 0.16 (0.9.1: the scheduler import; 0.8.0: assert)
+    ("dynamic_cp", 42, "M", OFF + ["train.cp=2", V + "actor.megatron.dynamic_context_parallel=true"],
      (VO + "actor.megatron.dynamic_context_parallel",), {"0.9.1": 242, "0.8.0": 145},
      MCORE_ENGINE, "rule"),
 ]

@@ -28,6 +28,10 @@ CASES = {
         B + ["train.sequence_parallel=true", "train.tp=2", "rollout.tp=2"],
     ),
     "TOP-RES-009": (["model=qwen3_8b"], ["model=tiny_moe"]),
+    "TOP-RES-010": (
+        B + ["cluster.devices_per_node=32"],
+        B + ["cluster.nodes=2", "cluster.devices_per_node=16"],
+    ),
     "TOP-MEM-001": (B + ["train.pp=2"], B + ["train.pp=2", "train.ep=8"]),
     "TOP-MEM-002": (B + ["rollout.pp=1"], B + ["rollout.pp=1", "rollout.tp=2", "train.tp=2"]),
     "TOP-MEM-003": (B + ["rollout.max_num_seqs=1024"], B),

@@ -53,6 +53,19 @@ def test_the_groups_are_what_conf_cluster_declares():
     }
 
 
+def test_a_group_holds_what_its_node_hardware_holds(tmp_path, monkeypatch):
+    """max_devices_per_node (what TOP-RES-010 checks), not the devices a group uses by default;
+    a group of your own that does not state it: its devices_per_node."""
+    (tmp_path / "cluster").mkdir()
+    npu = "device: npu\nbackend: ray_job\n"
+    (tmp_path / "cluster" / "part.yaml").write_text(
+        npu + "devices_per_node: 4\nmax_devices_per_node: 16\n"
+    )
+    (tmp_path / "cluster" / "own.yaml").write_text(npu + "devices_per_node: 8\n")
+    monkeypatch.setattr("topl.launcher.compose.sources.conf_dir", lambda: tmp_path)
+    assert ascend_clusters() == {"own": (8, "ray_job"), "part": (16, "ray_job")}
+
+
 def test_eight_gpus_per_node_land_on_atlas_a2_and_round_trip():
     imp = build_recipe(read_script(GPU))
     assert imp.defaults["cluster"] == "atlas_a2" and imp.round_trip == [] and not imp.dropped
@@ -120,7 +133,8 @@ def test_no_group_holds_the_count_local_stays_with_the_layout_that_fits():
 def test_the_report_and_check_agree(tmp_path):
     """8 per node: atlas_a2, accepted by `topl check`. 32 per node: local, refused by exactly
     TOP-RES-009 / TOP-ENG-009 for this model, which the report names; its fix, typed as printed,
-    is accepted."""
+    is accepted (the re-import alone keeps 32 per node, which TOP-RES-010 refuses, naming the same
+    layout as the report)."""
     script = tmp_path / "gpu.sh"
     script.write_text(GPU)
     r = run("recipes", "import", str(script), "-o", "g8.yaml", cwd=tmp_path)
@@ -150,9 +164,10 @@ def test_the_report_and_check_agree(tmp_path):
     reimport, launch = re.findall(r"`topl ([^`]*)`", row["detail"])
     words = shlex.split(reimport)  # with the import's own --env, next to the local recipe
     assert words == [*args[:3], "--env", "NGPUS=32", "cluster=atlas_a3", "-o", "g32_ascend.yaml"]
-    a3 = run(*words, cwd=tmp_path)
-    assert "contract: accepted" in a3.stdout, a3.stdout
+    a3 = run(*words, cwd=tmp_path)  # the script's 32 per node, as it is: no A3 node holds them
+    assert a3.stdout.strip().endswith("contract: rejected (TOP-RES-010)"), a3.stdout
     words = shlex.split(launch)
     assert words[:2] == ["launch", "recipe=g32_ascend.yaml"], words
+    assert " ".join(words[2:]) in a3.stdout  # TOP-RES-010 names the layout the report names
     c = run("check", *words[1:], "-q", cwd=tmp_path)
     assert c.returncode == 0, c.stdout + c.stderr

@@ -85,16 +85,21 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
     # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
-    # program, with every layout of the in-order fold (heads, channels, tiles per load per program)
-    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8), (1, 16, 8), (1, 32, 32))
-    for tma, tpp, fold in itertools.product((None, False, True), (None, 1, 3), folds):
+    # program, tile states in Gluon or Triton, with every layout of the in-order fold: Gluon's
+    # (channels, tiles per step), Triton's (heads, channels, tiles per load per program)
+    folds = (None, (32, 8), (128, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    folds += ((1, 16, 8), (1, 32, 32))
+    for tma, tpp, fold, gluon in itertools.product(
+        (None, False, True), (None, 1, 3), folds, (False, True)
+    ):
         out = attention(
             q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,
-            tiles_per_prog=tpp, combine=fold,
+            tiles_per_prog=tpp, combine=fold, gluon=gluon,
         )  # fmt: skip
         bad = (out != ref).any(-1).any(-1)
         assert not bad.any(), (
-            f"split decode tma={tma} tiles/program={tpp} fold={fold}: {int(bad.sum())}"
+            f"split decode tma={tma} tiles/program={tpp} fold={fold} gluon={gluon}: "
+            f"{int(bad.sum())}"
         )
 
 

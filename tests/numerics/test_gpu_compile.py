@@ -20,6 +20,9 @@ import torch
 triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402 (after the skip)
 from triton.compiler import ASTSource  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor  # noqa: E402
+from triton.runtime.jit import mangle_type  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 
 from topl.kernels.model import QWEN3_30B_A3B as Q  # noqa: E402
@@ -45,6 +48,8 @@ def _type(a: Any) -> str:
         return "*" + TYPES[a.dtype]
     if isinstance(a, TensorDescriptor):
         return f"tensordesc<{TYPES[a.base.dtype]}[{','.join(map(str, a.block_shape))}]>"
+    if isinstance(a, GluonDescriptor):  # its shared layout is part of its type
+        return str(mangle_type(a))
     if isinstance(a, bool):
         return "i1"
     if isinstance(a, int):
@@ -65,7 +70,9 @@ def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) ->
         if key in seen:
             continue
         seen.add(key)
-        src = ASTSource(fn=fn, signature=sig, constexprs=const)
+        src = (GluonASTSource if fn.is_gluon() else ASTSource)(
+            fn=fn, signature=sig, constexprs=const
+        )
         try:
             k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
         except Exception as e:  # Triton's pass or ptxas error: say which launch
@@ -110,7 +117,7 @@ def test_attention_launches_compile_for_hopper(on_h200):
     """Training (packed) at every launch setting of CONFIGS and at its default (tensor-memory
     loads), prefill (paged); decode split-KV with the separate fold at its default and at every fold
     layout the parity test runs, the fused fold (its default, short contexts), eager and
-    graph-launched, and one pass."""
+    graph-launched (tile states in Gluon, decode_states.py, and in `_attn` without it), and one pass."""
     from topl.kernels.gpu.attention import CONFIGS, attention
 
     n = 4096
@@ -124,15 +131,17 @@ def test_attention_launches_compile_for_hopper(on_h200):
         attention(q, k, v, seq, pos, kv_start=start, **kw)
     attention(q, k, v, seq, pos, kv_start=start)  # the default: tensor-memory loads at this size
     attention(q, pages, pages, seq, pos, block_table=table)
-    folds = (None, (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8), (1, 16, 8), (1, 32, 32))
+    folds = (None, (128, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    folds += ((1, 16, 8), (1, 32, 32))
     for b, ctx in ((1, 16384), (4, 900), (16, 4096), (64, 4096), (40, 1024)):
         dq = _bf16(b, H, D)
         dpages = _bf16(b * ctx // 128 + b, 128, KVH, D)
         dtable = torch.arange(dpages.shape[0], dtype=torch.int32).view(b, -1)
-        for graph, fold in ((False, None), (True, None), *((True, f) for f in folds[1:])):
+        runs = ((False, None, None), (True, None, None), (True, None, False))
+        for graph, fold, gluon in (*runs, *((True, f, None) for f in folds[1:])):
             attention(
                 dq, dpages, dpages, list(range(b)), [ctx - 1] * b, block_table=dtable,
-                q_tokens=64 // (H // KVH), max_pos=ctx - 1, graph=graph, combine=fold,
+                q_tokens=64 // (H // KVH), max_pos=ctx - 1, graph=graph, combine=fold, gluon=gluon,
             )  # fmt: skip
     done = _compile_all(on_h200)
     paths = {(c["PAGED"], c["SPLIT"], c["TMA"], c["FUSED"]) for f, c in done if f == "_attn"}
@@ -142,12 +151,14 @@ def test_attention_launches_compile_for_hopper(on_h200):
         (True, False, True, False),  # paged prefill; one-pass decode under graph (B64)
         (True, False, False, False),  # one-pass decode, eager, few tiles (B40 ctx1024)
         (True, True, False, False),  # split-KV decode, eager, the separate fold
-        (True, True, True, False),  # split-KV decode under graph
+        (True, True, True, False),  # split-KV decode under graph, without Gluon
         (True, True, False, True),  # the fused fold (ctx <= 1024), eager
         (True, True, True, True),  # the fused fold under graph
     }
+    assert any(f == "_decode_states" for f, _ in done)  # under graph, Gluon's tile states
     folds_done = {(c["GH"], c["DC"], c["U"]) for f, c in done if f == "_combine"}
-    assert folds_done == {(1, 32, 32), *folds[1:]}
+    folds_done |= {(c["DC"], c["U"]) for f, c in done if f == "_fold_states"}
+    assert folds_done == {(32, 8), *folds[1:]}  # (32, 8): Gluon's fold, the default
 
 
 def test_matmul_and_norm_launches_compile_for_hopper(on_h200):

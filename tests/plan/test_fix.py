@@ -101,6 +101,15 @@ def test_every_rules_fixture_is_fixed_or_blocked_by_name(rule_id):
         assert fix.blocking, rule_id
 
 
+def test_a_fix_never_raises_what_a_node_holds():
+    """32 devices on one A3 node: the search may not declare bigger hardware
+    (cluster.max_devices_per_node=32 cleared TOP-RES-010 before it was protected). The rule reads
+    only keys a fix never changes: it blocks at once, by its message, which names the layout."""
+    fix = find_fix(["recipe=qwen3_4b_grpo_a3_strict", "cluster.devices_per_node=32"])
+    assert (fix.found, fix.changes, fix.evaluated) == (False, [], 1), fix.to_dict()
+    assert "cluster.nodes=2 cluster.devices_per_node=16" in fix.blocking["TOP-RES-010"]
+
+
 def test_cli_json_gives_the_set_the_rules_each_clears_and_the_verdict_after(capsys):
     from topl.launcher.cli import main
 

@@ -58,6 +58,12 @@ def test_interpolations_follow_swept_values():
     assert [x.valid for x in mixed] == [False, True] and mixed[0].rules == ["TOP-ATTN-004"]
 
 
+def test_a_node_past_its_hardware_is_an_invalid_point():
+    """TOP-RES-010 in a sweep: 32 per A3 node is refused, fewer than 16 are not."""
+    v = plan(["recipe=qwen3_4b_grpo_a3_strict", "cluster.devices_per_node=8,16,32"])
+    assert [(x.valid, x.rules) for x in v] == [(True, []), (True, []), (False, ["TOP-RES-010"])]
+
+
 @pytest.mark.parametrize(
     "bad, needle",
     [
