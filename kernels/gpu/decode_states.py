@@ -62,24 +62,29 @@ def _store(WM, WL, WA, hrow, j, m, l, acc, valid, d, D: gl.constexpr):
 
 
 @gluon.jit
-def _decode_states(
+def _decode_states(  # `_attn`'s parameters; O, KV0, CNT, sot, soh unread (paged, unfused)
     Q,
     K,
     V,
     KD,
     VD,
+    O,
     QPOS,
     BSEQ,
     BQ0,
     BNQ,
+    KV0,
     BT,
     WM,
     WL,
     WA,
+    CNT,
     sqt,
     sqh,
     skt,
     skh,
+    sot,
+    soh,
     sbt,
     swt,
     swh,
