@@ -43,7 +43,7 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
 
     # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
     # step) in Triton (`_combine`)
-    FOLD: tuple[int, ...] = (32, 8)
+    FOLD: tuple[int, ...] = (128, 8)
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
     _decode_states = _fold_states = None
     FOLD = (1, 32, 32)
@@ -237,7 +237,9 @@ def attention(
         # fold is short (H200 decode ctx1024, 8 tiles: B1 / B4 / B16 8 / 9 / 14 us against 9 / 10
         # / 16 for the separate fold), slower from 32 tiles (B1 ctx4096 11 vs 9 us, ctx16384 30
         # vs 19; docs/performance.md). Explicit `combine` layouts are the separate fold's.
-        if fused if fused is not None else (combine is None and tiles <= 8):
+        # Gluon's fold in a second launch is as fast or faster (H200 B1 / B4 ctx1024: 7.6 / 8.2 us
+        # against 8.3 / 8.9 fused; B16: 15.6 vs 14.7): by default the fused fold only without it
+        if fused if fused is not None else (combine is None and tiles <= 8 and len(FOLD) == 3):
             cnt = arrival_counts(_CNT, dev, n_blk * kvh, 1 << 14)
         # tensor-memory loads of a few tiles per program need no prefetch buffer (H200: B4 ctx4096
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
@@ -247,65 +249,45 @@ def attention(
         gluon = _decode_states is not None
     # the Gluon kernel is `_attn`'s split path at 64 rows x 4 warps on bf16 (its MMA layout)
     gluon = gluon and split and tma and paged and cnt is None and whole
-    if gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16:
+    gluon = gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16
+    if gluon:
         kd, vd = (_gluon_desc(x, tile) for x in (kf, vf))
-        _decode_states[grid](
-            q,
-            kf,
-            vf,
-            kd,
-            vd,
-            pos,
-            bseq,
-            bq0,
-            bnq,
-            as_t(bt),
-            wm,
-            wl,
-            wa,
-            q.stride(0),
-            q.stride(1),
-            kf.stride(0),
-            kf.stride(1),
-            bt.stride(0),
-            wm.stride(0),
-            wm.stride(1),
-            scale,
-            tpp,
-            num_warps=4,
-            enable_fp_fusion=False,
-            **kw,
-        )
     else:
         kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
+    args = (
+        q,
+        kf,
+        vf,
+        kd,
+        vd,
+        o,
+        pos,
+        bseq,
+        bq0,
+        bnq,
+        as_t(k0),
+        as_t(bt),
+        wm,
+        wl,
+        wa,
+        cnt if cnt is not None else o,
+        q.stride(0),
+        q.stride(1),
+        kf.stride(0),
+        kf.stride(1),
+        o.stride(0),
+        o.stride(1),
+        bt.stride(0),
+        wm.stride(0),
+        wm.stride(1),
+        scale,
+        tpp,
+    )
+    if gluon:
+        _decode_states[grid](*args, num_warps=4, enable_fp_fusion=False, **kw)
+    else:
         _attn[grid](
-            q,
-            kf,
-            vf,
-            kd,
-            vd,
-            o,
-            pos,
-            bseq,
-            bq0,
-            bnq,
-            as_t(k0),
-            as_t(bt),
-            wm,
-            wl,
-            wa,
-            cnt if cnt is not None else o,
-            q.stride(0),
-            q.stride(1),
-            kf.stride(0),
-            kf.stride(1),
-            o.stride(0),
-            o.stride(1),
-            bt.stride(0),
-            wm.stride(0),
-            wm.stride(1),
-            scale,
-            tpp,
+            *args,
             PAGED=paged,
             SPLIT=split,
             TMA=tma,

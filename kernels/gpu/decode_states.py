@@ -1,12 +1,15 @@
-"""Split-KV decode's tile states in Gluon (Hopper): `_attn`'s SPLIT path with its K and V in flight
-together.
+"""Split-KV decode in Gluon (Hopper): `_attn`'s SPLIT path with K and V in flight together, and
+`_combine`'s fold with its tile states in shared memory.
 
 Triton lowers each tensor-memory load of `_attn` on its own (copy, wait; copy, wait), so a
 program's V tile leaves only after its K tile has landed: on an H200 the tile states of B4 ctx16384
 moved K/V at ~2.9 TB/s (docs/performance.md, issue 52). Here both copies of a tile signal one
 barrier and the program waits once. Everything else is `_attn`'s arithmetic on `_attn`'s layouts
 (the 64-row warpgroup MMA with 4 warps, [16, 128, 16] instructions; the same reductions over the
-same layout), so every tile state has the same bits: the parity test compares every row.
+same layout), so every tile state has the same bits. The fold waited on L2 once per few tiles
+(7.5 of 19 us at B1 ctx16384); here one asynchronous copy brings 128 tiles' states to shared
+memory while the factors are computed. Same operations on the same values: the parity test
+compares every row (tests/numerics/test_gpu.py).
 """
 
 from triton.experimental import gluon
@@ -59,24 +62,29 @@ def _store(WM, WL, WA, hrow, j, m, l, acc, valid, d, D: gl.constexpr):
 
 
 @gluon.jit
-def _decode_states(
+def _decode_states(  # `_attn`'s parameters; O, KV0, CNT, sot, soh unread (paged, unfused)
     Q,
     K,
     V,
     KD,
     VD,
+    O,
     QPOS,
     BSEQ,
     BQ0,
     BNQ,
+    KV0,
     BT,
     WM,
     WL,
     WA,
+    CNT,
     sqt,
     sqh,
     skt,
     skh,
+    sot,
+    soh,
     sbt,
     swt,
     swh,

@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import Version
+
+from topl.launcher import facts
 from topl.launcher.base.errors import ERROR
 from topl.launcher.contract.core import rule
 from topl.launcher.contract.dryrun import mcore, mirror
@@ -33,6 +36,7 @@ USER = (
 )
 WORLD = ("cluster.nodes", "cluster.devices_per_node")
 FIELD_OF = {verl: field for field, verl in MEGATRON_KEYS.items()}  # verl key -> train.* field
+SIZES = ("train.engine", "train.tp", "train.pp", "train.cp", "train.ep", "train.etp")
 
 
 def lookup(s: JobSpec, cmd: Command) -> mirror.Get:
@@ -242,12 +246,7 @@ def v1_trainer(s: JobSpec) -> Outcome:
     "megatron-core accepts each Megatron engine's layout (virtual pipeline, recompute, the sizes a "
     "recipe sets verbatim)",
     (
-        "train.engine",
-        "train.tp",
-        "train.pp",
-        "train.cp",
-        "train.ep",
-        "train.etp",
+        *SIZES,
         "train.recompute_granularity",
         "train.recompute_method",
         "train.recompute_num_layers",
@@ -288,3 +287,54 @@ def megatron_layout(s: JobSpec) -> Outcome:
     for k in {k for f in found for k in f.keys if cmd.entry(k) is None and k in FIELD_OF}:
         getattr(s.train, FIELD_OF[k].split(".", 1)[1])
     return _report(s, cmd, found)
+
+
+@rule(
+    "TOP-INIT-021",
+    ERROR,
+    "the Megatron engines of one worker (critic, reference, actor) have the same parallel sizes",
+    (*SIZES, "algorithm.use_kl_loss", "algorithm.use_critic", *USER),
+    "drop the reference's / critic's Megatron sizes from verl_overrides (the reference's default "
+    "to the actor's, topl renders the critic's from train.*), or give every engine the same "
+    "tensor/pipeline/virtual_pipeline/context/expert/expert_tensor sizes",
+)
+def shared_groups(s: JobSpec) -> Outcome:
+    """verl builds every engine of a job in one worker process and initializes megatron-core's
+    parallel groups once, with the first engine's sizes (the critic's, else the reference's);
+    the later ones skip initialize_model_parallel (verl@0.9.1:verl/workers/engine/megatron/
+    transformer_impl.py:MegatronEngine._init_device_mesh: `if mpu.is_initialized(): return`,
+    0.8.0 and 0.9.0 the same) and run in those groups without an error (contract/dryrun/mcore.py:
+    shared_groups). Strict mode refuses a reference of other sizes already (TOP-VERL-002)."""
+    cmd = command(s)
+    get = lookup(s, cmd)
+    engines = mcore.roles(get, uses_ref(get), s.algorithm.use_critic)
+    return _report(s, cmd, mcore.shared_groups(get, engines))
+
+
+@rule(
+    "TOP-INIT-022",
+    ERROR,
+    "verl's dynamic context parallel runs only on a megatron-core that has it (none released)",
+    (
+        "train.engine",
+        "algorithm.use_kl_loss",
+        "algorithm.use_critic",
+        "cluster.versions.mindspeed",
+        *USER,
+    ),
+    "drop megatron.dynamic_context_parallel from verl_overrides and use static context parallel "
+    "(train.cp)",
+)
+def dynamic_context_parallel(s: JobSpec) -> Outcome:
+    """MegatronEngine._init_device_mesh needs megatron-core's dynamic-CP scheduler and an
+    initialize_model_parallel taking dynamic_context_parallel (verl@0.9.1:verl/workers/engine/
+    megatron/transformer_impl.py:MegatronEngine._init_device_mesh; 0.8.0 and 0.9.0 too), which
+    megatron-core 0.16.0 / 0.16.1 lack (contract/dryrun/mcore.py:NO_DYNAMIC_CP); every stack runs
+    MindSpeed core_r0.16.0 on that line. A later MindSpeed line is not judged (not read here)."""
+    ms = facts.version("mindspeed", s.cluster.versions.mindspeed)
+    if ms is None or ms >= Version("0.17"):
+        return None
+    cmd = command(s)
+    get = lookup(s, cmd)
+    engines = mcore.roles(get, uses_ref(get), s.algorithm.use_critic)
+    return _report(s, cmd, mcore.dynamic_cp(get, engines))

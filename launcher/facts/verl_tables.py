@@ -101,6 +101,14 @@ MEGATRON_KEYS = {
     "train.apply_rope_fusion": f"{ARR}.actor.megatron.override_transformer_config.apply_rope_fusion",
     "train.use_flash_attn": f"{ARR}.actor.megatron.override_transformer_config.use_flash_attn",
 }
+# The critic's Megatron sizes, the actor's fields: verl runs every engine of the worker in the
+# parallel groups the first one built initializes, the critic's (contract TOP-INIT-021), and the
+# critic's own defaults are 1 (verl@0.9.1:verl/trainer/config/critic/megatron_critic.yaml takes
+# engine/megatron.yaml; 0.8.0 the same), not the actor's as the reference's are
+CRITIC_MEGATRON_KEYS = {
+    f: MEGATRON_KEYS[f].replace(f"{ARR}.actor.", "critic.")
+    for f in ("train.tp", "train.pp", "train.ep", "train.etp", "train.cp")
+}
 FSDP_KEYS = {
     "train.fsdp_size": f"{ARR}.actor.fsdp_config.fsdp_size",
     "train.param_offload": f"{ARR}.actor.fsdp_config.param_offload",

@@ -35,6 +35,7 @@ DERIVED = {
     f"{R.ARR}.rollout.dtype": "train.dtype",  # the ref and the rollout get the actor's dtype
     f"{R.ARR}.ref.megatron.dtype": "train.dtype",
     f"{R.ARR}.ref.fsdp_config.dtype": "train.dtype",
+    **{k: f for f, k in verl_tables.CRITIC_MEGATRON_KEYS.items()},
     "data.train_files": "data_dir",
     "data.val_files": "data_dir",
     # invocation.algorithm_overrides renders these from the DAPO fields

@@ -22,6 +22,7 @@ from topl.launcher.facts.verl_schema import schema, schema_for
 from topl.launcher.facts.verl_tables import (
     ARR,
     CODE_KEYS,
+    CRITIC_MEGATRON_KEYS,
     FSDP_KEYS,
     MEGATRON_KEYS,
     VERL_KEYS,
@@ -169,6 +170,8 @@ def overrides(s: JobSpec) -> list[tuple[str, Any]]:
             ("critic.ppo_micro_batch_size_per_gpu", s.train.ppo_micro_batch_size_per_gpu),
             ("critic.model.path", s.model.hf_path),
         ]
+        if megatron:
+            out += [(k, rendered_value(s, f)) for f, k in CRITIC_MEGATRON_KEYS.items()]
     out += stack_overrides(s)
     out += algorithm_overrides(s)
     # FSDP gets no fsdp_config.full_determinism: it makes FSDPEngine call enable_full_determinism

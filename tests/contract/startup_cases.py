@@ -233,6 +233,15 @@ _SPEC = [
     # 39: get_num_layers_to_build: layers per stage split over the virtual stages
     ("vpp_splits_stage", 39, "M", ["train.pp=2", VPP + "=4"],
      (VPP[1:], "train.pp", "model.num_layers"), BUILD, MCORE_ENGINE, "rule"),
+    # 41: _init_device_mesh returns where parallel_state is initialized: the actor runs in the
+    # ref's groups (no error: the line is where verl skips its own sizes)
+    ("ref_layout_differs", 41, "M", OFF + KL + [V + "ref.megatron.pipeline_model_parallel_size=2"],
+     (VO + "ref.megatron.pipeline_model_parallel_size", "train.pp"), {"0.9.1": 244, "0.8.0": 139},
+     MCORE_ENGINE, "rule"),
+    # 42: dynamic context parallel on megatron-core 0.16 (0.9.1: the scheduler import; 0.8.0: assert)
+    ("dynamic_cp", 42, "M", OFF + ["train.cp=2", V + "actor.megatron.dynamic_context_parallel=true"],
+     (VO + "actor.megatron.dynamic_context_parallel",), {"0.9.1": 242, "0.8.0": 145},
+     MCORE_ENGINE, "rule"),
 ]
 # fmt: on
 # verl 0.8.0 only: what 0.9 added, or what 0.8.0's RayPPOTrainer does not do
@@ -338,6 +347,8 @@ _NEAR = {
                                      V + "actor.megatron.override_transformer_config.sequence_parallel=true"],
     "ep_on_dense": OFF + [V + "actor.megatron.expert_model_parallel_size=1"],
     "vpp_splits_stage": ["train.pp=2", VPP + "=3"],
+    "ref_layout_differs": OFF + KL + ["train.pp=2", V + "ref.megatron.pipeline_model_parallel_size=2"],
+    "dynamic_cp": OFF + ["train.cp=2", V + "actor.megatron.dynamic_context_parallel=false"],
 }
 # fmt: on
 

@@ -272,6 +272,15 @@ CASES = {
             f"+verl_overrides.{ARR}.actor.megatron.virtual_pipeline_model_parallel_size=3",
         ],
     ),
+    "TOP-INIT-021": (  # the critic's groups serve the actor: its sizes differ
+        [*REL, "algorithm.adv_estimator=gae", "algorithm.use_critic=true", "train.pp=2"]
+        + ["+verl_overrides.critic.megatron.pipeline_model_parallel_size=1"],
+        [*REL, "algorithm.adv_estimator=gae", "algorithm.use_critic=true", "train.pp=2"],
+    ),
+    "TOP-INIT-022": (  # no megatron-core release has verl's dynamic context parallel
+        [*REL, f"+verl_overrides.{ARR}.actor.megatron.dynamic_context_parallel=true"],
+        [*REL, f"+verl_overrides.{ARR}.actor.megatron.dynamic_context_parallel=false"],
+    ),
 }
 
 

@@ -90,6 +90,7 @@ DRY_ID = {
     "TOP-INIT-015": "TOP-DRY-004",
     "TOP-INIT-016": "TOP-DRY-008",
     "TOP-INIT-020": "TOP-DRY-010",
+    "TOP-INIT-021": "TOP-DRY-010",
 }
 OTHERS = [  # (case, overrides, the rule that refuses it today, dry id, keys)
     (

@@ -148,3 +148,55 @@ def test_the_critic_engine_is_checked_too():
     hit = [v for v in vs if v.rule == "TOP-INIT-020"]
     assert hit and key in hit[0].keys and "(critic)" in hit[0].message
     assert not [v for v in errors(check(compose_job(ppo))) if v.rule == "TOP-INIT-020"]
+
+
+def test_every_megatron_engine_of_the_worker_has_the_first_ones_layout():
+    """verl initializes megatron-core's parallel groups once per worker, with the first engine's
+    sizes (the critic's, built with the worker; else the reference's); the others run in them
+    (TOP-INIT-021). topl renders the critic the actor's sizes, so PPO with pp=2 is accepted; a
+    size set for one engine alone is refused, naming both keys."""
+    ppo = ["recipe=qwen3_4b_grpo_a2_off", "stack=release", "algorithm.adv_estimator=gae"]
+    ppo += ["algorithm.use_critic=true", "train.pp=2", "+verl_overrides.actor_rollout_ref"]
+    ppo[-1] += ".ref.megatron.pipeline_model_parallel_size=2"  # the recipe pins the ref's to 1
+    assert "TOP-INIT-021" not in {v.rule for v in errors(check(compose_job(ppo)))}
+    key = "verl_overrides.critic.megatron.tensor_model_parallel_size"
+    vs = errors(check(compose_job(ppo + [f"+{key}=2"])))
+    hit = [v for v in vs if v.rule == "TOP-INIT-021"]
+    assert hit and key in hit[0].keys and "train.tp" in hit[0].keys, vs
+    assert "critic engine, built first" in hit[0].message and "(actor)" in hit[0].message
+    kl = [*ppo[:2], "algorithm.use_kl_loss=true", "train.pp=2"]  # the recipe's ref pp=1
+    hit = [v for v in errors(check(compose_job(kl))) if v.rule == "TOP-INIT-021"]
+    assert hit and "ref engine, built first" in hit[0].message
+
+
+@needs_mcore
+def test_the_installed_megatron_core_has_no_dynamic_context_parallel():
+    """TOP-INIT-022's premise (mcore.NO_DYNAMIC_CP), read in the installed megatron-core (.ci/run:
+    0.16.1): no DefaultDynamicCPScheduler, no dynamic_context_parallel parameter."""
+    tree = ast.parse((ROOT / "parallel_state.py").read_text())
+    init = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and n.name == "initialize_model_parallel"
+    )
+    names = {a.arg for a in init.args.args + init.args.kwonlyargs}
+    assert "context_parallel_size" in names and "dynamic_context_parallel" not in names
+    schedule = ROOT / "datasets" / "data_schedule.py"
+    assert not schedule.exists() or "DefaultDynamicCPScheduler" not in schedule.read_text()
+    version = (ROOT / "package_info.py").read_text()
+    assert "MINOR = 16" in version, "a new megatron-core line: read it, update NO_DYNAMIC_CP"
+
+
+def test_dynamic_context_parallel_is_refused_on_every_engine_it_is_set_for():
+    base = ["recipe=qwen3_4b_grpo_a2_off", "stack=release", "train.cp=2"]
+    key = "verl_overrides.actor_rollout_ref.ref.megatron.dynamic_context_parallel"
+    vs = errors(check(compose_job([*base, "algorithm.use_kl_loss=true", f"+{key}=true"])))
+    hit = [v for v in vs if v.rule == "TOP-INIT-022"]
+    assert hit and key in hit[0].keys and "(ref)" in hit[0].message, vs
+    assert "TOP-INIT-022" not in {
+        v.rule for v in errors(check(compose_job([*base, f"+{key}=true"])))
+    }
+    later = [*base, "cluster.versions.mindspeed=core_r0.17.0", "algorithm.use_kl_loss=true"]
+    assert "TOP-INIT-022" not in {
+        v.rule for v in errors(check(compose_job([*later, f"+{key}=true"])))
+    }

@@ -101,6 +101,17 @@ NEGATIVE = [
         "TOP-INIT-020",
         ["verl_overrides.actor_rollout_ref.ref.megatron.virtual_pipeline_model_parallel_size"],
     ),
+    (  # verl: the reference's parallel groups serve the actor too (non-strict: only a warning,
+        # TOP-VERL-003, said so before, and that verl ran the ref's value for the ref alone)
+        "ref_layout_differs",
+        ["recipe=qwen3_4b_grpo_a2_off", "stack=release", "algorithm.use_kl_loss=true"]
+        + [V + "ref.megatron.pipeline_model_parallel_size=2"],
+        "TOP-INIT-021",
+        [
+            "verl_overrides.actor_rollout_ref.ref.megatron.pipeline_model_parallel_size",
+            "train.pp",
+        ],
+    ),
 ]
 # verl 0.9's V1 trainer pads the batch to whole mini batches and filters groups itself: both were
 # refused before (TOP-RES-005, TOP-ALG-001); the dry run accepts them (test_dryrun_verl.py)

@@ -80,9 +80,7 @@ DYNAMIC_OK = {
         "algorithm.adv_estimator=gae",
         "algorithm.use_critic=true",
         "train.ppo_mini_batch_size=2",
-        # the critic's own layout: verl gives it tp=pp=1 (dp=16), not the actor's (TOP-INIT-008)
-        "+verl_overrides.critic.megatron.tensor_model_parallel_size=2",
-        "+verl_overrides.critic.megatron.pipeline_model_parallel_size=4",
+        # the critic gets the actor's layout (topl renders it; TOP-INIT-021): its dp is the actor's
     ],
 }
 

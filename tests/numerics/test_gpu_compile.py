@@ -131,17 +131,19 @@ def test_attention_launches_compile_for_hopper(on_h200):
         attention(q, k, v, seq, pos, kv_start=start, **kw)
     attention(q, k, v, seq, pos, kv_start=start)  # the default: tensor-memory loads at this size
     attention(q, pages, pages, seq, pos, block_table=table)
-    folds = (None, (128, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    folds = (None, (32, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
     folds += ((1, 16, 8), (1, 32, 32))
     for b, ctx in ((1, 16384), (4, 900), (16, 4096), (64, 4096), (40, 1024)):
         dq = _bf16(b, H, D)
         dpages = _bf16(b * ctx // 128 + b, 128, KVH, D)
         dtable = torch.arange(dpages.shape[0], dtype=torch.int32).view(b, -1)
-        runs = ((False, None, None), (True, None, None), (True, None, False))
-        for graph, fold, gluon in (*runs, *((True, f, None) for f in folds[1:])):
+        runs = ((False, None, None, None), (True, None, None, None), (True, None, False, None))
+        runs += ((False, None, None, True), (True, None, None, True))  # the fused fold
+        for graph, fold, gluon, fused in (*runs, *((True, f, None, None) for f in folds[1:])):
             attention(
                 dq, dpages, dpages, list(range(b)), [ctx - 1] * b, block_table=dtable,
                 q_tokens=64 // (H // KVH), max_pos=ctx - 1, graph=graph, combine=fold, gluon=gluon,
+                fused=fused,
             )  # fmt: skip
     done = _compile_all(on_h200)
     paths = {(c["PAGED"], c["SPLIT"], c["TMA"], c["FUSED"]) for f, c in done if f == "_attn"}
@@ -152,13 +154,13 @@ def test_attention_launches_compile_for_hopper(on_h200):
         (True, False, False, False),  # one-pass decode, eager, few tiles (B40 ctx1024)
         (True, True, False, False),  # split-KV decode, eager, the separate fold
         (True, True, True, False),  # split-KV decode under graph, without Gluon
-        (True, True, False, True),  # the fused fold (ctx <= 1024), eager
+        (True, True, False, True),  # the fused fold, eager
         (True, True, True, True),  # the fused fold under graph
     }
     assert any(f == "_decode_states" for f, _ in done)  # under graph, Gluon's tile states
     folds_done = {(c["GH"], c["DC"], c["U"]) for f, c in done if f == "_combine"}
     folds_done |= {(c["DC"], c["U"]) for f, c in done if f == "_fold_states"}
-    assert folds_done == {(32, 8), *folds[1:]}  # (32, 8): Gluon's fold, the default
+    assert folds_done == {(128, 8), *folds[1:]}  # (128, 8): Gluon's fold, the default
 
 
 def test_matmul_and_norm_launches_compile_for_hopper(on_h200):

@@ -123,9 +123,50 @@ def _int(v: Any, default: int) -> int:
 
 
 def roles(get: Get, use_ref: bool, use_critic: bool) -> tuple[str, ...]:
-    """The Megatron engines verl builds, in its order: the reference first (its sizes initialize
-    parallel_state in the shared worker: ActorRolloutRefWorker.init_model), the actor, the critic."""
-    return (("ref",) if use_ref else ()) + ("actor",) + (("critic",) if use_critic else ())
+    """The Megatron engines verl builds in one worker process, in its order: the critic's
+    TrainingWorker builds its engine when the colocated worker is constructed (every role is in
+    "global_pool": verl@0.9.1:verl/single_controller/ray/base.py:create_colocated_worker_cls,
+    verl/workers/engine_workers.py:TrainingWorker.__init__), then ActorRolloutRefWorker.init_model
+    builds the reference, then the actor (0.8.0 and 0.9.0 the same)."""
+    return (("critic",) if use_critic else ()) + (("ref",) if use_ref else ()) + ("actor",)
+
+
+GROUPS = ("tensor", "pipeline", "virtual_pipeline", "context", "expert", "etp")
+
+
+def shared_groups(get: Get, engines: tuple[str, ...]) -> list[Finding]:
+    """verl initializes megatron-core's parallel_state once per worker process: the first Megatron
+    engine built (engines[0], see roles) calls initialize_model_parallel with its sizes, every later
+    one finds it initialized and returns (mirror.CHECKS["shared_groups"]). A later engine whose
+    sizes differ runs in the first one's groups, without an error: on 0.8.0 (mbridge) its model is
+    built with those groups' sizes (mbridge@0.15.1:mbridge/core/llm_bridge.py:LLMBridge.
+    _build_base_config reads parallel_state), on 0.9.x Megatron-Bridge's provider takes its own
+    sizes over groups of other sizes."""
+    if not megatron(get) or len(engines) < 2:
+        return []
+    first = sizes(get, engines[0])
+    want = (first.tp, first.pp, first.vpp, first.cp, first.ep, first.etp)
+    out = []
+    for role in engines[1:]:
+        z = sizes(get, role)
+        diff = [
+            (n, a, b)
+            for n, a, b in zip(GROUPS, want, (z.tp, z.pp, z.vpp, z.cp, z.ep, z.etp))
+            if a != b
+        ]
+        if not diff:
+            continue
+        said = ", ".join(f"{z.keys[n]}={b}, the {engines[0]}'s {a}" for n, a, b in diff)
+        out.append(
+            Finding(
+                "shared_groups",
+                f"the {engines[0]} engine, built first, initializes megatron-core's parallel "
+                f"groups for the whole worker and the {role} engine runs in them: {said} "
+                f"(not raised: the {role} silently takes the {engines[0]}'s layout) ({role})",
+                tuple(z.keys[n] for n, _, _ in diff) + tuple(first.keys[n] for n, _, _ in diff),
+            )
+        )
+    return out
 
 
 def layout(get: Get, m: Model, engines: tuple[str, ...]) -> list[Finding]:
@@ -306,4 +347,36 @@ def _recompute(get: Get, otc: str, role: str) -> list[Finding]:
             g,
             n,
         )
+    return out
+
+
+# megatron-core releases read for what verl's dynamic context parallel needs (NVIDIA/Megatron-LM
+# #5154): 0.16.0 and 0.16.1, the newest on PyPI, have neither
+# megatron/core/datasets/data_schedule.py:DefaultDynamicCPScheduler nor a dynamic_context_parallel
+# parameter of parallel_state.initialize_model_parallel (tests/contract/test_mcore_layout.py reads
+# the installed one); MindSpeed core_r0.16.0 runs on that line
+NO_DYNAMIC_CP = "0.16.0, 0.16.1"
+
+
+def dynamic_cp(get: Get, engines: tuple[str, ...]) -> list[Finding]:
+    """An engine with megatron.dynamic_context_parallel: verl 0.9.x raises when it imports the
+    scheduler (verl@0.9.1:verl/utils/dynamic_cp_scheduler.py:get_megatron_dynamic_cp_scheduler_cls,
+    from MegatronEngine._init_device_mesh), 0.8.0 asserts the parameter (mirror.CHECKS
+    ["dynamic_cp"]), on a megatron-core without it (NO_DYNAMIC_CP)."""
+    if not megatron(get):
+        return []
+    out = []
+    for role in engines:
+        key = sizes(get, role).keys["tensor"].rsplit(".", 1)[0] + ".dynamic_context_parallel"
+        if get(key) is True:
+            out.append(
+                Finding(
+                    "dynamic_cp",
+                    "RuntimeError: Dynamic CP requires a Megatron-Core build containing "
+                    "NVIDIA/Megatron-LM#5154 (verl 0.9; 0.8.0: AssertionError: "
+                    "dynamic_context_parallel is not supported in your megatron version): "
+                    f"megatron-core {NO_DYNAMIC_CP} have no dynamic context parallel ({role})",
+                    (key,),
+                )
+            )
     return out

@@ -79,6 +79,22 @@ CHECKS = {
         "MegatronEngine.__init__",
         "self.engine_config.use_mbridge",
     ),
+    # the first Megatron engine of a worker process initializes megatron-core's parallel groups;
+    # a later one returns here and runs in them ("TODO: set different parallelism for actor,
+    # critic, ref"): mcore.shared_groups
+    "shared_groups": Cite(
+        "workers/engine/megatron/transformer_impl.py",
+        "MegatronEngine._init_device_mesh",
+        "mpu.is_initialized()",
+        kind="expr",
+    ),
+    # verl's dynamic context parallel asks megatron-core for an initialize_model_parallel that
+    # takes it (0.9.x first imports its DefaultDynamicCPScheduler): mcore.dynamic_cp
+    "dynamic_cp": Cite(
+        "workers/engine/megatron/transformer_impl.py",
+        "MegatronEngine._init_device_mesh",
+        "'dynamic_context_parallel' in inspect.signature(mpu.initialize_model_parallel).parameters",
+    ),
     "gen_batch_size": Cite(
         "trainer/ppo/v1/trainer_base.py",
         "PPOTrainer._next_train_batch",

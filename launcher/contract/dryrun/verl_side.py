@@ -12,7 +12,8 @@ start-up check that fails, in the order verl reaches them, with verl's own messa
                    mirror.py over the composed config (they need a process group or a device)
   megatron         megatron-core's TransformerConfig and get_num_layers_to_build on each Megatron
                    engine's layout, called where megatron-core imports (CPU); mcore.py's mirror
-                   where it does not, and for parallel_state and the MoE layer (a process group)
+                   where it does not, and for parallel_state and the MoE layer (a process group);
+                   the engines of one worker sharing the first one's parallel groups (mirrored)
 
 Calls are preferred over mirrors, so each release brings its own checks. Nothing here needs an
 accelerator, model weights or the network.
@@ -48,6 +49,7 @@ STAGE = {  # mirror check -> stage
     "gen_batch_size": "trainer",
     "filter_groups_metric": "trainer",
     **{check: "megatron" for check in mcore.CHECKS},
+    "shared_groups": "megatron",
 }
 # the init_model renames of the ref's keys before its ActorConfig is built
 # (verl@0.9.1:verl/workers/engine_workers.py:ActorRolloutRefWorker.init_model; 0.8.0 the same)
@@ -187,7 +189,8 @@ def dry_run(req: dict[str, Any]) -> list[dict[str, Any]]:
     found += mirror.vllm_scheduler(get, raises_budget=bool(req.get("raises_budget")))
     found += mirror.v1_trainer(get) if v1 else []
     if req.get("model") and mirror.megatron(get):
-        found += megatron(get, req["model"], mcore.roles(get, use_ref, use_critic), fail)
+        engines = mcore.roles(get, use_ref, use_critic)
+        found += megatron(get, req["model"], engines, fail) + mcore.shared_groups(get, engines)
     cites = {**mirror.CHECKS, **mcore.CHECKS}
     for f in found:
         cite = str(cites[f.check]) if f.check in cites else mirror.VLLM_SCHEDULER
