@@ -67,15 +67,18 @@ def prefill(batches, seqs):
     print(
         "*aligned*: the kernel with prebuilt program descriptors; *masked-tile kernel*: the same "
         "kernel with every tile masked and loaded through pointers (`whole=False, tma=False`: the "
-        "kernel before whole tiles got their own path; the same bits); *engine call*: `attention()` as the "
+        "kernel before whole tiles got their own path; the same bits); *warp-specialised*: "
+        "prefill.py's Gluon kernel (`gluon=True`: a loader warp and two 64-row warpgroups; the same "
+        "bits, *bits* column); *engine call*: `attention()` as the "
         "engines call it (descriptors from the Python token list every call). SDPA default: "
         "`F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)` on [B, H, S, D], "
         "the backend torch picks; flash: the flash backend forced (K/V heads expanded).\n"
     )
     print(
-        "| shape | aligned ms | TFLOP/s | masked-tile kernel ms | 256-row programs ms | engine call ms | "
-        "SDPA default ms | SDPA flash ms | vs default | vs flash | floor ms |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| shape | aligned ms | TFLOP/s | masked-tile kernel ms | 256-row programs ms | "
+        "warp-specialised ms | engine call ms | SDPA default ms | SDPA flash ms | vs default | "
+        "warp-specialised vs default | vs flash | bits | floor ms |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for b in batches:
         for s in seqs:
@@ -126,6 +129,15 @@ def prefill(batches, seqs):
                     stages=2,
                 )
             )
+
+            def ws():
+                return attention(
+                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc,
+                    split=False, tma=True, gluon=True,
+                )  # fmt: skip
+
+            tw = bench(ws)
+            same = bool(torch.equal(ws(), attention(q, k, v, q_seq, q_pos, kv_start=starts)))
             te = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE))
             td = bench(
                 lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
@@ -134,8 +146,8 @@ def prefill(batches, seqs):
             fl_n = 4 * b * s * s * H * D / 2
             fl = floor(fl_n, 2 * (q.numel() * 2 + k.numel() * 4))
             print(
-                f"| B{b} S{s} | {ta * 1e3:.3f} | {fl_n / ta / 1e12:.0f} | {tm * 1e3:.3f} | {t256 * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
-                f"{ta / td:.2f} | {ta / tf:.2f} | {fl * 1e3:.3f} |"
+                f"| B{b} S{s} | {ta * 1e3:.3f} | {fl_n / ta / 1e12:.0f} | {tm * 1e3:.3f} | {t256 * 1e3:.3f} | {tw * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
+                f"{ta / td:.2f} | {tw / td:.2f} | {ta / tf:.2f} | {same} | {fl * 1e3:.3f} |"
             )
 
 

@@ -17,7 +17,9 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   factors from a prefix max (max is exact, so a scan equals the loop), leaving only the fma chain
   in order. Where Triton has Gluon (its explicit-layout language), split-KV decode runs the Gluon
   kernels of decode_states.py: the same arithmetic on the same layouts, with K and V in flight
-  together and the fold's tile states in shared memory.
+  together and the fold's tile states in shared memory. prefill.py's warp-specialised one pass (a
+  loader warp, two 64-row warpgroups) gives the same bits too; opt-in (`gluon=True`) while it is no
+  faster than `_attn` (docs/performance.md).
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
@@ -40,13 +42,17 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 6):
         raise ImportError(f"Gluon kernels need Triton >= 3.6, not {triton.__version__}")
     from topl.kernels.gpu.decode_states import _decode_states, _fold_states
+    from topl.kernels.gpu.prefill import _prefill
 
     # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
     # step) in Triton (`_combine`)
     FOLD: tuple[int, ...] = (128, 8)
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
-    _decode_states = _fold_states = None
+    _decode_states = _fold_states = _prefill = None
     FOLD = (1, 32, 32)
+# prefill.py's warp-specialised one-pass kernel by default (`gluon=None`): not until it is measured
+# faster on a GPU with every row equal (docs/performance.md, issue 52); `gluon=True` runs it
+PREFILL_GLUON = False
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
@@ -177,9 +183,11 @@ def attention(
     whole tiles were split off), `fused` (split-KV: the last program of a run folds its tile
     states, instead of a second launch), `combine` (the separate fold: (channels, tiles per step)
     runs Gluon's `_fold_states`, (heads, channels, tiles per load step) Triton's `_combine`),
-    `gluon` (split-KV tile states through the tensor-memory engine in Gluon's `_decode_states`;
-    None: where Gluon is available) and `tiles_per_prog` / `stages`. `check=False` allows launch
-    settings outside CONFIGS (to show that they change the bits)."""
+    `gluon` (split-KV tile states through the tensor-memory engine in Gluon's `_decode_states`, and
+    the one pass at 128 rows in prefill.py's warp-specialised `_prefill`; None: the tile states
+    where Gluon is available, `_prefill` where PREFILL_GLUON; it needs `tma`) and
+    `tiles_per_prog` / `stages`. `check=False` allows launch settings outside CONFIGS (to show that
+    they change the bits)."""
     tq, h, dim = q.shape
     kvh = k.shape[-2]
     group = h // kvh
@@ -245,12 +253,17 @@ def attention(
         # tile states 17.8 -> 12.9 us), long fused runs do (B4 ctx16384 99.5 -> 89.0 us); pointer
         # loads keep 2 (3 overflow shared memory)
         ns = min(stages, 2) if stages else (2 if not tma or (cnt is not None and tpp >= 8) else 1)
+    # `_prefill` is `_attn`'s one pass at 128 rows as two 64-row warpgroups of the MMA layout of
+    # `_decode_states`, on 128 x 128 tiles (one instruction shape for both products)
+    ws = (PREFILL_GLUON if gluon is None else gluon) and _prefill is not None and not split
+    ws = ws and tma and whole and q.dtype == torch.bfloat16 and qt * group == 128
+    ws = ws and 64 % group == 0 and tile == dim == 128 and kf.is_contiguous() and vf.is_contiguous()
     if gluon is None:
         gluon = _decode_states is not None
     # the Gluon kernel is `_attn`'s split path at 64 rows x 4 warps on bf16 (its MMA layout)
     gluon = gluon and split and tma and paged and cnt is None and whole
     gluon = gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16
-    if gluon:
+    if gluon or ws:
         kd, vd = (_gluon_desc(x, tile) for x in (kf, vf))
     else:
         kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
@@ -285,6 +298,9 @@ def attention(
     )
     if gluon:
         _decode_states[grid](*args, num_warps=4, enable_fp_fusion=False, **kw)
+    elif ws:  # 4 + 4 + 1 warps in three warpgroups; 168 registers a thread at launch (the whole
+        # file), then 240 for each 64-row warpgroup and 24 for the loader (prefill.py)
+        _prefill[grid](*args, PAGED=paged, num_warps=4, maxnreg=168, enable_fp_fusion=False, **kw)
     else:
         _attn[grid](
             *args,

@@ -28,8 +28,9 @@ def arch(layers: int, moe: bool):
     )
 
 
-def _packed_and_paged(lens, h=H, kvh=KVH, d=D, tile=128, seed=0):
-    """Random q/k/v of packed sequences, and the same K/V in a paged cache with shuffled pages."""
+def _packed_and_paged(lens, h=H, kvh=KVH, d=D, tile=128, seed=0, tail=0.0):
+    """Random q/k/v of packed sequences, and the same K/V in a paged cache with shuffled pages (a
+    last page's rows past its sequence hold `tail`)."""
     torch.manual_seed(seed)
     k = torch.randn(sum(lens), kvh, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
@@ -37,7 +38,7 @@ def _packed_and_paged(lens, h=H, kvh=KVH, d=D, tile=128, seed=0):
     starts = torch.tensor([0] + lens[:-1]).cumsum(0)
     n_pages = sum(-(-n // tile) for n in lens)
     perm = torch.randperm(n_pages).tolist()
-    cache_k = torch.zeros(n_pages, tile, kvh, d, device="cuda", dtype=torch.bfloat16)
+    cache_k = torch.full((n_pages, tile, kvh, d), tail, device="cuda", dtype=torch.bfloat16)
     cache_v = torch.zeros_like(cache_k)
     tables = []
     for s, n in enumerate(lens):
@@ -84,6 +85,25 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{path} rows={r} warps={warps} stages={stages} split={split} tma={tma}: "
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
+    # prefill.py's warp-specialised one pass (128 rows, K/V by the tensor-memory engine, masked
+    # tiles too): training, and prefill from a cache whose page tails are NaN (they must read as
+    # zero, as `_attn`'s masked loads make them), and a chunked prefill whose runs straddle a tile
+    _, _, _, _, nk, nv, _, _, _ = _packed_and_paged(LENS, tail=float("nan"))
+    s4 = sum(LENS[:4])  # the 700-token sequence, queried from position 100 on
+    got = {
+        "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False, tma=True, gluon=True),
+        "prefill": attention(
+            q, nk, nv, q_seq, q_pos, block_table=table, split=False, tma=True, gluon=True
+        ),
+        "chunked prefill": attention(
+            q[s4 + 100 : s4 + 700], nk, nv, [0] * 600, q_pos[s4 + 100 : s4 + 700],
+            block_table=table[4:5], split=False, tma=True, gluon=True,
+        ),
+    }  # fmt: skip
+    for path, out in got.items():
+        want = ref[s4 + 100 : s4 + 700] if path == "chunked prefill" else ref
+        bad = (out != want).any(-1).any(-1)
+        assert not bad.any(), f"{path} (Gluon): {int(bad.sum())} of {len(bad)} rows differ"
     # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
     # program, tile states in Gluon or Triton, with every layout of the in-order fold: Gluon's
     # (channels, tiles per step), Triton's (heads, channels, tiles per load per program)

@@ -30,7 +30,7 @@ from topl.kernels.model import QWEN3_30B_A3B as Q  # noqa: E402
 H, KVH, D = Q["num_heads"], Q["num_kv_heads"], Q["head_dim"]
 SM90_SHARED = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
 TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.float16: "fp16"}
-OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
+OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "maxnreg")
 
 
 class Recorder:
@@ -115,7 +115,7 @@ def _bf16(*shape: int) -> torch.Tensor:
 
 def test_attention_launches_compile_for_hopper(on_h200):
     """Training (packed) at every launch setting of CONFIGS and at its default (tensor-memory
-    loads), prefill (paged); decode split-KV with the separate fold at its default and at every fold
+    loads), prefill (paged), both also in prefill.py's warp-specialised kernel; decode split-KV with the separate fold at its default and at every fold
     layout the parity test runs, the fused fold (its default, short contexts), eager and
     graph-launched (tile states in Gluon, decode_states.py, and in `_attn` without it), and one pass."""
     from topl.kernels.gpu.attention import CONFIGS, attention
@@ -131,6 +131,9 @@ def test_attention_launches_compile_for_hopper(on_h200):
         attention(q, k, v, seq, pos, kv_start=start, **kw)
     attention(q, k, v, seq, pos, kv_start=start)  # the default: tensor-memory loads at this size
     attention(q, pages, pages, seq, pos, block_table=table)
+    # prefill.py's warp-specialised pass, training and prefill
+    attention(q, k, v, seq, pos, kv_start=start, gluon=True)
+    attention(q, pages, pages, seq, pos, block_table=table, gluon=True)
     folds = (None, (32, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
     folds += ((1, 16, 8), (1, 32, 32))
     for b, ctx in ((1, 16384), (4, 900), (16, 4096), (64, 4096), (40, 1024)):
@@ -158,6 +161,7 @@ def test_attention_launches_compile_for_hopper(on_h200):
         (True, True, True, True),  # the fused fold under graph
     }
     assert any(f == "_decode_states" for f, _ in done)  # under graph, Gluon's tile states
+    assert {c["PAGED"] for f, c in done if f == "_prefill"} == {False, True}
     folds_done = {(c["GH"], c["DC"], c["U"]) for f, c in done if f == "_combine"}
     folds_done |= {(c["DC"], c["U"]) for f, c in done if f == "_fold_states"}
     assert folds_done == {(128, 8), *folds[1:]}  # (128, 8): Gluon's fold, the default

@@ -185,7 +185,11 @@ def test_untyped_defs_are_triton_kernels_only():
         for m in ([o["module"]] if isinstance(o["module"], str) else o["module"])
         if m.startswith("topl.kernels")
     ]
-    assert relaxed == ["topl.kernels.gpu.attention_kernels", "topl.kernels.gpu.decode_states"]
+    assert relaxed == [
+        "topl.kernels.gpu.attention_kernels",
+        "topl.kernels.gpu.decode_states",
+        "topl.kernels.gpu.prefill",
+    ]
     for module in relaxed:
         tree = ast.parse(_path(module).read_text())
         defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
