@@ -176,8 +176,10 @@ def test_sweep_submits_each_valid_point_as_one_job_and_never_queues_the_invalid(
     report = json.loads((sweep / "sweep_report.json").read_text())
     dropped = [v for v in report["verdicts"] if not v["valid"]]
     assert [v["rules"] for v in dropped] == [["TOP-SPEC-001"]]  # time_min=0, never queued
-    limits = {cluster.run("squeue", "-h", "-j", j, "-o", "%l").strip() for j in new}
-    assert limits == {"1:00", "2:00", "3:00"}  # each job carries its own point's time limit
+    # scontrol, not squeue: a 1-step job may have left the queue already (MinJobAge keeps it here)
+    shown = [cluster.run("scontrol", "show", "job", "-o", j) for j in new]
+    limits = {m.group(1) for s in shown if (m := re.search(r"\bTimeLimit=(\S+)", s))}
+    assert limits == {"00:01:00", "00:02:00", "00:03:00"}  # each job carries its own point's limit
 
 
 def test_contract_refuses_an_impossible_allocation_before_the_queue(cluster, tmp_path):
