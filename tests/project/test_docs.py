@@ -15,7 +15,7 @@ INSTALL = ROOT / "docs" / "install.md"
 MAIN_JOB = 'pip install torch==2.13.0 && pip install ".[local]" && topl launch'
 TESTS = (
     'pip install torch==2.13.0 && pip install ".[test]" && pip install --no-deps verl==0.9.1 '
-    '&& pytest -n 2 --dist loadgroup -m "not matrix"'
+    '&& pytest -n 3 --dist loadgroup -m "not matrix"'
 )
 
 
