@@ -65,20 +65,22 @@ def sdpa_flash(q, k, v, **kw):
 def prefill(batches, seqs):
     print("\n### Training / prefill attention (causal, varlen) vs torch SDPA\n")
     print(
-        "*aligned*: the kernel with prebuilt program descriptors; *masked-tile kernel*: the same "
-        "kernel with every tile masked and loaded through pointers (`whole=False, tma=False`: the "
-        "kernel before whole tiles got their own path; the same bits); *warp-specialised*: "
-        "prefill.py's Gluon kernel (`gluon=True`: a loader warp and two 64-row warpgroups; the same "
-        "bits, *bits* column); *engine call*: `attention()` as the "
-        "engines call it (descriptors from the Python token list every call). SDPA default: "
-        "`F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)` on [B, H, S, D], "
-        "the backend torch picks; flash: the flash backend forced (K/V heads expanded).\n"
+        "*aligned*: the default kernel with prebuilt program descriptors (prefill.py's "
+        "warp-specialised Gluon kernel: a loader warp and two 64-row warpgroups); *`_attn`*: the "
+        "Triton kernel it replaced (`gluon=False`: the same bits, *bits* column); *masked-tile "
+        "kernel*: `_attn` with every tile masked and loaded through pointers (`whole=False, "
+        "tma=False`); *engine call*: `attention()` as the engines call it (descriptors from the "
+        "Python token list every call). SDPA default: `F.scaled_dot_product_attention(q, k, v, "
+        "is_causal=True, enable_gqa=True)` on [B, H, S, D], the backend torch picks; flash: the flash "
+        "backend forced (K/V heads expanded). Times with launch (`do_bench`); *GPU*: the aligned "
+        "call as a graph-capturing engine makes it (`graph=True`) and SDPA default, replayed in a "
+        "CUDA graph (no host time).\n"
     )
     print(
-        "| shape | aligned ms | TFLOP/s | masked-tile kernel ms | 256-row programs ms | "
-        "warp-specialised ms | engine call ms | SDPA default ms | SDPA flash ms | vs default | "
-        "warp-specialised vs default | vs flash | bits | floor ms |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| shape | aligned ms | TFLOP/s | `_attn` ms | masked-tile kernel ms | 256-row programs ms | "
+        "engine call ms | SDPA default ms | SDPA flash ms | vs default | `_attn` vs default | "
+        "vs flash | GPU: aligned / SDPA default us | GPU ratio | bits | floor ms |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for b in batches:
         for s in seqs:
@@ -90,64 +92,40 @@ def prefill(batches, seqs):
             starts = (torch.arange(b, device="cuda") * s).to(torch.int32)
             desc = [torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq)]
             qs, ks, vs = (x.view(b, s, -1, D).transpose(1, 2) for x in (q, k, v))
-            ta = bench(
-                lambda: attention(
-                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc, split=False
-                )
-            )
-            tm = bench(
-                lambda: attention(
-                    q,
-                    k,
-                    v,
-                    q_seq,
-                    q_pos,
-                    kv_start=starts,
-                    tile=TILE,
-                    descriptors=desc,
-                    split=False,
-                    whole=False,
-                    tma=False,
-                )
-            )
+
+            def aligned(**kw):
+                return attention(
+                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc,
+                    split=False, **kw,
+                )  # fmt: skip
+
+            ta, tt = bench(aligned), bench(lambda: aligned(gluon=False))
+            tm = bench(lambda: aligned(whole=False, tma=False))
             d256 = [
                 torch.tensor(x, dtype=torch.int32, device="cuda") for x in blocks_for(q_seq, 32)
             ]
-            t256 = bench(
-                lambda: attention(
-                    q,
-                    k,
-                    v,
-                    q_seq,
-                    q_pos,
-                    kv_start=starts,
-                    tile=TILE,
-                    descriptors=d256,
-                    split=False,
-                    q_tokens=32,
-                    warps=8,
-                    stages=2,
-                )
-            )
 
-            def ws():
+            def rows256():
                 return attention(
-                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=desc,
-                    split=False, tma=True, gluon=True,
+                    q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE, descriptors=d256,
+                    split=False, q_tokens=32, warps=8, stages=2,
                 )  # fmt: skip
 
-            tw = bench(ws)
-            same = bool(torch.equal(ws(), attention(q, k, v, q_seq, q_pos, kv_start=starts)))
+            t256 = bench(rows256)
+            same = bool(torch.equal(aligned(), attention(q, k, v, q_seq, q_pos, kv_start=starts)))
+            same = same and bool(torch.equal(aligned(), aligned(gluon=False)))
             te = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE))
-            td = bench(
-                lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
-            )
-            tf = bench(sdpa_flash(qs, ks, vs, is_causal=True))
+
+            def sdpa():
+                return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+
+            td, tf = bench(sdpa), bench(sdpa_flash(qs, ks, vs, is_causal=True))
+            ga, gd = graph_bench(lambda: aligned(graph=True)), graph_bench(sdpa)
             fl_n = 4 * b * s * s * H * D / 2
             fl = floor(fl_n, 2 * (q.numel() * 2 + k.numel() * 4))
             print(
-                f"| B{b} S{s} | {ta * 1e3:.3f} | {fl_n / ta / 1e12:.0f} | {tm * 1e3:.3f} | {t256 * 1e3:.3f} | {tw * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
-                f"{ta / td:.2f} | {tw / td:.2f} | {ta / tf:.2f} | {same} | {fl * 1e3:.3f} |"
+                f"| B{b} S{s} | {ta * 1e3:.3f} | {fl_n / ta / 1e12:.0f} | {tt * 1e3:.3f} | {tm * 1e3:.3f} | {t256 * 1e3:.3f} | {te * 1e3:.3f} | {td * 1e3:.3f} | {tf * 1e3:.3f} | "
+                f"{ta / td:.2f} | {tt / td:.2f} | {ta / tf:.2f} | {ga * 1e6:.1f} / {gd * 1e6:.1f} | {ga / gd:.2f} | {same} | {fl * 1e3:.3f} |"
             )
 
 

@@ -17,15 +17,16 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   factors from a prefix max (max is exact, so a scan equals the loop), leaving only the fma chain
   in order. Where Triton has Gluon (its explicit-layout language), split-KV decode runs the Gluon
   kernels of decode_states.py: the same arithmetic on the same layouts, with K and V in flight
-  together and the fold's tile states in shared memory. prefill.py's warp-specialised one pass (a
-  loader warp, two 64-row warpgroups) gives the same bits too; opt-in (`gluon=True`) while it is no
-  faster than `_attn` (docs/performance.md).
+  together and the fold's tile states in shared memory; the one pass of training and prefill runs
+  prefill.py's warp-specialised kernel (a loader warp, two 64-row warpgroups) where it applies:
+  the same bits, 1.1-1.25x faster than `_attn` on an H200 (docs/performance.md).
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -50,9 +51,10 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
     _decode_states = _fold_states = _prefill = None
     FOLD = (1, 32, 32)
-# prefill.py's warp-specialised one-pass kernel by default (`gluon=None`): not until it is measured
-# faster on a GPU with every row equal (docs/performance.md, issue 52); `gluon=True` runs it
-PREFILL_GLUON = False
+# prefill.py's warp-specialised one-pass kernel by default (`gluon=None`) where it applies: every row
+# equal to `_attn`'s and faster at every shape measured on an H200 (docs/performance.md, issue 52,
+# seventh round); `gluon=False` keeps `_attn`
+PREFILL_GLUON = True
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
@@ -114,15 +116,20 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
     return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
 
 
-def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
-    """`_kv_desc` for `_decode_states`: the block in the shared layout the warpgroup MMA reads
-    (128-byte swizzle, `_attn`'s)."""
+@functools.cache
+def _gluon_layout(tile: int, dim: int) -> Any:  # built once: ~8 us of host time a call otherwise
     from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for([tile, dim], gl.bfloat16)
+
+
+def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
+    """`_kv_desc` for `_decode_states` and `_prefill`: the block in the shared layout the
+    warpgroup MMA reads (128-byte swizzle, `_attn`'s)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     block = [tile, x.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
-    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), block, layout)
+    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), block, _gluon_layout(*block))
 
 
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
@@ -207,8 +214,8 @@ def attention(
     bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, qt)))
     pos = as_t(q_pos)
     o = torch.empty_like(q)
-    bt = block_table if block_table is not None else _dummy(dev).view(1, 1)
-    k0 = kv_start if kv_start is not None else _dummy(dev)
+    bt = as_t(block_table) if block_table is not None else _dummy(dev).view(1, 1)
+    k0 = as_t(kv_start) if kv_start is not None else _dummy(dev)
     n_blk = len(bseq)
     if split is None:  # few programs for the SMs, and tile states that fit in 256 MiB
         split = n_blk * kvh < _sms(dev)
@@ -278,8 +285,8 @@ def attention(
         bseq,
         bq0,
         bnq,
-        as_t(k0),
-        as_t(bt),
+        k0,
+        bt,
         wm,
         wl,
         wa,
@@ -299,8 +306,13 @@ def attention(
     if gluon:
         _decode_states[grid](*args, num_warps=4, enable_fp_fusion=False, **kw)
     elif ws:  # 4 + 4 + 1 warps in three warpgroups; 168 registers a thread at launch (the whole
-        # file), then 240 for each 64-row warpgroup and 24 for the loader (prefill.py)
-        _prefill[grid](*args, PAGED=paged, num_warps=4, maxnreg=168, enable_fp_fusion=False, **kw)
+        # file), then 240 for each 64-row warpgroup and 24 for the loader (prefill.py). Only the
+        # arguments it reads: each costs host time at every launch
+        _prefill[grid](
+            q, kd, vd, o, pos, bseq, bq0, bnq, k0, bt, q.stride(0), q.stride(1),
+            o.stride(0), o.stride(1), bt.stride(0), scale,
+            PAGED=paged, num_warps=4, maxnreg=168, enable_fp_fusion=False, **kw,
+        )  # fmt: skip
     else:
         _attn[grid](
             *args,

@@ -4,12 +4,15 @@ between two warpgroups that never wait for each other, fed by a loader warp.
 Triton runs `_attn`'s 8 warps in lock step (one barrier a tile), so both warpgroups issue their
 MMAs together and then do their softmax and fold together: on an H200 the tensor cores idle while
 the exponentials run (issue slots 30% busy, docs/performance.md). Here (FlashAttention-3's layout,
-without its forced ping-pong) a loader warp streams the tiles' K and V through a two-stage ring by
-the tensor-memory engine, and each warpgroup takes its 64 rows through every tile on its own: while
-one exponentiates, the other's MMAs run; within a warpgroup the next tile's Q @ K^T is issued
-before the fold of the last, so the fold runs under it. Everything a row computes is `_attn`'s
-arithmetic on the 64-row MMA layout of `_decode_states` (64 and 128 rows give the same bits:
-attention.py), in the same order: the parity test compares every row (tests/numerics/test_gpu.py).
+without its forced ping-pong: no faster on the H200) a loader warp streams the tiles' K and V
+through a two-stage ring by the tensor-memory engine, and each warpgroup takes its 64 rows through
+every tile on its own: while one exponentiates, the other's MMAs run; within a warpgroup tile j's
+P @ V and tile j+1's Q @ K^T are in flight together, and the fold of tile j runs under the latter.
+Tile j+1's MMA is issued by a compile-time branch (`_tile`'s NEXT; the last tile peeled off): with
+a run-time `if`, ptxas serialised every wgmma (C7511) and the kernel was no faster than `_attn`.
+Everything a row computes is `_attn`'s arithmetic on the 64-row MMA layout of `_decode_states` (64
+and 128 rows give the same bits: attention.py), in the same order: the parity test compares every
+row (tests/numerics/test_gpu.py).
 """
 
 from triton.experimental import gluon
@@ -51,13 +54,14 @@ def _tile(
     ready,
     empty,
     zero,
+    turn,
+    tphase,
     s_tok,
     m,
     l,
     acc,
     zphase,
     j,
-    n_tiles,
     pos,
     valid,
     max_pos,
@@ -65,9 +69,11 @@ def _tile(
     HALF: gl.constexpr,
     MMA: gl.constexpr,
     MASKED: gl.constexpr,
+    NEXT: gl.constexpr,
 ):
     """Tile j for one warpgroup: its state from the scores in flight (`_full_tile`, or
-    `_masked_tile` with MASKED), the next tile's scores issued, then `_fold` under them."""
+    `_masked_tile` with MASKED), P @ V and (NEXT) the next tile's scores issued, `_fold` under
+    the latter."""
     BLOCK_N: gl.constexpr = k_s.type.shape[1]
     D: gl.constexpr = k_s.type.shape[2]
     LD: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # 16-byte rows
@@ -95,10 +101,15 @@ def _tile(
         p = gl.exp2(s - mt[:, None])
     lt = gl.sum(p, 1)
     pa = gl.convert_layout(p.to(gl.bfloat16), gl.DotOperandLayout(0, MMA, 2))
+    # forced ping-pong (FlashAttention-3): this warpgroup's MMAs wait until the other's are issued,
+    # so the tensor cores take the warpgroups' tiles in turn and each one's softmax and fold run
+    # under the other's MMAs
+    mbarrier.wait(turn.index(HALF), tphase)
+    tphase ^= 1
     acct = warpgroup_mma(pa, v_t, gl.zeros([R, D], gl.float32, MMA), is_async=True)
     acct = warpgroup_mma_wait(0, deps=(acct,))
     mbarrier.arrive(empty.index(st), count=1)  # this warpgroup is done with the stage
-    if j + 1 < n_tiles:  # the next tile's scores run on the tensor cores under the fold
+    if NEXT:  # the next tile's scores run on the tensor cores under the fold
         nx = (j + 1) % NS
         mbarrier.wait(ready.index(nx), (j + 1) // NS & 1)
         s_tok = warpgroup_mma(
@@ -107,6 +118,7 @@ def _tile(
             gl.zeros([R, BLOCK_N], gl.float32, MMA),
             is_async=True,
         )
+    mbarrier.arrive(turn.index(1 - HALF), count=1)  # the other warpgroup's turn
     # `_fold` (explicit fma, as there)
     m_new = gl.maximum(m, mt)
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -115,7 +127,7 @@ def _tile(
     l = gl.fma(l, a, lt * b)
     a2, _ = gl.broadcast(a[:, None], acc)
     b2, _ = gl.broadcast(b[:, None], acc)
-    return m_new, l, gl.fma(acc, a2, acct * b2), s_tok, zphase
+    return m_new, l, gl.fma(acc, a2, acct * b2), s_tok, zphase, tphase
 
 
 @gluon.jit
@@ -126,6 +138,7 @@ def _rows(
     ready,
     empty,
     zero,
+    turn,
     Q,
     O,
     QPOS,
@@ -178,17 +191,22 @@ def _rows(
         qh, k_s.index(0).permute((1, 0)), gl.zeros([R, BLOCK_N], gl.float32, MMA), is_async=True
     )
     zphase = 0
+    tphase = 1 - HALF  # warpgroup 0 first: its first wait is on the phase before the barrier's
     # two loops, as in `_attn`: the masked tiles' index vectors stay out of the whole tiles' loop
     for j in range(whole):
-        m, l, acc, s_tok, zphase = _tile(
-            qh, k_s, v_s, ready, empty, zero, s_tok, m, l, acc, zphase, j, n_tiles, pos, valid,
-            max_pos, scale_log2, HALF, MMA, False,
+        m, l, acc, s_tok, zphase, tphase = _tile(
+            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, pos, valid,
+            max_pos, scale_log2, HALF, MMA, False, True,
         )  # fmt: skip
-    for j in range(whole, n_tiles):
-        m, l, acc, s_tok, zphase = _tile(
-            qh, k_s, v_s, ready, empty, zero, s_tok, m, l, acc, zphase, j, n_tiles, pos, valid,
-            max_pos, scale_log2, HALF, MMA, True,
+    for j in range(whole, n_tiles - 1):
+        m, l, acc, s_tok, zphase, tphase = _tile(
+            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, pos, valid,
+            max_pos, scale_log2, HALF, MMA, True, True,
         )  # fmt: skip
+    m, l, acc, s_tok, zphase, tphase = _tile(
+        qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, n_tiles - 1, pos, valid,
+        max_pos, scale_log2, HALF, MMA, True, False,
+    )  # fmt: skip
     d = gl.arange(0, D, COL)
     gl.store(
         O + (q0 + t)[:, None] * sot + (kvh * G + g)[:, None] * soh + d[None, :],
@@ -198,10 +216,8 @@ def _rows(
 
 
 @gluon.jit
-def _prefill(  # `_attn`'s parameters; WM, WL, WA, CNT, swt, swh, TILES_PER_PROG unread (one pass)
+def _prefill(  # `_attn`'s parameters that the one pass reads (fewer to launch from the host)
     Q,
-    K,
-    V,
     KD,
     VD,
     O,
@@ -211,21 +227,12 @@ def _prefill(  # `_attn`'s parameters; WM, WL, WA, CNT, swt, swh, TILES_PER_PROG
     BNQ,
     KV0,
     BT,
-    WM,
-    WL,
-    WA,
-    CNT,
     sqt,
     sqh,
-    skt,
-    skh,
     sot,
     soh,
     sbt,
-    swt,
-    swh,
     scale_log2,
-    TILES_PER_PROG,
     G: gl.constexpr,
     QT: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -251,22 +258,25 @@ def _prefill(  # `_attn`'s parameters; WM, WL, WA, CNT, swt, swh, TILES_PER_PROG
     ready = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NS, 1], mbarrier.MBarrierLayout())
     zero = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NS):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival per warpgroup
     mbarrier.init(zero, count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)  # one arrival: the other warpgroup's MMAs issued
     fence_async_shared()
 
     gl.warp_specialize(
         [
             (
                 _rows,
-                (q_s, k_s, v_s, ready, empty, zero, Q, O, QPOS, q0, nq, kvh, sqt, sqh, sot, soh,
+                (q_s, k_s, v_s, ready, empty, zero, turn, Q, O, QPOS, q0, nq, kvh, sqt, sqh, sot, soh,
                  scale_log2, whole, n_tiles, max_pos, 0, G),
             ),
             (
                 _rows,
-                (q_s, k_s, v_s, ready, empty, zero, Q, O, QPOS, q0, nq, kvh, sqt, sqh, sot, soh,
+                (q_s, k_s, v_s, ready, empty, zero, turn, Q, O, QPOS, q0, nq, kvh, sqt, sqh, sot, soh,
                  scale_log2, whole, n_tiles, max_pos, 1, G),
             ),
             (_load, (KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, n_tiles, PAGED)),

@@ -11,7 +11,12 @@ cannot see: the bits and the speed (tests/numerics/test_gpu.py and scripts/bench
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import tempfile
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +36,10 @@ H, KVH, D = Q["num_heads"], Q["num_kv_heads"], Q["head_dim"]
 SM90_SHARED = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
 TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.float16: "fp16"}
 OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "maxnreg")
+# kernels whose speed rests on MMAs in flight under other work: ptxas must neither serialise their
+# wgmma (C7511: prefill.py with a run-time branch around an MMA was no faster than `_attn` on the
+# H200) nor spill
+PIPELINED = ("_prefill",)
 
 
 class Recorder:
@@ -61,6 +70,7 @@ def _type(a: Any) -> str:
 def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
     """Compile each distinct launch for sm_90; returns what was compiled: (kernel, constants)."""
     seen: set[tuple[Any, ...]] = set()
+    tmp = Path(tempfile.mkdtemp(prefix="topl-ptx-"))
     for fn, args, kw in launches:
         opts = {k: kw[k] for k in OPTIONS if k in kw}
         const = {k: v for k, v in kw.items() if k not in OPTIONS}
@@ -78,7 +88,29 @@ def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) ->
         except Exception as e:  # Triton's pass or ptxas error: say which launch
             raise AssertionError(f"{fn.__name__} {const} {opts} does not compile: {e}") from e
         assert k.metadata.shared <= SM90_SHARED, (fn.__name__, const, opts, k.metadata.shared)
+        if fn.__name__ in PIPELINED:
+            _assert_pipelined(k.asm["ptx"], f"{fn.__name__} {const}", tmp)
+    shutil.rmtree(tmp)
     return [(name, dict(const)) for name, _, const, _ in seen]
+
+
+def _assert_pipelined(ptx: str, what: str, tmp: Path) -> None:
+    """ptxas -v (the wheel's, as Triton ran it) on the kernel's PTX: no serialised wgmma, no spill."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    (tmp / "k.ptx").write_text(ptx)
+    argv = [
+        get_ptxas(90).path,
+        "-arch=sm_90a",
+        "-v",
+        str(tmp / "k.ptx"),
+        "-o",
+        str(tmp / "k.cubin"),
+    ]
+    log = subprocess.run(argv, capture_output=True, text=True, check=True).stderr
+    assert "C7511" not in log, f"{what}: ptxas serialised the wgmma pipeline:\n{log}"
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and all(n == "0" for n in spills), f"{what}: spills:\n{log}"
 
 
 @pytest.fixture
@@ -114,9 +146,9 @@ def _bf16(*shape: int) -> torch.Tensor:
 
 
 def test_attention_launches_compile_for_hopper(on_h200):
-    """Training (packed) at every launch setting of CONFIGS and at its default (tensor-memory
-    loads), prefill (paged), both also in prefill.py's warp-specialised kernel; decode split-KV with the separate fold at its default and at every fold
-    layout the parity test runs, the fused fold (its default, short contexts), eager and
+    """Training (packed) at every launch setting of CONFIGS, training and prefill (paged) at their
+    default (prefill.py's warp-specialised kernel) and in `_attn` with tensor-memory loads; decode
+    split-KV with the separate fold at its default and at every fold layout the parity test runs, the fused fold (its default, short contexts), eager and
     graph-launched (tile states in Gluon, decode_states.py, and in `_attn` without it), and one pass."""
     from topl.kernels.gpu.attention import CONFIGS, attention
 
@@ -129,11 +161,12 @@ def test_attention_launches_compile_for_hopper(on_h200):
     for (rows, warps, stages), tma in ((c, False) for c in CONFIGS):
         kw = {"q_tokens": rows // 8, "warps": warps, "stages": stages, "tma": tma, "split": False}
         attention(q, k, v, seq, pos, kv_start=start, **kw)
-    attention(q, k, v, seq, pos, kv_start=start)  # the default: tensor-memory loads at this size
+    # the default at this size: prefill.py's warp-specialised pass, training and prefill
+    attention(q, k, v, seq, pos, kv_start=start)
     attention(q, pages, pages, seq, pos, block_table=table)
-    # prefill.py's warp-specialised pass, training and prefill
-    attention(q, k, v, seq, pos, kv_start=start, gluon=True)
-    attention(q, pages, pages, seq, pos, block_table=table, gluon=True)
+    # `_attn` with tensor-memory loads (gluon=False), training and prefill
+    attention(q, k, v, seq, pos, kv_start=start, gluon=False)
+    attention(q, pages, pages, seq, pos, block_table=table, gluon=False)
     folds = (None, (32, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
     folds += ((1, 16, 8), (1, 32, 32))
     for b, ctx in ((1, 16384), (4, 900), (16, 4096), (64, 4096), (40, 1024)):
@@ -152,8 +185,8 @@ def test_attention_launches_compile_for_hopper(on_h200):
     paths = {(c["PAGED"], c["SPLIT"], c["TMA"], c["FUSED"]) for f, c in done if f == "_attn"}
     assert paths == {  # (paged, split-KV, tensor-memory loads, fused fold): the host reached each
         (False, False, False, False),  # training, pointer loads (every CONFIGS entry)
-        (False, False, True, False),  # training at 4096 tokens (the default)
-        (True, False, True, False),  # paged prefill; one-pass decode under graph (B64)
+        (False, False, True, False),  # training at 4096 tokens, gluon=False
+        (True, False, True, False),  # paged prefill, gluon=False; one-pass decode under graph (B64)
         (True, False, False, False),  # one-pass decode, eager, few tiles (B40 ctx1024)
         (True, True, False, False),  # split-KV decode, eager, the separate fold
         (True, True, True, False),  # split-KV decode under graph, without Gluon
