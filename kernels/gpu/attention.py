@@ -19,7 +19,7 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   kernels of decode_states.py: the same arithmetic on the same layouts, with K and V in flight
   together and the fold's tile states in shared memory; the one pass of training and prefill runs
   prefill.py's warp-specialised kernel (a loader warp, two 64-row warpgroups) where it applies:
-  the same bits, 1.1-1.25x faster than `_attn` on an H200 (docs/performance.md).
+  the same bits, 1.05-1.24x faster than `_attn` on an H200 (docs/performance.md).
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
@@ -117,7 +117,7 @@ def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
 
 
 @functools.cache
-def _gluon_layout(tile: int, dim: int) -> Any:  # built once: ~8 us of host time a call otherwise
+def _gluon_layout(tile: int, dim: int) -> Any:  # built once: most of a descriptor's host time
     from triton.experimental.gluon import language as gl
 
     return gl.NVMMASharedLayout.get_default_for([tile, dim], gl.bfloat16)

@@ -1,15 +1,16 @@
 """Training / prefill attention in Gluon (Hopper): `_attn`'s one-pass path with its 128 rows split
-between two warpgroups that never wait for each other, fed by a loader warp.
+between two warpgroups that take turns on the tensor cores, fed by a loader warp.
 
 Triton runs `_attn`'s 8 warps in lock step (one barrier a tile), so both warpgroups issue their
 MMAs together and then do their softmax and fold together: on an H200 the tensor cores idle while
-the exponentials run (issue slots 30% busy, docs/performance.md). Here (FlashAttention-3's layout,
-without its forced ping-pong: no faster on the H200) a loader warp streams the tiles' K and V
-through a two-stage ring by the tensor-memory engine, and each warpgroup takes its 64 rows through
-every tile on its own: while one exponentiates, the other's MMAs run; within a warpgroup tile j's
-P @ V and tile j+1's Q @ K^T are in flight together, and the fold of tile j runs under the latter.
-Tile j+1's MMA is issued by a compile-time branch (`_tile`'s NEXT; the last tile peeled off): with
-a run-time `if`, ptxas serialised every wgmma (C7511) and the kernel was no faster than `_attn`.
+the exponentials run (issue slots 30% busy, docs/performance.md). Here (FlashAttention-3's layout
+and forced ping-pong) a loader warp streams the tiles' K and V through a two-stage ring by the
+tensor-memory engine, and each warpgroup takes its 64 rows through every tile: it issues its P @ V
+and the next tile's Q @ K^T only after the other warpgroup issued its own (two mbarriers passed
+back and forth), so one's softmax and fold run under the other's MMAs, and the fold of tile j
+under its own Q @ K^T of tile j+1. That MMA is issued by a compile-time branch (`_tile`'s NEXT;
+the last tile peeled off): with a run-time `if`, ptxas serialised every wgmma (C7511) and the
+kernel was no faster than `_attn` (tests/numerics/test_gpu_compile.py now fails on it).
 Everything a row computes is `_attn`'s arithmetic on the 64-row MMA layout of `_decode_states` (64
 and 128 rows give the same bits: attention.py), in the same order: the parity test compares every
 row (tests/numerics/test_gpu.py).
