@@ -36,7 +36,7 @@ import torch
 import triton
 
 from topl.kernels.gpu.attention_kernels import _attn, _combine
-from topl.kernels.gpu.ops import arrival_counts
+from topl.kernels.gpu.device import arrival_counts, dummy, sm_count
 
 try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (decode_states.py),
     # written against Triton 3.6's (the version measured; Gluon is experimental and changes)
@@ -135,25 +135,6 @@ def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
 
 
-_SMS: dict[int, int] = {}
-_DUMMY: dict[int, torch.Tensor] = {}
-
-
-def _sms(dev: torch.device) -> int:
-    i = dev.index or 0
-    if i not in _SMS:
-        _SMS[i] = torch.cuda.get_device_properties(dev).multi_processor_count
-    return _SMS[i]
-
-
-def _dummy(dev: torch.device) -> torch.Tensor:
-    """An int32 stand-in for the argument a path does not read (kept: no allocation per call)."""
-    i = dev.index or 0
-    if i not in _DUMMY:
-        _DUMMY[i] = torch.zeros(1, dtype=torch.int32, device=dev)
-    return _DUMMY[i]
-
-
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -214,11 +195,11 @@ def attention(
     bseq, bq0, bnq = (as_t(x) for x in (descriptors or blocks_for(q_seq, qt)))
     pos = as_t(q_pos)
     o = torch.empty_like(q)
-    bt = as_t(block_table) if block_table is not None else _dummy(dev).view(1, 1)
-    k0 = as_t(kv_start) if kv_start is not None else _dummy(dev)
+    bt = as_t(block_table) if block_table is not None else dummy(dev).view(1, 1)
+    k0 = as_t(kv_start) if kv_start is not None else dummy(dev)
     n_blk = len(bseq)
     if split is None:  # few programs for the SMs, and tile states that fit in 256 MiB
-        split = n_blk * kvh < _sms(dev)
+        split = n_blk * kvh < sm_count(dev)
         if split:
             max_pos = int(pos.max()) if max_pos is None else max_pos
             split = tq * h * (max_pos // tile + 1) * dim * 4 <= 1 << 28
@@ -228,7 +209,9 @@ def attention(
         # while a call captured into a CUDA graph (`graph=True`: how decode engines run) pays that
         # once (asking torch whether the stream is capturing costs ~22 us a call on the H200 host)
         big = graph or (
-            tq >= 2048 if max_pos is None else n_blk * kvh * (max_pos // tile + 1) >= 32 * _sms(dev)
+            tq >= 2048
+            if max_pos is None
+            else n_blk * kvh * (max_pos // tile + 1) >= 32 * sm_count(dev)
         )
         tma = (
             big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
@@ -243,7 +226,7 @@ def attention(
     else:
         tiles = (int(pos.max()) if max_pos is None else max_pos) // tile + 1
         # about two programs per SM (H200 decode: fewer, longer programs beat one tile each)
-        tpp = tiles_per_prog or -(-n_blk * kvh * tiles // (2 * _sms(dev)))
+        tpp = tiles_per_prog or -(-n_blk * kvh * tiles // (2 * sm_count(dev)))
         wm = torch.empty(tq, h, tiles, device=dev, dtype=torch.float32)
         wl = torch.empty_like(wm)
         wa = torch.empty(tq, h, tiles, dim, device=dev, dtype=torch.float32)

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from topl.kernels.gpu.device import arrival_counts, sm_count
 from topl.kernels.gpu.mm_plans import (
     MM_CONFIG,
     PLANS,
@@ -174,31 +175,8 @@ def _bi_matmul_tma(  # type: ignore[no-untyped-def]
         y_desc.store([pm * BM, pn * BN], total.to(OUT))
 
 
-_SMS: dict[int, int] = {}
 _CNT: dict[int, torch.Tensor] = {}  # split-K arrival counts per device, zero between calls
 _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
-
-
-def _sms(device: torch.device) -> int:
-    dev = device.index or 0
-    if dev not in _SMS:
-        _SMS[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
-    return _SMS[dev]
-
-
-def arrival_counts(
-    table: dict[int, torch.Tensor], device: torch.device, n: int, least: int
-) -> torch.Tensor | None:
-    """At least `n` zeroed arrival counts for `device` from `table` (each kernel that counts
-    leaves them zero; made with at least `least`); None if they would have to be made while a
-    CUDA graph is being captured (the zeroing would only run at replay). The split-K matmul and
-    the fused split-KV decode each keep their own table."""
-    dev = device.index or 0
-    if dev not in table or table[dev].numel() < n:
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        table[dev] = torch.zeros(max(n, least), dtype=torch.int32, device=device)
-    return table[dev]
 
 
 def _tma_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -244,10 +222,10 @@ def bi_matmul(
         kind, auto = "tma", TMA_PLANS[0][1]
     cpp, t_swap, t_desc = 0, False, False
     if m <= SMALL_M and (m <= SWAP_M or graph):
-        auto, cpp = swap_plan(m, n, triton.cdiv(k, K_CHUNK), _sms(x.device))
+        auto, cpp = swap_plan(m, n, triton.cdiv(k, K_CHUNK), sm_count(x.device))
         kind, t_swap, t_desc = "ptr", True, m > SWAP_M
     elif m <= SMALL_M:
-        bn, cpp = small_plan(m, n, triton.cdiv(k, K_CHUNK), _sms(x.device))
+        bn, cpp = small_plan(m, n, triton.cdiv(k, K_CHUNK), sm_count(x.device))
         kind, auto = "ptr", (64, bn, 128, 4, 3)
     if "TOPL_MM_CONFIG" in os.environ or not _tma_ok(x, w):
         kind, auto, cpp, t_swap, t_desc = "ptr", MM_CONFIG, 0, False, False
@@ -260,7 +238,7 @@ def bi_matmul(
 
         bm, bn, bk, warps, stages = plan or auto
         assert kc % bk == 0, "a K step must not straddle a chunk end"
-        grid = min(_sms(x.device), triton.cdiv(m, bm) * triton.cdiv(n, bn))
+        grid = min(sm_count(x.device), triton.cdiv(m, bm) * triton.cdiv(n, bn))
         _bi_matmul_tma[(grid,)](
             TensorDescriptor.from_tensor(x, [bm, bk]),
             TensorDescriptor.from_tensor(w, [bn, bk]),

@@ -120,7 +120,7 @@ def on_h200(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: props)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    from topl.kernels.gpu import attention, ops
+    from topl.kernels.gpu import attention, device, ops
 
     launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
     for mod in (attention, ops):
@@ -131,10 +131,9 @@ def on_h200(monkeypatch):
     # the per-device caches (SM count, dummies, arrival counts) start empty and are restored after:
     # nothing made here for "cuda:0" on the CPU outlives the test
     for mod, name in (
-        (attention, "_SMS"),
-        (attention, "_DUMMY"),
+        (device, "_SMS"),
+        (device, "_DUMMY"),
         (attention, "_CNT"),
-        (ops, "_SMS"),
         (ops, "_CNT"),
     ):
         monkeypatch.setattr(mod, name, {})
