@@ -73,6 +73,9 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
     dtable = table[torch.tensor(q_seq, device="cuda")]
     for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False, True)):
         kw = {"q_tokens": r // 8, "warps": warps, "stages": stages, "tma": tma}
+        # 128 rows: `_attn` at this setting (gluon=False); by default its one pass with the
+        # tensor-memory loads is prefill.py's kernel, which has no launch settings (checked below)
+        kw["gluon"] = False if r == 128 else None
         for split in (False, True):
             got = {
                 "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=split, **kw),
