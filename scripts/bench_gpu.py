@@ -112,8 +112,9 @@ def prefill(batches, seqs):
                 )  # fmt: skip
 
             t256 = bench(rows256)
-            same = bool(torch.equal(aligned(), attention(q, k, v, q_seq, q_pos, kv_start=starts)))
-            same = same and bool(torch.equal(aligned(), aligned(gluon=False)))
+            out = aligned()
+            same = torch.equal(out, attention(q, k, v, q_seq, q_pos, kv_start=starts))
+            same = same and torch.equal(out, aligned(gluon=False))
             te = bench(lambda: attention(q, k, v, q_seq, q_pos, kv_start=starts, tile=TILE))
 
             def sdpa():

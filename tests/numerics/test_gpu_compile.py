@@ -12,7 +12,6 @@ cannot see: the bits and the speed (tests/numerics/test_gpu.py and scripts/bench
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 import types
@@ -70,7 +69,6 @@ def _type(a: Any) -> str:
 def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) -> list[Any]:
     """Compile each distinct launch for sm_90; returns what was compiled: (kernel, constants)."""
     seen: set[tuple[Any, ...]] = set()
-    tmp = Path(tempfile.mkdtemp(prefix="topl-ptx-"))
     for fn, args, kw in launches:
         opts = {k: kw[k] for k in OPTIONS if k in kw}
         const = {k: v for k, v in kw.items() if k not in OPTIONS}
@@ -89,25 +87,26 @@ def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) ->
             raise AssertionError(f"{fn.__name__} {const} {opts} does not compile: {e}") from e
         assert k.metadata.shared <= SM90_SHARED, (fn.__name__, const, opts, k.metadata.shared)
         if fn.__name__ in PIPELINED:
-            _assert_pipelined(k.asm["ptx"], f"{fn.__name__} {const}", tmp)
-    shutil.rmtree(tmp)
+            _assert_pipelined(k.asm["ptx"], f"{fn.__name__} {const}")
     return [(name, dict(const)) for name, _, const, _ in seen]
 
 
-def _assert_pipelined(ptx: str, what: str, tmp: Path) -> None:
+def _assert_pipelined(ptx: str, what: str) -> None:
     """ptxas -v (the wheel's, as Triton ran it) on the kernel's PTX: no serialised wgmma, no spill."""
     from triton.backends.nvidia.compiler import get_ptxas
 
-    (tmp / "k.ptx").write_text(ptx)
-    argv = [
-        get_ptxas(90).path,
-        "-arch=sm_90a",
-        "-v",
-        str(tmp / "k.ptx"),
-        "-o",
-        str(tmp / "k.cubin"),
-    ]
-    log = subprocess.run(argv, capture_output=True, text=True, check=True).stderr
+    with tempfile.TemporaryDirectory(prefix="topl-ptx-") as d:
+        src = Path(d) / "k.ptx"
+        src.write_text(ptx)
+        argv = [
+            get_ptxas(90).path,
+            "-arch=sm_90a",
+            "-v",
+            str(src),
+            "-o",
+            str(src.with_suffix(".cubin")),
+        ]
+        log = subprocess.run(argv, capture_output=True, text=True, check=True).stderr
     assert "C7511" not in log, f"{what}: ptxas serialised the wgmma pipeline:\n{log}"
     spills = re.findall(r"(\d+) bytes spill stores", log)
     assert spills and all(n == "0" for n in spills), f"{what}: spills:\n{log}"
