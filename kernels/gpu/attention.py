@@ -19,14 +19,14 @@ Numerics, the same on every path and at every launch setting in CONFIGS:
   kernels of decode_states.py: the same arithmetic on the same layouts, with K and V in flight
   together and the fold's tile states in shared memory; the one pass of training and prefill runs
   prefill.py's warp-specialised kernel (a loader warp, two 64-row warpgroups) where it applies:
-  the same bits, 1.05-1.24x faster than `_attn` on an H200 (docs/performance.md).
+  the same bits, 1.05-1.24x faster than `_attn` on an H200 (docs/performance.md), and for short
+  runs its persistent form in prefill_items.py (one program per SM; PREFILL_ITEMS).
 Training reads K/V from a packed buffer, prefill and decode from the paged cache: only the address
 differs.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import os
@@ -36,6 +36,7 @@ import torch
 import triton
 
 from topl.kernels.gpu.attention_kernels import _attn, _combine
+from topl.kernels.gpu.descriptors import gluon_desc, kv_desc, q_desc, tma_ok
 from topl.kernels.gpu.device import arrival_counts, dummy, sm_count
 
 try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (decode_states.py),
@@ -44,17 +45,24 @@ try:  # Gluon, Triton's explicit-layout language: split-KV decode's kernels (dec
         raise ImportError(f"Gluon kernels need Triton >= 3.6, not {triton.__version__}")
     from topl.kernels.gpu.decode_states import _decode_states, _fold_states
     from topl.kernels.gpu.prefill import _prefill
+    from topl.kernels.gpu.prefill_items import _prefill_items
 
     # the separate fold: (channels, tiles per step) in Gluon, (heads, channels, tiles per load
     # step) in Triton (`_combine`)
     FOLD: tuple[int, ...] = (128, 8)
 except ImportError:  # a Triton without triton.experimental.gluon's Hopper API: Triton only
-    _decode_states = _fold_states = _prefill = None
+    _decode_states = _fold_states = _prefill = _prefill_items = None
     FOLD = (1, 32, 32)
 # prefill.py's warp-specialised one-pass kernel by default (`gluon=None`) where it applies: every row
 # equal to `_attn`'s and faster at every shape measured on an H200 (docs/performance.md, issue 52,
 # seventh round); `gluon=False` keeps `_attn`
 PREFILL_GLUON = True
+# ... and as prefill_items.py's persistent kernel for short runs (sequences of at most 1,024 queries
+# on average): H200 B4 S1024 1.27 -> 1.13x SDPA default, B1 S1024 1.08 -> 0.91x (GPU time), the
+# same bits as `_prefill` there; from 4,096 queries 4-9% slower than `_prefill`, which they keep
+# (docs/performance.md, issue 52, eighth round). Off until tests/numerics/test_gpu.py's parity
+# grid, which runs it (`persistent=True`), has passed on a GPU: the device time ran out first
+PREFILL_ITEMS = False
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
@@ -99,40 +107,8 @@ def launch_config(
     return qt, warps or min(8, max(4, 4 * qt * group // 64)), stages or NUM_STAGES
 
 
-def _tma_ok(dev: torch.device) -> bool:
-    """Hopper or newer, and a Triton that takes host-side tensor descriptors."""
-    try:
-        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
-    except ImportError:
-        return False
-    major: int = torch.cuda.get_device_capability(dev)[0]
-    return major >= 9
-
-
-def _kv_desc(x: torch.Tensor, tile: int) -> Any:  # a triton TensorDescriptor
-    """A [rows, KVH * D] view of packed or paged K/V, read a whole tile [tile, D] at a time."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), [tile, x.shape[-1]])
-
-
-@functools.cache
-def _gluon_layout(tile: int, dim: int) -> Any:  # built once: most of a descriptor's host time
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout.get_default_for([tile, dim], gl.bfloat16)
-
-
-def _gluon_desc(x: torch.Tensor, tile: int) -> Any:  # a Gluon TensorDescriptor
-    """`_kv_desc` for `_decode_states` and `_prefill`: the block in the shared layout the
-    warpgroup MMA reads (128-byte swizzle, `_attn`'s)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [tile, x.shape[-1]]
-    return TensorDescriptor.from_tensor(x.view(x.shape[0], -1), block, _gluon_layout(*block))
-
-
 _CNT: dict[int, torch.Tensor] = {}  # fused split-KV arrival counts per device, zero between calls
+_ITEMS: dict[int, torch.Tensor] = {}  # prefill_items.py's work counter (and its finish count)
 
 
 def attention(
@@ -159,6 +135,7 @@ def attention(
     graph: bool = False,
     fused: bool | None = None,
     gluon: bool | None = None,
+    persistent: bool | None = None,
 ) -> torch.Tensor:
     """q [Tq, H, D] (queries of a sequence contiguous; q_seq[i] its sequence, q_pos[i] its position);
     k, v either packed [Tk, KVH, D] with `kv_start` [S] (training) or paged [pages, tile, KVH, D]
@@ -173,7 +150,8 @@ def attention(
     runs Gluon's `_fold_states`, (heads, channels, tiles per load step) Triton's `_combine`),
     `gluon` (split-KV tile states through the tensor-memory engine in Gluon's `_decode_states`, and
     the one pass at 128 rows in prefill.py's warp-specialised `_prefill`; None: the tile states
-    where Gluon is available, `_prefill` where PREFILL_GLUON; it needs `tma`) and
+    where Gluon is available, `_prefill` where PREFILL_GLUON; it needs `tma`), `persistent` (that
+    one pass as prefill_items.py's one program per SM; None: for short runs where PREFILL_ITEMS) and
     `tiles_per_prog` / `stages`. `check=False` allows launch settings outside CONFIGS (to show that
     they change the bits)."""
     tq, h, dim = q.shape
@@ -214,7 +192,7 @@ def attention(
             else n_blk * kvh * (max_pos // tile + 1) >= 32 * sm_count(dev)
         )
         tma = (
-            big and qt * group <= 128 and _tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
+            big and qt * group <= 128 and tma_ok(dev) and kf.is_contiguous() and vf.is_contiguous()
         )
     scale = (1.0 / math.sqrt(dim)) * 1.4426950408889634
     kw = {"G": group, "QT": qt, "BLOCK_N": tile, "D": dim}
@@ -253,10 +231,17 @@ def attention(
     # the Gluon kernel is `_attn`'s split path at 64 rows x 4 warps on bf16 (its MMA layout)
     gluon = gluon and split and tma and paged and cnt is None and whole
     gluon = gluon and qt * group == 64 and nw == 4 and q.dtype == torch.bfloat16
+    items = None  # prefill_items.py's Q descriptor where it runs (PREFILL_ITEMS)
+    short = tq <= 1024 * (bt.shape[0] if paged else k0.numel())
+    if persistent is None:
+        persistent = PREFILL_ITEMS and short
+    if ws and _prefill_items is not None and persistent:
+        icnt = arrival_counts(_ITEMS, dev, 2, 2)  # None while capturing before a first call
+        items = q_desc(q, qt, group) if icnt is not None else None
     if gluon or ws:
-        kd, vd = (_gluon_desc(x, tile) for x in (kf, vf))
+        kd, vd = (gluon_desc(x, tile) for x in (kf, vf))
     else:
-        kd, vd = (_kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
+        kd, vd = (kv_desc(x, tile) for x in (kf, vf)) if tma else (kf, vf)
     args = (
         q,
         kf,
@@ -288,6 +273,13 @@ def attention(
     )
     if gluon:
         _decode_states[grid](*args, num_warps=4, enable_fp_fusion=False, **kw)
+    elif ws and items is not None:  # prefill_items.py: one program per SM (as `_prefill` below)
+        n_items = n_blk * kvh
+        _prefill_items[(min(n_items, sm_count(dev)),)](
+            items, kd, vd, o, pos, bseq, bq0, bnq, k0, bt, icnt, o.stride(0), o.stride(1),
+            bt.stride(0), scale, n_items, k0.numel(), kf.shape[0], kvh,
+            PAGED=paged, num_warps=4, maxnreg=168, enable_fp_fusion=False, **kw,
+        )  # fmt: skip
     elif ws:  # 4 + 4 + 1 warps in three warpgroups; 168 registers a thread at launch (the whole
         # file), then 240 for each 64-row warpgroup and 24 for the loader (prefill.py). Only the
         # arguments it reads: each costs host time at every launch

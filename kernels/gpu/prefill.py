@@ -63,6 +63,8 @@ def _tile(
     acc,
     zphase,
     j,
+    c,
+    zv,
     pos,
     valid,
     max_pos,
@@ -72,13 +74,14 @@ def _tile(
     MASKED: gl.constexpr,
     NEXT: gl.constexpr,
 ):
-    """Tile j for one warpgroup: its state from the scores in flight (`_full_tile`, or
-    `_masked_tile` with MASKED), P @ V and (NEXT) the next tile's scores issued, `_fold` under
-    the latter."""
+    """Tile j for one warpgroup (the program's c-th: its ring stage): its state from the scores in
+    flight (`_full_tile`, or `_masked_tile` with MASKED), P @ V and (NEXT) the next tile's scores
+    issued, `_fold` under the latter. zv: V rows past `max_pos` may hold another sequence's keys or
+    a page's tail, and are zeroed (prefill_items.py says where they cannot)."""
     BLOCK_N: gl.constexpr = k_s.type.shape[1]
     D: gl.constexpr = k_s.type.shape[2]
     LD: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # 16-byte rows
-    st = j % NS
+    st = c % NS
     s = warpgroup_mma_wait(0, deps=(s_tok,)) * scale_log2
     v_t = v_s.index(st)
     if MASKED:  # keys past a row's position masked
@@ -86,17 +89,18 @@ def _tile(
         s = gl.where((n[None, :] <= pos[:, None]) & valid[:, None], s, float("-inf"))
         mt = gl.max(s, 1)
         p = gl.exp2(s - gl.where(mt == float("-inf"), 0.0, mt)[:, None])
-        # `_attn` reads V rows past the program's last position as zero (a page's tail may hold
-        # anything, NaN included, and 0 x NaN is NaN): each warpgroup zeroes its half of the
-        # stage, and both meet before either MMA reads it
-        vh = v_t.slice(HALF * R, R)
-        kz = j * BLOCK_N + HALF * R + gl.arange(0, R, gl.SliceLayout(1, LD))
-        vh.store(gl.where((kz <= max_pos)[:, None], vh.load(LD), 0.0))
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(zero, count=1)
-        mbarrier.wait(zero, zphase)
-        zphase ^= 1
+        if zv:
+            # `_attn` reads V rows past the program's last position as zero (a page's tail may
+            # hold anything, NaN included, and 0 x NaN is NaN): each warpgroup zeroes its half of
+            # the stage, and both meet before either MMA reads it
+            vh = v_t.slice(HALF * R, R)
+            kz = j * BLOCK_N + HALF * R + gl.arange(0, R, gl.SliceLayout(1, LD))
+            vh.store(gl.where((kz <= max_pos)[:, None], vh.load(LD), 0.0))
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(zero, count=1)
+            mbarrier.wait(zero, zphase)
+            zphase ^= 1
     else:
         mt = gl.max(s, 1)
         p = gl.exp2(s - mt[:, None])
@@ -111,8 +115,8 @@ def _tile(
     acct = warpgroup_mma_wait(0, deps=(acct,))
     mbarrier.arrive(empty.index(st), count=1)  # this warpgroup is done with the stage
     if NEXT:  # the next tile's scores run on the tensor cores under the fold
-        nx = (j + 1) % NS
-        mbarrier.wait(ready.index(nx), (j + 1) // NS & 1)
+        nx = (c + 1) % NS
+        mbarrier.wait(ready.index(nx), (c + 1) // NS & 1)
         s_tok = warpgroup_mma(
             qh,
             k_s.index(nx).permute((1, 0)),
@@ -196,17 +200,17 @@ def _rows(
     # two loops, as in `_attn`: the masked tiles' index vectors stay out of the whole tiles' loop
     for j in range(whole):
         m, l, acc, s_tok, zphase, tphase = _tile(
-            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, pos, valid,
-            max_pos, scale_log2, HALF, MMA, False, True,
+            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, j, True, pos,
+            valid, max_pos, scale_log2, HALF, MMA, False, True,
         )  # fmt: skip
     for j in range(whole, n_tiles - 1):
         m, l, acc, s_tok, zphase, tphase = _tile(
-            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, pos, valid,
-            max_pos, scale_log2, HALF, MMA, True, True,
+            qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, j, j, True, pos,
+            valid, max_pos, scale_log2, HALF, MMA, True, True,
         )  # fmt: skip
     m, l, acc, s_tok, zphase, tphase = _tile(
-        qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, n_tiles - 1, pos, valid,
-        max_pos, scale_log2, HALF, MMA, True, False,
+        qh, k_s, v_s, ready, empty, zero, turn, tphase, s_tok, m, l, acc, zphase, n_tiles - 1,
+        n_tiles - 1, True, pos, valid, max_pos, scale_log2, HALF, MMA, True, False,
     )  # fmt: skip
     d = gl.arange(0, D, COL)
     gl.store(

@@ -89,24 +89,37 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
     # prefill.py's warp-specialised one pass (128 rows, K/V by the tensor-memory engine, masked
-    # tiles too): training, and prefill from a cache whose page tails are NaN (they must read as
-    # zero, as `_attn`'s masked loads make them), and a chunked prefill whose runs straddle a tile
+    # tiles too), one program per run or (prefill_items.py) one per SM: training, prefill from a
+    # cache whose page tails are NaN (they must read as zero, as `_attn`'s masked loads make them), a
+    # chunked prefill whose runs straddle a tile, and training where the next sequence's first keys
+    # hold NaN (the 700-token sequence's last tile reaches 68 rows of the next: zeroed, as `_attn`
+    # makes them; prefill_items.py skips the zeroing only where a tile stays in its own sequence)
     _, _, _, _, nk, nv, _, _, _ = _packed_and_paged(LENS, tail=float("nan"))
     s4 = sum(LENS[:4])  # the 700-token sequence, queried from position 100 on
-    got = {
-        "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False, tma=True, gluon=True),
-        "prefill": attention(
-            q, nk, nv, q_seq, q_pos, block_table=table, split=False, tma=True, gluon=True
-        ),
-        "chunked prefill": attention(
-            q[s4 + 100 : s4 + 700], nk, nv, [0] * 600, q_pos[s4 + 100 : s4 + 700],
-            block_table=table[4:5], split=False, tma=True, gluon=True,
-        ),
-    }  # fmt: skip
-    for path, out in got.items():
-        want = ref[s4 + 100 : s4 + 700] if path == "chunked prefill" else ref
-        bad = (out != want).any(-1).any(-1)
-        assert not bad.any(), f"{path} (Gluon): {int(bad.sum())} of {len(bad)} rows differ"
+    s5 = s4 + LENS[4]
+    vn = v.clone()
+    vn[s5 : s5 + 68] = float("nan")
+    others = torch.ones(len(q_seq), dtype=torch.bool, device="cuda")
+    others[s5 : s5 + LENS[5]] = False  # the sequence whose own keys are NaN
+    for persistent in (False, True):
+        kw = {"split": False, "tma": True, "gluon": True, "persistent": persistent}
+        got = {
+            "train": attention(q, k, v, q_seq, q_pos, kv_start=starts, **kw),
+            "prefill": attention(q, nk, nv, q_seq, q_pos, block_table=table, **kw),
+            "chunked prefill": attention(
+                q[s4 + 100 : s4 + 700], nk, nv, [0] * 600, q_pos[s4 + 100 : s4 + 700],
+                block_table=table[4:5], **kw,
+            ),
+            "train, NaN keys next": attention(q, k, vn, q_seq, q_pos, kv_start=starts, **kw),
+        }  # fmt: skip
+        for path, out in got.items():
+            want = ref[s4 + 100 : s4 + 700] if path == "chunked prefill" else ref
+            if path == "train, NaN keys next":
+                out, want = out[others], want[others]
+            bad = (out != want).any(-1).any(-1)
+            assert not bad.any(), (
+                f"{path} (Gluon, persistent={persistent}): {int(bad.sum())} of {len(bad)} rows differ"
+            )
     # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
     # program, tile states in Gluon or Triton, with every layout of the in-order fold: Gluon's
     # (channels, tiles per step), Triton's (heads, channels, tiles per load per program)

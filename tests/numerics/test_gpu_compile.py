@@ -35,10 +35,11 @@ H, KVH, D = Q["num_heads"], Q["num_kv_heads"], Q["head_dim"]
 SM90_SHARED = 232448  # bytes of shared memory one program may use on sm_90 (227 KiB)
 TYPES = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.float16: "fp16"}
 OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "maxnreg")
-# kernels whose speed rests on MMAs in flight under other work: ptxas must neither serialise their
+# kernels whose speed rests on MMAs in flight under other work: ptxas must not serialise their
 # wgmma (C7511: prefill.py with a run-time branch around an MMA was no faster than `_attn` on the
-# H200) nor spill
-PIPELINED = ("_prefill",)
+# H200), and the bytes each may spill (prefill_items.py: a word of predicates at an item's start in
+# one warpgroup and one loader register, outside the tile loops: read in its SASS, 2026-12-04)
+PIPELINED = {"_prefill": 0, "_prefill_items": 12}
 
 
 class Recorder:
@@ -87,12 +88,13 @@ def _compile_all(launches: list[tuple[Any, tuple[Any, ...], dict[str, Any]]]) ->
             raise AssertionError(f"{fn.__name__} {const} {opts} does not compile: {e}") from e
         assert k.metadata.shared <= SM90_SHARED, (fn.__name__, const, opts, k.metadata.shared)
         if fn.__name__ in PIPELINED:
-            _assert_pipelined(k.asm["ptx"], f"{fn.__name__} {const}")
+            _assert_pipelined(k.asm["ptx"], f"{fn.__name__} {const}", PIPELINED[fn.__name__])
     return [(name, dict(const)) for name, _, const, _ in seen]
 
 
-def _assert_pipelined(ptx: str, what: str) -> None:
-    """ptxas -v (the wheel's, as Triton ran it) on the kernel's PTX: no serialised wgmma, no spill."""
+def _assert_pipelined(ptx: str, what: str, spill: int) -> None:
+    """ptxas -v (the wheel's, as Triton ran it) on the kernel's PTX: no serialised wgmma, at most
+    `spill` bytes spilled."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     with tempfile.TemporaryDirectory(prefix="topl-ptx-") as d:
@@ -109,7 +111,7 @@ def _assert_pipelined(ptx: str, what: str) -> None:
         log = subprocess.run(argv, capture_output=True, text=True, check=True).stderr
     assert "C7511" not in log, f"{what}: ptxas serialised the wgmma pipeline:\n{log}"
     spills = re.findall(r"(\d+) bytes spill stores", log)
-    assert spills and all(n == "0" for n in spills), f"{what}: spills:\n{log}"
+    assert spills and all(int(n) <= spill for n in spills), f"{what}: spills:\n{log}"
 
 
 @pytest.fixture
@@ -133,6 +135,7 @@ def on_h200(monkeypatch):
         (device, "_SMS"),
         (device, "_DUMMY"),
         (attention, "_CNT"),
+        (attention, "_ITEMS"),
         (ops, "_CNT"),
     ):
         monkeypatch.setattr(mod, name, {})
@@ -162,6 +165,9 @@ def test_attention_launches_compile_for_hopper(on_h200):
     # the default at this size: prefill.py's warp-specialised pass, training and prefill
     attention(q, k, v, seq, pos, kv_start=start)
     attention(q, pages, pages, seq, pos, block_table=table)
+    # the same pass one program per SM (prefill_items.py: by default for short runs)
+    attention(q, k, v, seq, pos, kv_start=start, persistent=True)
+    attention(q, pages, pages, seq, pos, block_table=table, persistent=True)
     # `_attn` with tensor-memory loads (gluon=False), training and prefill
     attention(q, k, v, seq, pos, kv_start=start, gluon=False)
     attention(q, pages, pages, seq, pos, block_table=table, gluon=False)
@@ -193,6 +199,7 @@ def test_attention_launches_compile_for_hopper(on_h200):
     }
     assert any(f == "_decode_states" for f, _ in done)  # under graph, Gluon's tile states
     assert {c["PAGED"] for f, c in done if f == "_prefill"} == {False, True}
+    assert {c["PAGED"] for f, c in done if f == "_prefill_items"} == {False, True}
     folds_done = {(c["GH"], c["DC"], c["U"]) for f, c in done if f == "_combine"}
     folds_done |= {(c["DC"], c["U"]) for f, c in done if f == "_fold_states"}
     assert folds_done == {(128, 8), *folds[1:]}  # (128, 8): Gluon's fold, the default
