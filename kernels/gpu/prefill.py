@@ -31,20 +31,26 @@ NS = gl.constexpr(2)  # K/V ring stages (two: 128 KiB of tiles, 32 KiB of Q)
 
 
 @gluon.jit
-def _load(KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, n_tiles, PAGED: gl.constexpr):
-    """The loader warp: tile j's K and V into stage j % NS once both warpgroups released it."""
+def _load_tile(KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, j, c, PAGED: gl.constexpr):
+    """Tile j's K and V into stage c % NS (the loader's c-th tile) once both warpgroups released it."""
     BLOCK_N: gl.constexpr = KD.block_type.shape[0]
     D: gl.constexpr = KD.block_type.shape[1]
+    st = c % NS
+    mbarrier.wait(empty.index(st), (c // NS & 1) ^ 1)
+    if PAGED:
+        row0 = gl.load(BT + seq * sbt + j) * BLOCK_N
+    else:
+        row0 = kv0 + j * BLOCK_N
+    mbarrier.expect(ready.index(st), 2 * BLOCK_N * D * 2)
+    tma.async_copy_global_to_shared(KD, [row0, kvh * D], ready.index(st), k_s.index(st))
+    tma.async_copy_global_to_shared(VD, [row0, kvh * D], ready.index(st), v_s.index(st))
+
+
+@gluon.jit
+def _load(KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, n_tiles, PAGED: gl.constexpr):
+    """The loader warp: every tile of the program's run."""
     for j in range(n_tiles):
-        st = j % NS
-        mbarrier.wait(empty.index(st), (j // NS & 1) ^ 1)
-        if PAGED:
-            row0 = gl.load(BT + seq * sbt + j) * BLOCK_N
-        else:
-            row0 = kv0 + j * BLOCK_N
-        mbarrier.expect(ready.index(st), 2 * BLOCK_N * D * 2)
-        tma.async_copy_global_to_shared(KD, [row0, kvh * D], ready.index(st), k_s.index(st))
-        tma.async_copy_global_to_shared(VD, [row0, kvh * D], ready.index(st), v_s.index(st))
+        _load_tile(KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, j, j, PAGED)
 
 
 @gluon.jit

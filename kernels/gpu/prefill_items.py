@@ -29,7 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
 )
 
-from topl.kernels.gpu.prefill import NS, R, _tile
+from topl.kernels.gpu.prefill import NS, R, _load_tile, _tile
 
 NI = gl.constexpr(
     8
@@ -76,15 +76,7 @@ def _load_items(
         mbarrier.expect(qbar.index(slot), QT * G * D * 2)
         tma.async_copy_global_to_shared(QD, [q0, kvh * G, 0], qbar.index(slot), q_s.index(slot))
         for j in range(n_tiles):
-            st = c % NS
-            mbarrier.wait(empty.index(st), (c // NS & 1) ^ 1)
-            if PAGED:
-                row0 = gl.load(BT + seq * sbt + j) * BLOCK_N
-            else:
-                row0 = kv0 + j * BLOCK_N
-            mbarrier.expect(ready.index(st), 2 * BLOCK_N * D * 2)
-            tma.async_copy_global_to_shared(KD, [row0, kvh * D], ready.index(st), k_s.index(st))
-            tma.async_copy_global_to_shared(VD, [row0, kvh * D], ready.index(st), v_s.index(st))
+            _load_tile(KD, VD, k_s, v_s, ready, empty, BT, seq, sbt, kv0, kvh, j, c, PAGED)
             c += 1
         it += 1
         i = n_progs + gl.atomic_add(CNT, 1)
