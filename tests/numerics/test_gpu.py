@@ -74,7 +74,7 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
     for (r, warps, stages), tma in itertools.product(CONFIGS, (None, False, True)):
         kw = {"q_tokens": r // 8, "warps": warps, "stages": stages, "tma": tma}
         # 128 rows: `_attn` at this setting (gluon=False); by default its one pass with the
-        # tensor-memory loads is prefill.py's kernel, which has no launch settings (checked below)
+        # tensor-memory loads is prefill.py's kernel, which has no launch settings (its own test)
         kw["gluon"] = False if r == 128 else None
         for split in (False, True):
             got = {
@@ -88,12 +88,38 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                     f"{path} rows={r} warps={warps} stages={stages} split={split} tma={tma}: "
                     f"{int(bad.sum())} of {len(bad)} rows differ"
                 )
-    # prefill.py's warp-specialised one pass (128 rows, K/V by the tensor-memory engine, masked
-    # tiles too), one program per run or (prefill_items.py) one per SM: training, prefill from a
-    # cache whose page tails are NaN (they must read as zero, as `_attn`'s masked loads make them), a
-    # chunked prefill whose runs straddle a tile, and training where the next sequence's first keys
-    # hold NaN (the 700-token sequence's last tile reaches 68 rows of the next: zeroed, as `_attn`
-    # makes them; prefill_items.py skips the zeroing only where a tile stays in its own sequence)
+    # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
+    # program, tile states in Gluon or Triton, with every layout of the in-order fold: Gluon's
+    # (channels, tiles per step), Triton's (heads, channels, tiles per load per program)
+    folds = (None, (32, 8), (128, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
+    folds += ((1, 16, 8), (1, 32, 32))
+    for tma, tpp, fold, gluon in itertools.product(
+        (None, False, True), (None, 1, 3), folds, (False, True)
+    ):
+        out = attention(
+            q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,
+            tiles_per_prog=tpp, combine=fold, gluon=gluon,
+        )  # fmt: skip
+        bad = (out != ref).any(-1).any(-1)
+        assert not bad.any(), (
+            f"split decode tma={tma} tiles/program={tpp} fold={fold} gluon={gluon}: "
+            f"{int(bad.sum())}"
+        )
+
+
+def test_the_warp_specialised_one_pass_gives_every_row_of_attn():
+    """prefill.py's warp-specialised one pass (128 rows, K/V by the tensor-memory engine, masked
+    tiles too), one program per run or (prefill_items.py) one per SM, against the kernel that masks
+    every tile and loads through pointers: all 4,918 rows, all heads."""
+    from topl.kernels.gpu.attention import attention
+
+    q, k, v, starts, _, _, table, q_seq, q_pos = _packed_and_paged(LENS)
+    ref = attention(q, k, v, q_seq, q_pos, kv_start=starts, split=False, whole=False, tma=False)
+    # training, prefill from a cache whose page tails are NaN (they must read as zero, as `_attn`'s
+    # masked loads make them), a chunked prefill whose runs straddle a tile, and training where the
+    # next sequence's first keys hold NaN (the 700-token sequence's last tile reaches 68 rows of the
+    # next: zeroed, as `_attn` makes them; prefill_items.py skips the zeroing only where a tile
+    # stays in its own sequence)
     _, _, _, _, nk, nv, _, _, _ = _packed_and_paged(LENS, tail=float("nan"))
     s4 = sum(LENS[:4])  # the 700-token sequence, queried from position 100 on
     s5 = s4 + LENS[4]
@@ -118,25 +144,8 @@ def test_every_row_is_bitwise_equal_across_paths_and_launch_settings():
                 out, want = out[others], want[others]
             bad = (out != want).any(-1).any(-1)
             assert not bad.any(), (
-                f"{path} (Gluon, persistent={persistent}): {int(bad.sum())} of {len(bad)} rows differ"
+                f"{path} (persistent={persistent}): {int(bad.sum())} of {len(bad)} rows differ"
             )
-    # split-KV decode at its own defaults (stages, tiles per program) and other tile counts per
-    # program, tile states in Gluon or Triton, with every layout of the in-order fold: Gluon's
-    # (channels, tiles per step), Triton's (heads, channels, tiles per load per program)
-    folds = (None, (32, 8), (128, 8), (64, 16), (8, 128, 8), (1, 128, 32), (2, 64, 16), (4, 32, 8))
-    folds += ((1, 16, 8), (1, 32, 32))
-    for tma, tpp, fold, gluon in itertools.product(
-        (None, False, True), (None, 1, 3), folds, (False, True)
-    ):
-        out = attention(
-            q, ck, cv, rows, q_pos, block_table=dtable, split=True, tma=tma,
-            tiles_per_prog=tpp, combine=fold, gluon=gluon,
-        )  # fmt: skip
-        bad = (out != ref).any(-1).any(-1)
-        assert not bad.any(), (
-            f"split decode tma={tma} tiles/program={tpp} fold={fold} gluon={gluon}: "
-            f"{int(bad.sum())}"
-        )
 
 
 def test_launch_settings_outside_the_family_are_refused_and_do_change_the_bits():
