@@ -31,9 +31,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from topl.kernels.gpu.prefill import NS, R, _load_tile, _tile
 
-NI = gl.constexpr(
-    8
-)  # an item's scalars, loader -> warpgroups: i, q0, nq, kvh, whole, tiles, last, zv
+# an item's scalars, loader -> warpgroups: i, q0, nq, kvh, whole, tiles, last position, zv
+NI = gl.constexpr(8)
 
 
 @gluon.jit
