@@ -227,6 +227,18 @@ def _rows(
 
 
 @gluon.jit
+def _run(blk, BSEQ, BQ0, BNQ, QPOS, KV0, QT: gl.constexpr, BLOCK_N: gl.constexpr, LT: gl.constexpr):
+    """Run blk's scalars: (sequence, first row, rows, whole tiles, tiles, last position, first key
+    row); tiles [0, whole) lie at or before every valid row's position (`_attn`'s split)."""
+    seq, q0, nq = gl.load(BSEQ + blk), gl.load(BQ0 + blk), gl.load(BNQ + blk)
+    t = gl.arange(0, QT, LT)
+    pos = gl.load(QPOS + q0 + t, mask=t < nq, other=0)
+    max_pos = gl.max(gl.where(t < nq, pos, 0), 0)
+    whole = gl.min(gl.where(t < nq, pos, max_pos), 0) // BLOCK_N
+    return seq, q0, nq, whole, max_pos // BLOCK_N + 1, max_pos, gl.load(KV0 + seq)
+
+
+@gluon.jit
 def _prefill(  # `_attn`'s parameters that the one pass reads (fewer to launch from the host)
     Q,
     KD,
@@ -253,15 +265,9 @@ def _prefill(  # `_attn`'s parameters that the one pass reads (fewer to launch f
     """One run of up to QT queries (QT * G = 128 rows) x one KV head, every tile of its keys: the
     default partition and a second 4-warp partition take 64 rows each, a 1-warp partition loads."""
     blk, kvh = gl.program_id(0), gl.program_id(1)
-    seq, q0, nq = gl.load(BSEQ + blk), gl.load(BQ0 + blk), gl.load(BNQ + blk)
-    LT: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    t = gl.arange(0, QT, LT)
-    pos = gl.load(QPOS + q0 + t, mask=t < nq, other=0)
-    max_pos = gl.max(gl.where(t < nq, pos, 0), 0)
-    # tiles [0, whole) lie at or before every valid row's position (`_attn`'s split, the program's)
-    whole = gl.min(gl.where(t < nq, pos, max_pos), 0) // BLOCK_N
-    n_tiles = max_pos // BLOCK_N + 1
-    kv0 = gl.load(KV0 + seq)
+    seq, q0, nq, whole, n_tiles, max_pos, kv0 = _run(
+        blk, BSEQ, BQ0, BNQ, QPOS, KV0, QT, BLOCK_N, gl.BlockedLayout([1], [32], [4], [0])
+    )
 
     q_s = gl.allocate_shared_memory(gl.bfloat16, [2, R, D], KD.layout)
     k_s = gl.allocate_shared_memory(gl.bfloat16, [NS, BLOCK_N, D], KD.layout)

@@ -29,7 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
 )
 
-from topl.kernels.gpu.prefill import NS, R, _load_tile, _tile
+from topl.kernels.gpu.prefill import NS, R, _load_tile, _run, _tile
 
 # an item's scalars, loader -> warpgroups: i, q0, nq, kvh, whole, tiles, last position, zv
 NI = gl.constexpr(8)
@@ -48,19 +48,15 @@ def _load_items(
     D: gl.constexpr = KD.block_type.shape[1]
     LT: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     idx = gl.arange(0, NI, LT)
-    t = gl.arange(0, QT, LT)
     n_progs = gl.num_programs(0)
     i = gl.program_id(0)
     c = 0  # tiles loaded (the ring's count)
     it = 0  # items taken
     while i < n_items:
-        blk, kvh = i // KVH_N, i % KVH_N
-        seq, q0, nq = gl.load(BSEQ + blk), gl.load(BQ0 + blk), gl.load(BNQ + blk)
-        pos = gl.load(QPOS + q0 + t, mask=t < nq, other=0)
-        max_pos = gl.max(gl.where(t < nq, pos, 0), 0)
-        whole = gl.min(gl.where(t < nq, pos, max_pos), 0) // BLOCK_N
-        n_tiles = max_pos // BLOCK_N + 1
-        kv0 = gl.load(KV0 + seq)
+        kvh = i % KVH_N
+        seq, q0, nq, whole, n_tiles, max_pos, kv0 = _run(
+            i // KVH_N, BSEQ, BQ0, BNQ, QPOS, KV0, QT, BLOCK_N, LT
+        )
         if PAGED:
             zv = 1
         else:  # the next sequence's first row (the buffer's end after the last); not after: zero
