@@ -60,9 +60,9 @@ PREFILL_GLUON = True
 # ... and as prefill_items.py's persistent kernel for short runs (sequences of at most 1,024 queries
 # on average): H200 B4 S1024 1.27 -> 1.13x SDPA default, B1 S1024 1.08 -> 0.91x (GPU time), the
 # same bits as `_prefill` there; from 4,096 queries 4-9% slower than `_prefill`, which they keep
-# (docs/performance.md, issue 52, eighth round). Off until its parity test (tests/numerics/
-# test_gpu.py -k warp_specialised, `persistent=True`) has passed on a GPU: the device time ran out
-PREFILL_ITEMS = False
+# (docs/performance.md, issue 52, eighth and ninth rounds; its parity test, tests/numerics/
+# test_gpu.py -k warp_specialised, passed on the H200 in the ninth)
+PREFILL_ITEMS = True
 
 # (rows per program = queries x G, warps, pipeline stages) the engine and the benchmark may launch
 # with; the parity test runs every one of them and checks every row.
