@@ -148,7 +148,8 @@ def _bf16(*shape: int) -> torch.Tensor:
 
 def test_attention_launches_compile_for_hopper(on_h200):
     """Training (packed) at every launch setting of CONFIGS, training and prefill (paged) at their
-    default (prefill.py's warp-specialised kernel) and in `_attn` with tensor-memory loads; decode
+    defaults (prefill.py's warp-specialised kernel; prefill_items.py's for short runs) and in `_attn`
+    with tensor-memory loads; decode
     split-KV with the separate fold at its default and at every fold layout the parity test runs, the fused fold (its default, short contexts), eager and
     graph-launched (tile states in Gluon, decode_states.py, and in `_attn` without it), and one pass."""
     from topl.kernels.gpu.attention import CONFIGS, attention
@@ -165,9 +166,12 @@ def test_attention_launches_compile_for_hopper(on_h200):
     # the default at this size: prefill.py's warp-specialised pass, training and prefill
     attention(q, k, v, seq, pos, kv_start=start)
     attention(q, pages, pages, seq, pos, block_table=table)
-    # the same pass one program per SM (prefill_items.py: by default for short runs)
-    attention(q, k, v, seq, pos, kv_start=start, persistent=True)
-    attention(q, pages, pages, seq, pos, block_table=table, persistent=True)
+    # the same pass one program per SM (prefill_items.py), the default for short runs (PREFILL_ITEMS):
+    # four 1,024-token sequences, packed and paged, with no `persistent` given
+    seq4, pos4 = [i // 1024 for i in range(n)], [i % 1024 for i in range(n)]
+    start4 = torch.arange(0, n, 1024, dtype=torch.int32)
+    attention(q, k, v, seq4, pos4, kv_start=start4)
+    attention(q, pages, pages, seq4, pos4, block_table=table.view(4, -1))
     # `_attn` with tensor-memory loads (gluon=False), training and prefill
     attention(q, k, v, seq, pos, kv_start=start, gluon=False)
     attention(q, pages, pages, seq, pos, block_table=table, gluon=False)
